@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up everything ptdebug needs on a machine that has never seen it:
+# Debian packages (reference decoder, debuggers, perf), a virtualenv with the
+# Python dependencies, the Cython extensions built in place, and Delve.
+# Idempotent: each step checks before it installs, so it is cheap to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in libipt-dev libipt2 gdb linux-perf build-essential python3-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "bootstrap: installing Debian packages: ${need_apt[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv"
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q "Cython>=3.0" "setuptools>=68" wheel
+echo "bootstrap: installing ptdebug (editable) with test extras"
+.venv/bin/python -m pip install -q --no-build-isolation -e '.[test]'
+# Editable installs leave the compiled modules where setuptools chose; build
+# them in place as well so the source tree imports the same code.
+.venv/bin/python setup.py -q build_ext --inplace >/dev/null
+
+# Delve, for the Go backend (go install builds it from the Go module proxy).
+if command -v go >/dev/null 2>&1; then
+    GOBIN_DIR="$(go env GOPATH)/bin"
+    if [ ! -x "$GOBIN_DIR/dlv" ]; then
+        echo "bootstrap: installing Delve"
+        go install github.com/go-delve/delve/cmd/dlv@latest || echo "bootstrap: warning: Delve install failed; Go tests will say why" >&2
+    fi
+fi
+echo "bootstrap: ready"

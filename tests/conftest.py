@@ -1,0 +1,24 @@
+"""Shared pytest fixtures: where the shared test data lives, and skips that say why."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# ../shared beside the checkout, as on every developer machine and in CI.
+SHARED = pathlib.Path(os.environ.get("PTDEBUG_SHARED", ROOT.parent / "shared")).resolve()
+TRACES = SHARED / "traces"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> pathlib.Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data not found at {SHARED} (set PTDEBUG_SHARED)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def traces_dir(shared_dir) -> pathlib.Path:
+    return shared_dir / "traces"

@@ -1,0 +1,286 @@
+"""The trace bundle: one directory holding a recording, read by everything that decodes.
+
+Layer: adapter.capture (storage). Every capture backend (intel_pt, stepper,
+perf.data import) writes a bundle with `BundleWriter`; every reader (`ptdebug
+decode`, the DAP recorder) opens one with `read_manifest` / `Bundle.open`.
+This module knows the file layout only: not how a trace was made, nor how
+PT is decoded.
+
+Directory layout::
+
+    BUNDLE/
+      manifest.json        the index below (always valid JSON; rewritten atomically)
+      streams/TID.pt       raw Intel PT packets of one thread (or CPU), in order
+      images/NAME          copies of the executable files / memory snapshots
+      sideband/NAME        optional: perf sideband records (PERF_RECORD_*), raw
+
+manifest.json (format "ptdebug-bundle", version 1)::
+
+    {
+      "format": "ptdebug-bundle",   "version": 1,
+      "status": "complete" | "partial",
+      "partial_reason": null | "text saying why the recording stopped early",
+      "backend": "stepper" | "intel_pt" | "perf.data",
+      "created": "2026-12-02T10:00:00Z",
+      "command": ["prog", "arg"] | null,     "pid": 1234 | null,
+      "cpu": {"vendor": "GenuineIntel", "family": 6, "model": 85, "stepping": 4},
+      "timing": {                     # parameters a PT decoder needs for time
+        "tsc_hz": 1000000000 | null,  # TSC packets count at this rate
+        "tsc_source": "text",         # where the TSC values come from
+        "mtc_freq": int | null, "nom_freq": int | null,
+        "cpuid_0x15_eax": int | null, "cpuid_0x15_ebx": int | null,
+        "cyc": bool, "cyc_thresh": int | null, "cycles_per_unit": text | null
+      },
+      "streams": [ {"tid": 1234, "pid": 1234, "cpu": null,
+                    "file": "streams/1234.pt", "size": 4096} ],
+      "images": [ {"path": "/usr/bin/prog",         # where it was on the recorded machine
+                   "file": "images/prog-1a2b" | "/usr/bin/prog",  # relative = copied into
+                                                    # the bundle, absolute = referenced
+                   "kind": "elf" | "file" | "snapshot",
+                   "build_id": "hex" | null,
+                   "load_address": 0x555555554000,  # virtual address of file byte `offset`
+                   "offset": 0, "size": 8192,       # the mapped part of the file
+                   "pid": 1234 | null} ],
+      "threads": [ {"tid": 1234, "pid": 1234, "comm": "prog"} ],
+      "sideband": [ {"file": "sideband/perf.pevent", "kind": "perf-records",
+                     "sample_type": int, ...} ],
+      "stats": { free-form numbers the backend measured }
+    }
+
+An image entry is one executable mapping: the decoder maps `size` bytes of
+`file` from `offset` at `load_address` (libipt's pt_image_add_file model).
+All integers are JSON numbers. Readers ignore keys they do not know.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+
+FORMAT = "ptdebug-bundle"
+VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class BundleError(Exception):
+    """A bundle is missing, unreadable or inconsistent; the text says which part."""
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The manifest of the bundle at `path`; raises BundleError naming what is wrong."""
+    root = pathlib.Path(path)
+    mpath = root / MANIFEST
+    if not root.is_dir():
+        raise BundleError(f"{root}: not a bundle directory")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except FileNotFoundError:
+        raise BundleError(f"{root}: no {MANIFEST}") from None
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"{mpath}: unreadable: {exc}") from None
+    if manifest.get("format") != FORMAT:
+        raise BundleError(f"{mpath}: not a ptdebug bundle (format={manifest.get('format')!r})")
+    if manifest.get("version") != VERSION:
+        raise BundleError(f"{mpath}: bundle version {manifest.get('version')} is not "
+                          f"supported (this ptdebug reads version {VERSION})")
+    return manifest
+
+
+def validate(path: str | os.PathLike) -> list[str]:
+    """Problems found in the bundle at `path` (an empty list when it is sound)."""
+    root = pathlib.Path(path)
+    try:
+        manifest = read_manifest(root)
+    except BundleError as exc:
+        return [str(exc)]
+    problems = []
+    if manifest.get("status") not in ("complete", "partial"):
+        problems.append(f"status {manifest.get('status')!r} is neither complete nor partial")
+    if manifest.get("status") == "partial" and not manifest.get("partial_reason"):
+        problems.append("partial bundle without a partial_reason")
+    for key in ("family", "model"):
+        if not isinstance(manifest.get("cpu", {}).get(key), int):
+            problems.append(f"cpu.{key} missing")
+    for stream in manifest.get("streams", []):
+        f = resolve(root, stream.get("file", ""))
+        if not f.is_file():
+            problems.append(f"stream {stream.get('file')!r} missing")
+        elif stream.get("size") is not None and f.stat().st_size != stream["size"]:
+            problems.append(f"stream {stream['file']}: {f.stat().st_size} bytes, "
+                            f"manifest says {stream['size']}")
+    for image in manifest.get("images", []):
+        for key in ("file", "load_address", "offset", "size"):
+            if key not in image:
+                problems.append(f"image {image.get('path')!r}: no {key}")
+        f = resolve(root, image.get("file", ""))
+        if not f.is_file():
+            problems.append(f"image {image.get('file')!r} missing")
+        elif f.stat().st_size < image.get("offset", 0) + image.get("size", 0):
+            problems.append(f"image {image.get('file')}: shorter than offset+size")
+    return problems
+
+
+def resolve(root: str | os.PathLike, file: str) -> pathlib.Path:
+    """Where a manifest `file` entry lives: relative to the bundle, or absolute."""
+    p = pathlib.Path(file)
+    return p if p.is_absolute() else pathlib.Path(root) / p
+
+
+class Bundle:
+    """A bundle opened for reading."""
+
+    def __init__(self, root: pathlib.Path, manifest: dict):
+        self.root = root
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "Bundle":
+        root = pathlib.Path(path)
+        return cls(root, read_manifest(root))
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.get("status") == "complete"
+
+    @property
+    def streams(self) -> list[dict]:
+        return list(self.manifest.get("streams", []))
+
+    @property
+    def images(self) -> list[dict]:
+        return list(self.manifest.get("images", []))
+
+    def stream_bytes(self, stream: dict) -> bytes:
+        return resolve(self.root, stream["file"]).read_bytes()
+
+    def image_path(self, image: dict) -> pathlib.Path:
+        return resolve(self.root, image["file"])
+
+
+class BundleWriter:
+    """Writes a bundle. The manifest is written at once with status "partial"
+    ("recording in progress"), so a crash or a full disk leaves a bundle that
+    says it is partial; `finish()` rewrites it (atomically, via rename)."""
+
+    def __init__(self, path: str | os.PathLike, backend: str, cpu: dict, *,
+                 timing: dict | None = None, command: list[str] | None = None,
+                 pid: int | None = None, copy_images: bool = True):
+        self.root = pathlib.Path(path)
+        if self.root.exists() and any(self.root.iterdir()):
+            if not (self.root / MANIFEST).exists():
+                raise BundleError(f"{self.root}: exists and is not a bundle; refusing to "
+                                  "write into it")
+            shutil.rmtree(self.root)
+        for sub in ("streams", "images", "sideband"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.copy_images = copy_images
+        self.manifest = {
+            "format": FORMAT, "version": VERSION,
+            "status": "partial", "partial_reason": "recording in progress",
+            "backend": backend, "created": _now(), "command": command, "pid": pid,
+            "cpu": cpu, "timing": timing or {}, "streams": [], "images": [],
+            "threads": [], "sideband": [], "stats": {},
+        }
+        self._streams: dict[int, tuple[object, dict]] = {}
+        self._copied: dict[tuple[str, int, int], str] = {}
+        self.write_manifest()
+
+    # -- streams -------------------------------------------------------------------------
+
+    def open_stream(self, tid: int, pid: int | None = None, cpu: int | None = None):
+        """The binary file for thread `tid`'s PT packets (appended to as recorded)."""
+        name = f"streams/{tid}.pt" if cpu is None else f"streams/cpu{cpu}-{tid}.pt"
+        entry = {"tid": tid, "pid": pid, "cpu": cpu, "file": name, "size": 0}
+        fh = open(self.root / name, "wb")
+        self._streams[tid] = (fh, entry)
+        self.manifest["streams"].append(entry)
+        return fh
+
+    def add_stream_bytes(self, tid: int, data: bytes, pid: int | None = None,
+                         cpu: int | None = None) -> None:
+        fh = self._streams[tid][0] if tid in self._streams else self.open_stream(tid, pid, cpu)
+        fh.write(data)
+
+    # -- images --------------------------------------------------------------------------
+
+    def add_image(self, path: str, load_address: int, offset: int, size: int, *,
+                  build_id: str | None = None, kind: str = "elf",
+                  pid: int | None = None) -> dict:
+        """Record one executable mapping of file `path`; copies the file into the
+        bundle once (when copy_images), else references it by absolute path."""
+        file = path
+        if self.copy_images:
+            st = os.stat(path)
+            key = (path, st.st_ino, st.st_size)
+            if key not in self._copied:
+                name = f"images/{pathlib.Path(path).name}-{_short_hash(path)}"
+                shutil.copyfile(path, self.root / name)
+                self._copied[key] = name
+            file = self._copied[key]
+        entry = {"path": path, "file": file, "kind": kind, "build_id": build_id,
+                 "load_address": load_address, "offset": offset, "size": size, "pid": pid}
+        self.manifest["images"].append(entry)
+        return entry
+
+    def add_snapshot(self, name: str, load_address: int, data: bytes, *,
+                     pid: int | None = None, origin: str = "[anon]") -> dict:
+        """Record a copy of memory (anonymous executable memory, the vDSO, JIT code)."""
+        file = f"images/{name}"
+        (self.root / file).write_bytes(data)
+        entry = {"path": origin, "file": file, "kind": "snapshot", "build_id": None,
+                 "load_address": load_address, "offset": 0, "size": len(data), "pid": pid}
+        self.manifest["images"].append(entry)
+        return entry
+
+    def add_thread(self, tid: int, pid: int | None, comm: str | None) -> None:
+        if not any(t["tid"] == tid for t in self.manifest["threads"]):
+            self.manifest["threads"].append({"tid": tid, "pid": pid, "comm": comm})
+
+    def add_sideband(self, name: str, data: bytes, **info) -> None:
+        (self.root / "sideband" / name).write_bytes(data)
+        self.manifest["sideband"].append({"file": f"sideband/{name}", **info})
+
+    # -- the manifest --------------------------------------------------------------------
+
+    def write_manifest(self) -> None:
+        """Writes manifest.json via a temporary file and rename, so a failed
+        write (full disk) leaves the previous manifest intact."""
+        for fh, entry in self._streams.values():
+            if not fh.closed:
+                fh.flush()
+            entry["size"] = (self.root / entry["file"]).stat().st_size
+        tmp = self.root / (MANIFEST + ".tmp")
+        try:
+            tmp.write_text(json.dumps(self.manifest, indent=1) + "\n")
+            os.replace(tmp, self.root / MANIFEST)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def finish(self, partial_reason: str | None = None) -> dict:
+        """Close the streams and write the final manifest: complete, or partial
+        with the reason. Returns the manifest. A write failure here leaves the
+        earlier (partial) manifest and raises OSError."""
+        first_error = None
+        for fh, _ in self._streams.values():
+            try:
+                fh.close()
+            except OSError as exc:  # the last buffered bytes did not fit
+                first_error = first_error or exc
+        if first_error is not None and partial_reason is None:
+            partial_reason = f"writing the trace failed: {first_error.strerror}"
+        self.manifest["status"] = "partial" if partial_reason else "complete"
+        self.manifest["partial_reason"] = partial_reason
+        self.write_manifest()
+        return self.manifest
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:8]

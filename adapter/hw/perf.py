@@ -1,0 +1,294 @@
+"""A thin wrapper over the perf_event_open(2) ABI for hardware breakpoints.
+
+Role: build a `struct perf_event_attr` for PERF_TYPE_BREAKPOINT, open the
+event on one thread, issue its ioctls, and read the sample records its
+mmap'd ring buffer carries. Every constant and layout here is from
+perf_event_open(2) and <linux/perf_event.h>, <linux/hw_breakpoint.h>.
+
+Layer: adapter.hw, mechanism only. It does not decide which threads or
+registers a watch uses, nor what a hit means (adapter.watchpoints does);
+it does not know about ptrace or symbols. x86-64 Linux only.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import mmap
+import os
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+SYS_perf_event_open = 298  # x86-64
+
+PERF_TYPE_BREAKPOINT = 5
+
+# <linux/hw_breakpoint.h>: bp_type bits and bp_len values.
+HW_BREAKPOINT_R = 1
+HW_BREAKPOINT_W = 2
+HW_BREAKPOINT_RW = HW_BREAKPOINT_R | HW_BREAKPOINT_W
+HW_BREAKPOINT_X = 4
+
+# perf_event_attr.sample_type bits (perf_event_open(2), "sample_type").
+SAMPLE_IP = 1 << 0
+SAMPLE_TID = 1 << 1
+SAMPLE_TIME = 1 << 2
+SAMPLE_ADDR = 1 << 3
+SAMPLE_CALLCHAIN = 1 << 5
+SAMPLE_ID = 1 << 6
+SAMPLE_CPU = 1 << 7
+SAMPLE_PERIOD = 1 << 8
+SAMPLE_REGS_USER = 1 << 12
+SAMPLE_IDENTIFIER = 1 << 16
+
+# perf_event_attr flag bits (the bit-field word after read_format).
+FLAG_DISABLED = 1 << 0
+FLAG_INHERIT = 1 << 1
+FLAG_EXCLUDE_KERNEL = 1 << 5
+FLAG_EXCLUDE_HV = 1 << 6
+FLAG_TASK = 1 << 13
+FLAG_SAMPLE_ID_ALL = 1 << 18
+FLAG_EXCLUDE_CALLCHAIN_KERNEL = 1 << 21
+FLAG_USE_CLOCKID = 1 << 25
+
+PERF_FLAG_FD_CLOEXEC = 1 << 3  # the flags argument of perf_event_open
+
+# ioctls (perf_event_open(2), "perf_event related ioctl calls"): _IO('$', n) etc.
+IOC_ENABLE = 0x2400
+IOC_DISABLE = 0x2401
+IOC_SET_OUTPUT = 0x2405
+IOC_ID = 0x80082407  # _IOR('$', 7, __u64 *)
+
+# Record types in the ring (perf_event_open(2), "MMAP layout").
+RECORD_LOST = 2
+RECORD_EXIT = 4
+RECORD_THROTTLE = 5
+RECORD_UNTHROTTLE = 6
+RECORD_FORK = 7
+RECORD_SAMPLE = 9
+
+# Callchain context markers (enum perf_callchain_context): not addresses.
+PERF_CONTEXT_MAX = (1 << 64) - 4095
+
+# x86-64 user register numbers (arch/x86/include/uapi/asm/perf_regs.h). DS,
+# ES, FS and GS (12-15) are rejected for 64-bit tasks, so they are left out.
+REG_NAMES = {0: "rax", 1: "rbx", 2: "rcx", 3: "rdx", 4: "rsi", 5: "rdi", 6: "rbp", 7: "rsp",
+             8: "rip", 9: "eflags", 10: "cs", 11: "ss", 16: "r8", 17: "r9", 18: "r10",
+             19: "r11", 20: "r12", 21: "r13", 22: "r14", 23: "r15"}
+REGS_USER_MASK = sum(1 << n for n in REG_NAMES)
+_REG_ORDER = sorted(REG_NAMES)
+
+CLOCK_MONOTONIC = 1
+PAGE_SIZE = mmap.PAGESIZE
+
+
+class PerfEventAttr(ctypes.Structure):
+    """`struct perf_event_attr` up to `sig_data` (PERF_ATTR_SIZE_VER7, 128 bytes).
+
+    The union members used here are named for breakpoints: bp_addr is
+    config1's slot, bp_len config2's. The kernel accepts any size it knows.
+    """
+    _fields_ = [
+        ("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+        ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+        ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64),
+        ("wakeup_events", ctypes.c_uint32), ("bp_type", ctypes.c_uint32),
+        ("bp_addr", ctypes.c_uint64), ("bp_len", ctypes.c_uint64),
+        ("branch_sample_type", ctypes.c_uint64), ("sample_regs_user", ctypes.c_uint64),
+        ("sample_stack_user", ctypes.c_uint32), ("clockid", ctypes.c_int32),
+        ("sample_regs_intr", ctypes.c_uint64), ("aux_watermark", ctypes.c_uint32),
+        ("sample_max_stack", ctypes.c_uint16), ("_reserved_2", ctypes.c_uint16),
+        ("aux_sample_size", ctypes.c_uint32), ("_reserved_3", ctypes.c_uint32),
+        ("sig_data", ctypes.c_uint64),
+    ]
+
+
+assert ctypes.sizeof(PerfEventAttr) == 128
+
+
+SAMPLE_TYPE = (SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR
+               | SAMPLE_CALLCHAIN | SAMPLE_REGS_USER)
+"""What every breakpoint sample carries: which event, IP, PID/TID, time,
+the breakpoint address, the user call chain and the user registers."""
+
+
+def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = True,
+                    disabled: bool = False, max_stack: int = 64) -> PerfEventAttr:
+    """A sampling breakpoint event that records every hit (sample_period = 1).
+
+    Kernel and hypervisor hits are excluded (a user watch must not fire on
+    the kernel's copy_to_user into the buffer, and needs no privilege for
+    it); kernel frames are left out of the call chain. Times are
+    CLOCK_MONOTONIC (use_clockid) so they compare with the target's own
+    clock_gettime. `inherit` makes threads the watched thread creates later
+    carry the event too (perf_event_open(2), "inherit").
+    """
+    attr = PerfEventAttr()
+    attr.type = PERF_TYPE_BREAKPOINT
+    attr.size = ctypes.sizeof(PerfEventAttr)
+    attr.bp_type = bp_type
+    attr.bp_addr = address
+    attr.bp_len = length
+    attr.sample_period = 1
+    attr.sample_type = SAMPLE_TYPE
+    attr.sample_regs_user = REGS_USER_MASK
+    attr.sample_max_stack = max_stack
+    attr.wakeup_events = 1
+    attr.clockid = CLOCK_MONOTONIC
+    flags = (FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV | FLAG_EXCLUDE_CALLCHAIN_KERNEL
+             | FLAG_USE_CLOCKID | FLAG_SAMPLE_ID_ALL)
+    if inherit:
+        flags |= FLAG_INHERIT
+    if disabled:
+        flags |= FLAG_DISABLED
+    attr.flags = flags
+    return attr
+
+
+def perf_event_open(attr: PerfEventAttr, tid: int, cpu: int = -1, group_fd: int = -1,
+                    flags: int = PERF_FLAG_FD_CLOEXEC) -> int:
+    """perf_event_open(2) on one thread (`tid` > 0, cpu -1): the new fd.
+
+    Raises OSError with the errno the kernel gave: ENOSPC when the thread's
+    four debug registers are taken, EINVAL for a type/length/alignment the
+    architecture refuses, ESRCH for a thread that is gone, EACCES/EPERM when
+    the caller may not inspect the thread (ptrace access mode, perf_event_paranoid).
+    """
+    fd = _libc.syscall(SYS_perf_event_open, ctypes.byref(attr), ctypes.c_int(tid),
+                       ctypes.c_int(cpu), ctypes.c_int(group_fd), ctypes.c_ulong(flags))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"perf_event_open(breakpoint {attr.bp_addr:#x}/{attr.bp_len}, "
+                           f"tid {tid}): {os.strerror(err)}")
+    return fd
+
+
+def _ioctl(fd: int, request: int, arg) -> int:
+    res = _libc.ioctl(ctypes.c_int(fd), ctypes.c_ulong(request), arg)
+    if res < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"ioctl({request:#x}) on perf fd {fd}: {os.strerror(err)}")
+    return res
+
+
+def enable(fd: int) -> None:
+    _ioctl(fd, IOC_ENABLE, ctypes.c_ulong(0))
+
+
+def disable(fd: int) -> None:
+    _ioctl(fd, IOC_DISABLE, ctypes.c_ulong(0))
+
+
+def set_output(fd: int, target_fd: int) -> None:
+    """PERF_EVENT_IOC_SET_OUTPUT: `fd` writes its records into `target_fd`'s ring.
+
+    The kernel allows it only between events of the same task and CPU.
+    """
+    _ioctl(fd, IOC_SET_OUTPUT, ctypes.c_ulong(target_fd))
+
+
+def event_id(fd: int) -> int:
+    """PERF_EVENT_IOC_ID: the id that PERF_SAMPLE_IDENTIFIER puts in each sample."""
+    out = ctypes.c_uint64(0)
+    _ioctl(fd, IOC_ID, ctypes.byref(out))
+    return out.value
+
+
+def read_count(fd: int) -> int:
+    """The event's counter (read_format 0): hits so far, including inherited threads' that exited."""
+    return struct.unpack("<Q", os.read(fd, 8))[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One PERF_RECORD_SAMPLE of a breakpoint event, in SAMPLE_TYPE's layout."""
+    event_id: int
+    ip: int
+    pid: int
+    tid: int
+    time_ns: int
+    bp_addr: int
+    callchain: tuple[int, ...]
+    regs: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lost:
+    """PERF_RECORD_LOST (ring full) or a throttled interval: hits not reported."""
+    event_id: int
+    count: int
+    reason: str
+
+
+def parse_sample(body: bytes) -> Sample:
+    """Decode a sample body laid out as SAMPLE_TYPE asks (perf_event_open(2), PERF_RECORD_SAMPLE:
+    identifier, ip, pid/tid, time, addr, then callchain nr + ips, then regs abi + regs)."""
+    ident, ip, pid, tid, time_ns, addr, nr = struct.unpack_from("<QQIIQQQ", body, 0)
+    off = 48
+    chain = struct.unpack_from(f"<{nr}Q", body, off)
+    off += 8 * nr
+    abi = struct.unpack_from("<Q", body, off)[0]
+    off += 8
+    regs = {}
+    if abi:  # PERF_SAMPLE_REGS_ABI_NONE (0) when the hit had no user registers
+        values = struct.unpack_from(f"<{len(_REG_ORDER)}Q", body, off)
+        regs = {REG_NAMES[n]: v for n, v in zip(_REG_ORDER, values)}
+    user_chain = tuple(a for a in chain if a < PERF_CONTEXT_MAX)
+    return Sample(ident, ip, pid, tid, time_ns, addr, user_chain, regs)
+
+
+class RingBuffer:
+    """The mmap'd ring of one perf fd: a metadata page then 2^n data pages.
+
+    Reading follows perf_event_open(2) "MMAP layout": load data_head, read the
+    records between data_tail and data_head, then store data_tail so the
+    kernel may reuse the space. On x86 loads are not reordered with loads
+    nor stores with older loads, so plain loads/stores are the barriers the
+    man page asks for.
+    """
+
+    _HEAD = 1024  # offsetof(struct perf_event_mmap_page, data_head)
+    _TAIL = 1032  # data_tail
+
+    def __init__(self, fd: int, data_pages: int = 8):
+        if data_pages & (data_pages - 1):
+            raise ValueError(f"data_pages must be a power of two, not {data_pages}")
+        self.fd = fd
+        self.size = data_pages * PAGE_SIZE
+        self._map = mmap.mmap(fd, PAGE_SIZE + self.size, mmap.MAP_SHARED,
+                              mmap.PROT_READ | mmap.PROT_WRITE)
+
+    def pending(self) -> bool:
+        head, tail = struct.unpack_from("<QQ", self._map, self._HEAD)
+        return head != tail
+
+    def read(self) -> list[Sample | Lost]:
+        """Every complete record now in the ring, oldest first; consumed."""
+        head, tail = struct.unpack_from("<QQ", self._map, self._HEAD)
+        out: list[Sample | Lost] = []
+        base = PAGE_SIZE
+        while tail < head:
+            start = tail % self.size
+            rtype, _misc, rsize = struct.unpack_from("<IHH", self._chunk(base, start, 8))
+            record = self._chunk(base, start, rsize)
+            tail += rsize
+            if rtype == RECORD_SAMPLE:
+                out.append(parse_sample(record[8:]))
+            elif rtype == RECORD_LOST:
+                ident, lost = struct.unpack_from("<QQ", record, 8)
+                out.append(Lost(ident, lost, "ring buffer full"))
+            elif rtype == RECORD_THROTTLE:
+                _time, ident = struct.unpack_from("<QQ", record, 8)
+                out.append(Lost(ident, -1, "throttled by kernel.perf_event_max_sample_rate"))
+        struct.pack_into("<Q", self._map, self._TAIL, tail)
+        return out
+
+    def _chunk(self, base: int, start: int, n: int) -> bytes:
+        end = start + n
+        if end <= self.size:
+            return self._map[base + start: base + end]
+        first = self._map[base + start: base + self.size]
+        return first + self._map[base: base + end - self.size]
+
+    def close(self) -> None:
+        self._map.close()

@@ -1,0 +1,400 @@
+"""The traced address space: which bytes of code lie at which address, and whose they are.
+
+Layer: pt_decoder, under the instruction layer (insn.pyx reads code bytes from
+`Image.sections`) and beside lines.py. Sources: ELF files at a load base
+(pyelftools), raw files or byte strings, a live process (/proc/PID/maps for
+what is mapped, the files themselves for file-backed code, /proc/PID/mem for
+anonymous code and the vDSO, see proc(5)), and perf-map files for the names
+of JIT-compiled code. Knows nothing of traces, decoding or the adapter.
+
+Like libipt's `struct pt_image`, a later add wins where it overlaps earlier
+bytes; `sections` is always sorted by address and free of overlaps, so a
+decoder can bisect it and hold on to the byte buffers.
+"""
+from __future__ import annotations
+
+import bisect
+import io
+import os
+from dataclasses import dataclass
+from typing import Union
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from .errors import ErrorCode, PtError
+from .symbols import Symbol, SymbolTable, elf_function_symbols, read_perf_map
+
+__all__ = ["Image", "Module", "Section", "Symbol"]
+
+PF_X = 0x1  # ELF program header flag: segment is executable (System V gABI)
+
+
+@dataclass(frozen=True)
+class Section:
+    """`data` is mapped at `vaddr`; `name` says where it came from (a file path,
+    "[vdso]", "[anon]"...) and `offset` is the file offset of `data[0]` (0 for memory)."""
+
+    vaddr: int
+    data: Union[bytes, memoryview]
+    name: str
+    offset: int
+
+    @property
+    def end(self) -> int:
+        return self.vaddr + len(self.data)
+
+
+@dataclass(frozen=True)
+class Module:
+    """One loaded object, as a trace bundle's manifest records it.
+
+    `kind` is "elf" (an ELF file, symbols and lines available), "raw" (a file
+    or buffer without structure) or "snapshot" (bytes copied from a process,
+    e.g. the vDSO or JIT code; `path` is the maps name such as "[vdso]").
+    `load_address` is the lowest address the module occupies and `offset` the
+    file offset mapped there; `base` is the load bias (ELF vaddr + base =
+    runtime address; 0 for executables linked at their address); `build_id` is
+    the GNU build-id in lower-case hex, or None.
+    """
+
+    path: str
+    kind: str
+    load_address: int
+    size: int
+    offset: int
+    base: int
+    build_id: str | None
+
+
+def elf_build_id(elf: ELFFile) -> str | None:
+    """The NT_GNU_BUILD_ID note's bytes in hex, or None."""
+    for segment in elf.iter_segments():
+        if segment["p_type"] != "PT_NOTE":
+            continue
+        for note in segment.iter_notes():
+            if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
+                return note["n_desc"]
+    return None
+
+
+def _open_elf(path: str) -> tuple[ELFFile, object]:
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise PtError(ErrorCode.BAD_FILE, detail=f"cannot open {path}: {e.strerror}")
+    try:
+        return ELFFile(f), f
+    except ELFError as e:
+        f.close()
+        raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} is not an ELF file: {e}")
+
+
+class Image:
+    """Code bytes by address, the modules they came from, and their symbols.
+
+    `sections`: sorted, non-overlapping `Section`s. `modules`: one `Module` per
+    added object, in the order added. `warnings`: what was skipped and why
+    (an unreadable mapping, a malformed perf-map line).
+    """
+
+    def __init__(self) -> None:
+        self.sections: list[Section] = []
+        self._starts: list[int] = []
+        self.modules: list[Module] = []
+        self.warnings: list[str] = []
+        # (module, loader) pairs; a loader builds the SymbolTable on first use,
+        # since reading a large .symtab with pyelftools takes a while.
+        self._symbol_sources: list[tuple[Module, object]] = []
+        self._symbol_tables: dict[int, SymbolTable] = {}
+        self._perf_maps: list[SymbolTable] = []
+
+    # -- bytes -----------------------------------------------------------
+
+    def add_section(self, vaddr: int, data: Union[bytes, memoryview], name: str,
+                    offset: int = 0) -> None:
+        """Map `data` at `vaddr`, overriding any earlier bytes it overlaps.
+
+        Raises PtError(INVALID) for a negative address or one past 2^64.
+        """
+        if vaddr < 0 or vaddr + len(data) > 1 << 64:
+            raise PtError(ErrorCode.INVALID, detail=f"section {name} at {vaddr:#x} is outside the address space")
+        if not len(data):
+            return
+        new = Section(vaddr, data, name, offset)
+        end = new.end
+        i = bisect.bisect_right(self._starts, vaddr) - 1
+        if i < 0 or self.sections[i].end <= vaddr:
+            i += 1
+        j = i
+        pieces = [new]
+        while j < len(self.sections) and self.sections[j].vaddr < end:
+            old = self.sections[j]
+            view = memoryview(old.data)
+            if old.vaddr < vaddr:  # only the first overlapped section can stick out left
+                pieces.insert(0, Section(old.vaddr, view[: vaddr - old.vaddr], old.name, old.offset))
+            if old.end > end:  # only the last can stick out right
+                cut = end - old.vaddr
+                pieces.append(Section(end, view[cut:], old.name, old.offset + cut))
+            j += 1
+        self.sections[i:j] = pieces
+        self._starts[i:j] = [s.vaddr for s in pieces]
+
+    def section_at(self, addr: int) -> Section | None:
+        """The section holding `addr`, or None if nothing is mapped there."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0 and addr < self.sections[i].end:
+            return self.sections[i]
+        return None
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        """Up to `size` bytes from `addr`, continuing into directly adjacent sections.
+
+        Returns fewer than `size` bytes where the mapped memory ends, and None
+        if `addr` itself is not mapped (libipt's -pte_nomap).
+        """
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0 or addr >= self.sections[i].end:
+            return None
+        out = bytearray()
+        while size > 0 and i < len(self.sections):
+            sec = self.sections[i]
+            if sec.vaddr > addr:
+                break
+            chunk = bytes(memoryview(sec.data)[addr - sec.vaddr: addr - sec.vaddr + size])
+            out += chunk
+            addr += len(chunk)
+            size -= len(chunk)
+            i += 1
+        return bytes(out)
+
+    # -- sources ---------------------------------------------------------
+
+    def add_raw(self, source: Union[str, bytes, bytearray, memoryview], vaddr: int,
+                offset: int = 0, size: int | None = None) -> Module:
+        """Map `size` bytes (default: all) from `offset` of a file or buffer at `vaddr`.
+
+        Raises PtError(BAD_FILE) if the file cannot be read, PtError(INVALID)
+        if `offset` lies past its end.
+        """
+        if isinstance(source, str):
+            try:
+                with open(source, "rb") as f:
+                    f.seek(offset)
+                    data = f.read() if size is None else f.read(size)
+                total = os.path.getsize(source)
+            except OSError as e:
+                raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read {source}: {e.strerror}")
+            name = source
+        else:
+            total = len(source)
+            data = bytes(source[offset:] if size is None else source[offset: offset + size])
+            name = "[raw]"
+        if offset > total:
+            raise PtError(ErrorCode.INVALID, detail=f"offset {offset:#x} is past the end of {name} ({total:#x} bytes)")
+        self.add_section(vaddr, data, name, offset)
+        module = Module(name, "raw", vaddr, len(data), offset, 0, None)
+        self.modules.append(module)
+        return module
+
+    def add_elf(self, path: str, base: int = 0) -> Module:
+        """Map the executable PT_LOAD segments of an ELF file at p_vaddr + `base`.
+
+        `base` is the load bias of a PIE or shared object (0 for an executable
+        linked at its address). Symbols come from .symtab and .dynsym.
+        Raises PtError(BAD_FILE) if the file cannot be read, PtError(BAD_IMAGE)
+        if it is not an ELF file or has no executable segment.
+        """
+        elf, f = _open_elf(path)
+        with f:
+            loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+            code = [s for s in loads if s["p_flags"] & PF_X and s["p_filesz"]]
+            if not code:
+                raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no executable PT_LOAD segment")
+            for seg in code:
+                self.add_section(seg["p_vaddr"] + base, seg.data(), path, seg["p_offset"])
+            low = min(s["p_vaddr"] for s in loads)
+            high = max(s["p_vaddr"] + s["p_memsz"] for s in loads)
+            first = min(loads, key=lambda s: s["p_vaddr"])
+            module = Module(path, "elf", low + base, high - low, first["p_offset"], base,
+                            elf_build_id(elf))
+        self.modules.append(module)
+        self._add_elf_symbols(module, path=path)
+        return module
+
+    def add_perf_map(self, path: str) -> int:
+        """Add the symbols of a perf-map file (`/tmp/perf-PID.map`); returns how many.
+
+        Later lines win over earlier ones for the same address, as a JIT that
+        recompiles a function appends a new line. Raises PtError(BAD_FILE) if the
+        file cannot be read; malformed lines are skipped and named in `warnings`.
+        """
+        entries, warnings = read_perf_map(path)
+        self.warnings.extend(warnings)
+        self._perf_maps.append(SymbolTable(reversed(entries), path))
+        return len(entries)
+
+    @classmethod
+    def from_process(cls, pid: int, perf_map: bool = True) -> "Image":
+        """The code of a live process, which should be stopped while this runs.
+
+        Every executable mapping in /proc/PID/maps is added: a file-backed one
+        maps the file's bytes (and the file's symbols), anonymous memory, the
+        vDSO and files deleted since they were mapped are copied from
+        /proc/PID/mem. [vsyscall] is skipped (the kernel emulates it and it
+        cannot be read). With `perf_map`, /tmp/perf-PID.map is added if present.
+        Raises PtError(BAD_FILE) if /proc/PID/maps cannot be read (no such
+        process); a mapping that cannot be read is skipped and named in `warnings`.
+        """
+        image = cls()
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read().splitlines()
+        except OSError as e:
+            raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read /proc/{pid}/maps: {e.strerror}")
+        mappings = []
+        for line in maps:
+            parts = line.split(None, 5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            mappings.append((lo, hi, parts[1], int(parts[2], 16), parts[5] if len(parts) > 5 else ""))
+        try:
+            mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
+        except OSError as e:
+            mem = None
+            image.warnings.append(f"cannot open /proc/{pid}/mem: {e.strerror}")
+        try:
+            files: dict[str, list[tuple[int, int, str, int]]] = {}
+            for lo, hi, perms, offset, name in mappings:
+                if name.startswith("/"):
+                    files.setdefault(name, []).append((lo, hi, perms, offset))
+            for lo, hi, perms, offset, name in mappings:
+                if "x" not in perms or name == "[vsyscall]":
+                    continue
+                if name.startswith("/") and os.path.isfile(name):
+                    image._map_process_file(name, lo, hi, offset, files[name])
+                else:
+                    image._map_process_memory(mem, pid, lo, hi, name or "[anon]")
+        finally:
+            if mem is not None:
+                mem.close()
+        perf_map_path = f"/tmp/perf-{pid}.map"
+        if perf_map and os.path.exists(perf_map_path):
+            image.add_perf_map(perf_map_path)
+        return image
+
+    def _map_process_file(self, path: str, lo: int, hi: int, offset: int,
+                          all_maps: list[tuple[int, int, str, int]]) -> None:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(hi - lo)
+        except OSError as e:
+            self.warnings.append(f"cannot read {path} mapped at {lo:#x}: {e.strerror}")
+            return
+        self.add_section(lo, data, path, offset)
+        if any(m.path == path for m in self.modules):
+            return
+        load_lo = min(m[0] for m in all_maps)
+        load_hi = max(m[1] for m in all_maps)
+        first_offset = min(all_maps)[3]
+        base, build_id, kind = 0, None, "raw"
+        try:
+            elf, f = _open_elf(path)
+            with f:
+                build_id = elf_build_id(elf)
+                for seg in elf.iter_segments():
+                    if seg["p_type"] == "PT_LOAD" and seg["p_offset"] <= offset < seg["p_offset"] + max(seg["p_filesz"], 1):
+                        # The file byte at `offset` sits at p_vaddr + (offset - p_offset)
+                        # in the ELF's own addresses and at `lo` in the process.
+                        base = lo - (seg["p_vaddr"] + offset - seg["p_offset"])
+                        kind = "elf"
+                        break
+        except PtError as e:
+            self.warnings.append(f"{path}: {e}; mapped as raw bytes without symbols")
+        module = Module(path, kind, load_lo, load_hi - load_lo, first_offset, base, build_id)
+        self.modules.append(module)
+        if kind == "elf":
+            self._add_elf_symbols(module, path=path)
+
+    def _map_process_memory(self, mem, pid: int, lo: int, hi: int, name: str) -> None:
+        if mem is None:
+            self.warnings.append(f"{name} at {lo:#x} skipped: /proc/{pid}/mem is not readable")
+            return
+        try:
+            mem.seek(lo)
+            data = mem.read(hi - lo)
+        except OSError as e:
+            self.warnings.append(f"cannot read {name} at {lo:#x}-{hi:#x} from /proc/{pid}/mem: {e.strerror}")
+            return
+        self.add_section(lo, data, name, 0)
+        build_id, base, kind = None, 0, "snapshot"
+        if data[:4] == b"\x7fELF":
+            # The vDSO is a whole ELF image in memory; read its symbols from there.
+            try:
+                elf = ELFFile(io.BytesIO(data))
+                build_id = elf_build_id(elf)
+                loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+                if loads:
+                    base = lo - min(s["p_vaddr"] for s in loads)
+            except ELFError as e:
+                self.warnings.append(f"{name} at {lo:#x} looks like ELF but is not: {e}")
+                data = None
+        module = Module(name, kind, lo, hi - lo, 0, base, build_id)
+        self.modules.append(module)
+        if data is not None and data[:4] == b"\x7fELF":
+            self._add_elf_symbols(module, data=data)
+
+    # -- symbols ---------------------------------------------------------
+
+    def _add_elf_symbols(self, module: Module, path: str | None = None, data: bytes | None = None) -> None:
+        def load() -> SymbolTable:
+            if path is not None:
+                elf, f = _open_elf(path)
+                with f:
+                    entries = elf_function_symbols(elf, module.base)
+            else:
+                entries = elf_function_symbols(ELFFile(io.BytesIO(data)), module.base)
+            return SymbolTable(entries, module.path, module.load_address + module.size)
+
+        self._symbol_sources.append((module, load))
+
+    def _table(self, index: int) -> SymbolTable:
+        table = self._symbol_tables.get(index)
+        if table is None:
+            table = self._symbol_sources[index][1]()
+            self._symbol_tables[index] = table
+        return table
+
+    def symbolize(self, addr: int) -> Symbol | None:
+        """The function holding `addr`: perf-map entries first (JIT code lives in
+        anonymous memory), then the ELF symbols of the module mapped there; None
+        if no symbol covers it."""
+        for table in reversed(self._perf_maps):
+            sym = table.lookup(addr)
+            if sym is not None:
+                return sym
+        for index, (module, _) in enumerate(self._symbol_sources):
+            if module.load_address <= addr < module.load_address + module.size:
+                sym = self._table(index).lookup(addr)
+                if sym is not None:
+                    return sym
+        return None
+
+    def find_symbol(self, name: str) -> tuple[int, int, str] | None:
+        """(address, size, module path) of the first function called `name`, or None."""
+        for table in reversed(self._perf_maps):
+            found = table.find(name)
+            if found is not None:
+                return found[0], found[1], table.module
+        for index, (module, _) in enumerate(self._symbol_sources):
+            found = self._table(index).find(name)
+            if found is not None:
+                return found[0], found[1], module.path
+        return None
+
+    def module_at(self, addr: int) -> Module | None:
+        """The module whose address range holds `addr` (the latest added wins), or None."""
+        for module in reversed(self.modules):
+            if module.load_address <= addr < module.load_address + module.size:
+                return module
+        return None

@@ -1,0 +1,139 @@
+"""Symbol tables: address -> function name, from ELF .symtab/.dynsym and perf-map files.
+
+Layer: pt_decoder, beside image.py (which owns the address space and builds
+one SymbolTable per loaded module). Knows ELF symbol tables (through
+pyelftools) and the perf-map text format; knows nothing of traces, processes
+or the adapter.
+
+perf-map files (`/tmp/perf-PID.map`) are what CPython 3.12+ writes with
+`-X perf` and what JITs (V8, the JVM agents, LuaJIT...) write: one
+`START SIZE name` line per code region, START and SIZE in hex, the name to the
+end of the line (it may hold spaces). See the Linux source,
+tools/perf/Documentation/jit-interface.txt.
+"""
+from __future__ import annotations
+
+import bisect
+from array import array
+from typing import Iterable, NamedTuple
+
+from elftools.elf.elffile import ELFFile
+
+from .errors import ErrorCode, PtError
+
+
+class Symbol(NamedTuple):
+    """The function an address belongs to: `name`, `offset` of the address from
+    the function's start, and `module` (the ELF path, "[vdso]", or the perf-map path)."""
+
+    name: str
+    offset: int
+    module: str
+
+
+class SymbolTable:
+    """The function symbols of one module at their runtime addresses.
+
+    Sorted by start address. A symbol of size 0 (common for assembly labels)
+    is taken to run to the next symbol's start, as `perf` and `gdb` do.
+    Where several symbols share a start (aliases), the global one is kept.
+    """
+
+    def __init__(self, entries: Iterable[tuple[int, int, str]], module: str, limit: int = 0):
+        """`entries`: (start, size, name) at runtime addresses; `limit`: the end of the
+        module, bounding size-0 symbols (0: unbounded)."""
+        by_start: dict[int, tuple[int, str]] = {}
+        self._by_name: dict[str, tuple[int, int]] = {}
+        for start, size, name in entries:
+            if not name:
+                continue
+            self._by_name.setdefault(name, (start, size))
+            old = by_start.get(start)
+            # The first (global) name at an address wins; a later sized alias
+            # only replaces a size-0 one.
+            if old is None or (old[0] == 0 and size > 0):
+                by_start[start] = (size, name)
+        starts = sorted(by_start)
+        self.module = module
+        self.starts = array("Q", starts)
+        self.ends = array("Q")
+        self.names: list[str] = []
+        for i, start in enumerate(starts):
+            size, name = by_start[start]
+            if size:
+                end = start + size
+            elif i + 1 < len(starts):
+                end = starts[i + 1]
+            else:
+                end = limit if limit > start else start + 1
+            self.ends.append(end)
+            self.names.append(name)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def lookup(self, addr: int) -> Symbol | None:
+        """The symbol whose range holds `addr`, or None."""
+        i = bisect.bisect_right(self.starts, addr) - 1
+        # A small symbol nested inside a large one ends before `addr`; the
+        # enclosing one is a few entries back.
+        for j in range(i, max(i - 8, -1), -1):
+            if addr < self.ends[j]:
+                return Symbol(self.names[j], addr - self.starts[j], self.module)
+        return None
+
+    def find(self, name: str) -> tuple[int, int] | None:
+        """(start, size) of the symbol called `name`, or None."""
+        return self._by_name.get(name)
+
+
+def elf_function_symbols(elf: ELFFile, bias: int) -> list[tuple[int, int, str]]:
+    """(start + bias, size, name) of every defined function (and size-0 code label)
+    in .symtab and .dynsym; global symbols first, then weak, then local, so that the
+    strongest name of an address wins."""
+    ranked: tuple[list, list, list] = ([], [], [])  # global, weak, local
+    for section_name in (".symtab", ".dynsym"):
+        section = elf.get_section_by_name(section_name)
+        if section is None or not hasattr(section, "iter_symbols"):
+            continue
+        for sym in section.iter_symbols():
+            kind = sym["st_info"]["type"]
+            if kind not in ("STT_FUNC", "STT_GNU_IFUNC", "STT_NOTYPE"):
+                continue
+            if sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS") or not sym.name:
+                continue
+            if kind == "STT_NOTYPE" and sym["st_size"] == 0 and sym.name.startswith("$"):
+                continue  # mapping symbols of other architectures
+            # Versioned .dynsym names are plain here (pyelftools strips @VER).
+            entry = (sym["st_value"] + bias, sym["st_size"], sym.name)
+            bind = sym["st_info"]["bind"]
+            ranked[0 if bind == "STB_GLOBAL" else 1 if bind == "STB_WEAK" else 2].append(entry)
+    return ranked[0] + ranked[1] + ranked[2]
+
+
+def read_perf_map(path: str) -> tuple[list[tuple[int, int, str]], list[str]]:
+    """Parse a perf-map file into (start, size, name) entries.
+
+    Returns (entries, warnings): a line that does not parse (a JIT may be
+    writing the last one right now) is skipped and named in `warnings`.
+    Raises PtError(BAD_FILE) if the file cannot be read.
+    """
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read perf map {path}: {e.strerror}")
+    entries: list[tuple[int, int, str]] = []
+    warnings: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        parts = line.split(None, 2)
+        if not parts:
+            continue
+        try:
+            start, size = int(parts[0], 16), int(parts[1], 16)
+            name = parts[2].strip()
+        except (ValueError, IndexError):
+            warnings.append(f"{path}:{number}: not a 'START SIZE name' line: {line[:80]!r}")
+            continue
+        entries.append((start, size, name))
+    return entries, warnings

@@ -32,15 +32,20 @@
 #   PWRE          payload = resolved C-state (4 bits) << 4 | sub-state (4 bits),
 #                 flags bit0 = HW (hardware-initiated)
 #   PWRX          payload = last core C-state, aux = deepest core C-state,
-#                 flags = wake reason bits (bit0 interrupt, bit1 timer/packet-ext
-#                 "store", bit2 autonomous, bit3 ...) as libipt's pwrx fields
+#                 flags = the 4-bit wake reason as in the packet (SDM: bit0
+#                 interrupt, bit1 timer deadline, bit2 store to monitored
+#                 address = libipt's "store", bit3 autonomous/HW)
 #   EXSTOP        flags bit0 = IP (an FUP follows)
-#   BBP           payload = type, flags bit0 = SZ (1: 8-byte BIP payloads)
+#   BBP           payload = type, flags bit0 = SZ (1: 4-byte BIP payloads, 0: 8-byte;
+#                 as perf's decoder reads it)
 #   BIP           payload = value, aux = id, flags bit0 = SZ of the enclosing block
 #   BEP           flags bit0 = IP (an FUP follows)
 #   CFE           payload = type, aux = vector, flags bit0 = IP (an FUP follows)
 #   EVD           payload = 64-bit payload, aux = type
-#   TRIG          payload = trigger bits, aux = ICNTR, flags bit0 = IP, bit1 = MULT
+#   TRIG          payload = trigger bits, aux = ICNTR, flags bit0 = IP, bit1 = MULT,
+#                 bit2 = ICNTV (aux valid)
+#   INVALID       a TMA with reserved bits set under erratum SKZ84 (size 8),
+#                 reported as a packet so decoding goes on, as libipt does
 #   PAD PSB PSBEND OVF STOP   no payload
 # Every packet: offset = byte offset of its first byte in the buffer, size = bytes.
 
@@ -118,3 +123,13 @@ cdef class PacketDecoder:
     cdef int sync_backward_c(self) noexcept nogil
     # Synchronise at `offset`, which must hold a PSB; 0 or -PTE_NOSYNC/-PTE_EOS.
     cdef int sync_set_c(self, uint64_t offset) noexcept nogil
+
+    # ---- added by packet.pyx (appended; the members above are the contract) ----
+    cdef int _sdm_packets       # 1: decode BBP/BIP/BEP/CFE/EVD/TRIG; 0: libipt 2.0.5 set
+    cdef int _errata_skz84      # SKZ84: TMA with reserved bits -> PK_INVALID (size 8)
+    cdef int _block_ctx         # PEBS-via-PT block item size after BBP: 0 none, 4 or 8
+
+    # Position at `offset` without requiring a PSB there (libipt's
+    # pt_pkt_sync_set; ptdump --no-sync). Last-IP becomes unknown until the
+    # next PSB or full IP. 0 or -PTE_EOS.
+    cdef int set_offset_c(self, uint64_t offset) noexcept nogil

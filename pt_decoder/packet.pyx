@@ -1,0 +1,1012 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Packet layer: Intel PT bytes -> packets (every packet of the SDM's PT chapter).
+
+Layer: pt_decoder, the lowest decoding layer (docs/decoding.md). It knows the
+packet format (Intel SDM Vol. 3C, chapter "Intel Processor Trace", section
+"Trace Packets and Data Types") and last-IP decompression, and nothing of
+events, instructions, images or time. Higher layers (event.pyx, insn.pyx)
+cimport `PacketDecoder` and call `next_c()` in their own loops (packet.pxd is
+the contract). Output formatting lives in pt_decoder/tools, never here.
+
+The decoder borrows its buffer through the buffer protocol (bytes, bytearray,
+memoryview, mmap, a perf AUX ring memoryview) and never copies it. Every
+read is bounds-checked against the buffer's length before it happens: a
+packet that does not fit is reported as -PTE_EOS with its offset. Errors are
+return values (-PTE_*) in C; `PtError` is raised only by the Python methods.
+
+Compatibility with libipt 2.0.5 (the reference oracle): same packet sizes,
+same error codes at the same offsets, same PSB search (sync forward finds a
+PSB that began up to 15 bytes before the current offset, so a PSB partly
+swallowed by a corrupt packet is found again). Packets newer than libipt
+2.0.5 (BBP/BIP/BEP, CFE, EVD, TRIG) are decoded unless `sdm_packets=False`;
+0xD9 (TRIG) was libipt 2.0.5's deliberate "bad opcode", so that switch is
+what makes ptdump 2.0.5 outputs reproducible.
+"""
+cimport cython
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memset
+
+from pt_decoder._errors cimport (
+    PTE_OK, PTE_INVALID, PTE_NOSYNC, PTE_BAD_OPC, PTE_BAD_PACKET, PTE_EOS,
+)
+from pt_decoder._opcodes cimport *
+
+import enum
+
+from pt_decoder.errors import ErrorCode, PtError
+
+
+class Kind(enum.IntEnum):
+    """Packet kinds; the numbers are packet.pxd's PacketKind (PK_*)."""
+    INVALID = PK_INVALID
+    PAD = PK_PAD
+    PSB = PK_PSB
+    PSBEND = PK_PSBEND
+    TNT8 = PK_TNT8
+    TNT64 = PK_TNT64
+    TIP = PK_TIP
+    TIP_PGE = PK_TIP_PGE
+    TIP_PGD = PK_TIP_PGD
+    FUP = PK_FUP
+    MODE_EXEC = PK_MODE_EXEC
+    MODE_TSX = PK_MODE_TSX
+    PIP = PK_PIP
+    TSC = PK_TSC
+    TMA = PK_TMA
+    MTC = PK_MTC
+    CYC = PK_CYC
+    CBR = PK_CBR
+    VMCS = PK_VMCS
+    OVF = PK_OVF
+    MNT = PK_MNT
+    STOP = PK_STOP
+    PTW = PK_PTW
+    MWAIT = PK_MWAIT
+    PWRE = PK_PWRE
+    PWRX = PK_PWRX
+    EXSTOP = PK_EXSTOP
+    BBP = PK_BBP
+    BIP = PK_BIP
+    BEP = PK_BEP
+    CFE = PK_CFE
+    EVD = PK_EVD
+    TRIG = PK_TRIG
+
+
+# ---------------------------------------------------------------------------
+# First-byte dispatch table (one lookup per packet instead of a mask chain).
+
+cdef enum:
+    D_BAD = 0
+    D_PAD = 1
+    D_TNT8 = 2
+    D_EXT = 3
+    D_CYC = 4
+    D_TIP = 5
+    D_TIP_PGE = 6
+    D_TIP_PGD = 7
+    D_FUP = 8
+    D_MODE = 9
+    D_TSC = 10
+    D_MTC = 11
+    D_TRIG = 12
+
+cdef uint8_t _DISPATCH[256]
+# IP payload size per IPBytes value; -1 = reserved (SDM: 101b, 111b).
+cdef int _IP_SIZE[8]
+
+
+cdef void _init_tables() noexcept:
+    cdef int b
+    for b in range(256):
+        if b == OPC_PAD:
+            _DISPATCH[b] = D_PAD
+        elif b == OPC_EXT:
+            _DISPATCH[b] = D_EXT
+        elif (b & OPM_TNT8) == 0:
+            _DISPATCH[b] = D_TNT8
+        elif (b & OPM_CYC) == OPC_CYC:
+            _DISPATCH[b] = D_CYC
+        elif (b & OPM_IP) == OPC_TIP:
+            _DISPATCH[b] = D_TIP
+        elif (b & OPM_IP) == OPC_TIP_PGE:
+            _DISPATCH[b] = D_TIP_PGE
+        elif (b & OPM_IP) == OPC_TIP_PGD:
+            _DISPATCH[b] = D_TIP_PGD
+        elif (b & OPM_IP) == OPC_FUP:
+            _DISPATCH[b] = D_FUP
+        elif b == OPC_MODE:
+            _DISPATCH[b] = D_MODE
+        elif b == OPC_TSC:
+            _DISPATCH[b] = D_TSC
+        elif b == OPC_MTC:
+            _DISPATCH[b] = D_MTC
+        elif b == OPC_TRIG:
+            _DISPATCH[b] = D_TRIG
+        else:
+            _DISPATCH[b] = D_BAD
+    _IP_SIZE[0] = 0
+    _IP_SIZE[1] = 2
+    _IP_SIZE[2] = 4
+    _IP_SIZE[3] = 6
+    _IP_SIZE[4] = 6
+    _IP_SIZE[5] = -1
+    _IP_SIZE[6] = 8
+    _IP_SIZE[7] = -1
+
+
+_init_tables()
+
+
+# ---------------------------------------------------------------------------
+# Little-endian reads; the caller has checked that the bytes exist. Written
+# as shifts so they are right on any host (GCC folds them into one load).
+
+cdef inline uint64_t _le(const uint8_t* p, int n) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n):
+        v |= (<uint64_t>p[i]) << (8 * i)
+    return v
+
+
+cdef inline uint64_t _le16(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[0]) | ((<uint64_t>p[1]) << 8)
+
+
+cdef inline uint64_t _le32(const uint8_t* p) noexcept nogil:
+    return ((<uint64_t>p[0]) | ((<uint64_t>p[1]) << 8)
+            | ((<uint64_t>p[2]) << 16) | ((<uint64_t>p[3]) << 24))
+
+
+cdef inline uint64_t _le48(const uint8_t* p) noexcept nogil:
+    return _le32(p) | (_le16(p + 4) << 32)
+
+
+cdef inline uint64_t _le64(const uint8_t* p) noexcept nogil:
+    return _le32(p) | (_le32(p + 4) << 32)
+
+
+cdef inline int _tnt_bits(uint64_t payload) noexcept nogil:
+    # Index of the stop bit (the highest set bit) = number of TNT bits.
+    cdef int n = 0
+    payload >>= 1
+    while payload:
+        n += 1
+        payload >>= 1
+    return n
+
+
+cdef inline int _is_psb(const uint8_t* p) noexcept nogil:
+    cdef int i
+    for i in range(0, PS_PSB, 2):
+        if p[i] != PSB_HI or p[i + 1] != PSB_LO:
+            return 0
+    return 1
+
+
+# ---------------------------------------------------------------------------
+# The decoder proper. One function does one packet; it reads the decoder's
+# state through `d` and writes only `*pkt` (and, on success, d._pos and the
+# last-IP / block-context state).
+
+cdef inline int _fail(PtPacket* pkt, uint64_t pos, int err) noexcept nogil:
+    pkt.offset = pos
+    pkt.kind = PK_INVALID
+    pkt.size = 0
+    return -err
+
+
+cdef inline int _ip_packet(PacketDecoder d, PtPacket* pkt, const uint8_t* p,
+                           uint64_t left, uint8_t kind) noexcept nogil:
+    cdef int ipc = p[0] >> OPM_IPC_SHR
+    cdef int n = _IP_SIZE[ipc]
+    cdef uint64_t raw = 0
+    cdef uint64_t ip
+    if n < 0:
+        return _fail(pkt, d._pos, PTE_BAD_PACKET)
+    if left < <uint64_t>(n + 1):
+        return _fail(pkt, d._pos, PTE_EOS)
+    pkt.kind = kind
+    pkt.size = <uint8_t>(n + 1)
+    pkt.ipc = <uint8_t>ipc
+    # Last-IP decompression (SDM "IP Compression" table): the packet
+    # carries the low bytes; the rest come from the last IP. A suppressed
+    # IP leaves the last IP alone.
+    if ipc == IPC_SUPPRESSED:
+        pkt.ip = 0
+        pkt.ip_valid = 0
+        return 0
+    if ipc == IPC_UPDATE_16:
+        raw = _le16(p + 1)
+        ip = (d._last_ip & ~(<uint64_t>0xFFFF)) | raw
+    elif ipc == IPC_UPDATE_32:
+        raw = _le32(p + 1)
+        ip = (d._last_ip & ~(<uint64_t>0xFFFFFFFF)) | raw
+    elif ipc == IPC_SEXT_48:
+        raw = _le48(p + 1)
+        ip = raw
+        if raw & (<uint64_t>1 << 47):
+            ip |= <uint64_t>0xFFFF000000000000
+        d._last_ip_valid = 1
+    elif ipc == IPC_UPDATE_48:
+        raw = _le48(p + 1)
+        ip = (d._last_ip & <uint64_t>0xFFFF000000000000) | raw
+    else:  # IPC_FULL
+        raw = _le64(p + 1)
+        ip = raw
+        d._last_ip_valid = 1
+    d._last_ip = ip
+    pkt.payload = raw
+    pkt.ip = ip
+    pkt.ip_valid = <uint8_t>d._last_ip_valid
+    return 0
+
+
+cdef int _ext_packet(PacketDecoder d, PtPacket* pkt, const uint8_t* p,
+                     uint64_t left) noexcept nogil:
+    cdef uint8_t ext
+    cdef uint64_t v
+    cdef int n
+    if left < 2:
+        return _fail(pkt, d._pos, PTE_EOS)
+    ext = p[1]
+    if (ext & EXTM_PTW) == EXT_PTW:
+        n = (ext >> EXT_PTW_PB_SHR) & 3
+        if n > 1:
+            return _fail(pkt, d._pos, PTE_BAD_PACKET)
+        n = 4 if n == 0 else 8
+        if left < <uint64_t>(2 + n):
+            return _fail(pkt, d._pos, PTE_EOS)
+        pkt.kind = PK_PTW
+        pkt.size = <uint8_t>(2 + n)
+        pkt.payload = _le32(p + 2) if n == 4 else _le64(p + 2)
+        pkt.aux = <uint64_t>n
+        pkt.flags = 1 if ext & EXT_PTW_IP else 0
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_PSB:
+        if left < PS_PSB:
+            return _fail(pkt, d._pos, PTE_EOS)
+        if not _is_psb(p):
+            return _fail(pkt, d._pos, PTE_BAD_PACKET)
+        pkt.kind = PK_PSB
+        pkt.size = PS_PSB
+        # PSB resets last-IP decompression (SDM "IP Compression": the last
+        # IP is cleared to zero at PSB).
+        d._last_ip = 0
+        d._last_ip_valid = 1
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_TNT64:
+        if left < PS_TNT64:
+            return _fail(pkt, d._pos, PTE_EOS)
+        v = _le48(p + 2)
+        n = _tnt_bits(v)
+        if n == 0:
+            return _fail(pkt, d._pos, PTE_BAD_PACKET)
+        pkt.kind = PK_TNT64
+        pkt.size = PS_TNT64
+        pkt.count = <uint8_t>n
+        pkt.payload = v & ~((<uint64_t>1) << n)
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_PSBEND or ext == EXT_OVF or ext == EXT_STOP:
+        pkt.kind = PK_PSBEND if ext == EXT_PSBEND else (PK_OVF if ext == EXT_OVF else PK_STOP)
+        pkt.size = 2
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_CBR:
+        if left < PS_CBR:
+            return _fail(pkt, d._pos, PTE_EOS)
+        pkt.kind = PK_CBR
+        pkt.size = PS_CBR
+        pkt.payload = p[2]
+        return 0
+    if ext == EXT_TMA:
+        if left < PS_TMA:
+            return _fail(pkt, d._pos, PTE_EOS)
+        v = _le16(p + 5)
+        if (v & ~(<uint64_t>PL_TMA_FC_MASK)) or p[4]:
+            if d._errata_skz84:
+                # SKZ84 (VMX TSC scaling corrupts TMA): report an invalid
+                # packet of TMA size + 1 and go on, as libipt does.
+                pkt.kind = PK_INVALID
+                pkt.size = <uint8_t>(PS_TMA + 1 if left >= PS_TMA + 1 else PS_TMA)
+                return 0
+            return _fail(pkt, d._pos, PTE_BAD_PACKET)
+        pkt.kind = PK_TMA
+        pkt.size = PS_TMA
+        pkt.payload = _le16(p + 2)
+        pkt.aux = v
+        return 0
+    if ext == EXT_PIP:
+        if left < PS_PIP:
+            return _fail(pkt, d._pos, PTE_EOS)
+        v = _le48(p + 2)
+        pkt.kind = PK_PIP
+        pkt.size = PS_PIP
+        pkt.aux = v & PL_PIP_NR
+        pkt.payload = (v >> PL_PIP_SHR) << PL_PIP_SHL
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_VMCS:
+        if left < PS_VMCS:
+            return _fail(pkt, d._pos, PTE_EOS)
+        pkt.kind = PK_VMCS
+        pkt.size = PS_VMCS
+        pkt.payload = _le(p + 2, 5) << PL_VMCS_SHL
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_EXT2:
+        if left < 3:
+            return _fail(pkt, d._pos, PTE_EOS)
+        if p[2] != EXT2_MNT:
+            return _fail(pkt, d._pos, PTE_BAD_OPC)
+        if left < PS_MNT:
+            return _fail(pkt, d._pos, PTE_EOS)
+        pkt.kind = PK_MNT
+        pkt.size = PS_MNT
+        pkt.payload = _le64(p + 3)
+        return 0
+    if ext == EXT_EXSTOP or ext == EXT_EXSTOP_IP:
+        pkt.kind = PK_EXSTOP
+        pkt.size = PS_EXSTOP
+        pkt.flags = 1 if ext & PL_EXSTOP_IP else 0
+        return 0
+    if ext == EXT_MWAIT:
+        if left < PS_MWAIT:
+            return _fail(pkt, d._pos, PTE_EOS)
+        pkt.kind = PK_MWAIT
+        pkt.size = PS_MWAIT
+        pkt.payload = _le32(p + 2)
+        pkt.aux = _le32(p + 6)
+        d._block_ctx = 0
+        return 0
+    if ext == EXT_PWRE:
+        if left < PS_PWRE:
+            return _fail(pkt, d._pos, PTE_EOS)
+        v = _le16(p + 2)
+        pkt.kind = PK_PWRE
+        pkt.size = PS_PWRE
+        pkt.payload = (((v >> 12) & 0xF) << 4) | ((v >> 8) & 0xF)
+        pkt.flags = 1 if v & PL_PWRE_HW else 0
+        return 0
+    if ext == EXT_PWRX:
+        if left < PS_PWRX:
+            return _fail(pkt, d._pos, PTE_EOS)
+        v = _le(p + 2, 5)
+        pkt.kind = PK_PWRX
+        pkt.size = PS_PWRX
+        pkt.payload = (v >> 4) & 0xF
+        pkt.aux = v & 0xF
+        pkt.flags = <uint8_t>((v >> PL_PWRX_WR_SHR) & 0xF)
+        return 0
+    if d._sdm_packets:
+        if ext == EXT_BBP:
+            if left < PS_BBP:
+                return _fail(pkt, d._pos, PTE_EOS)
+            pkt.kind = PK_BBP
+            pkt.size = PS_BBP
+            pkt.payload = p[2] & PL_BBP_TYPE
+            pkt.flags = 1 if p[2] & PL_BBP_SZ else 0
+            d._block_ctx = 4 if pkt.flags else 8
+            return 0
+        if ext == EXT_BEP or ext == EXT_BEP_IP:
+            pkt.kind = PK_BEP
+            pkt.size = PS_BEP
+            pkt.flags = 1 if ext == EXT_BEP_IP else 0
+            d._block_ctx = 0
+            return 0
+        if ext == EXT_CFE:
+            if left < PS_CFE:
+                return _fail(pkt, d._pos, PTE_EOS)
+            pkt.kind = PK_CFE
+            pkt.size = PS_CFE
+            pkt.payload = p[2] & PL_CFE_TYPE
+            pkt.aux = p[3]
+            pkt.flags = 1 if p[2] & PL_CFE_IP else 0
+            return 0
+        if ext == EXT_EVD:
+            if left < PS_EVD:
+                return _fail(pkt, d._pos, PTE_EOS)
+            pkt.kind = PK_EVD
+            pkt.size = PS_EVD
+            pkt.aux = p[2] & PL_EVD_TYPE
+            pkt.payload = _le64(p + 3)
+            return 0
+    return _fail(pkt, d._pos, PTE_BAD_OPC)
+
+
+cdef inline int _decode_one(PacketDecoder d, PtPacket* pkt) noexcept nogil:
+    cdef uint64_t pos = d._pos
+    cdef uint64_t left
+    cdef const uint8_t* p
+    cdef uint8_t b
+    cdef uint64_t v
+    cdef int n, shl, err
+
+    pkt.offset = pos
+    pkt.payload = 0
+    pkt.aux = 0
+    pkt.ip = 0
+    pkt.ipc = 0
+    pkt.count = 0
+    pkt.flags = 0
+    pkt.ip_valid = 0
+    if not d._synced:
+        pkt.kind = PK_INVALID
+        pkt.size = 0
+        return -PTE_NOSYNC
+    if pos >= d._size:
+        pkt.kind = PK_INVALID
+        pkt.size = 0
+        return -PTE_EOS
+    p = d._buf + pos
+    left = d._size - pos
+    b = p[0]
+
+    # Inside a PEBS-via-PT block, xxxxx100b is a Block Item (SDM "BIP").
+    if d._block_ctx and (b & OPM_BIP) == OPC_BIP:
+        n = d._block_ctx
+        if left < <uint64_t>(1 + n):
+            return _fail(pkt, pos, PTE_EOS)
+        pkt.kind = PK_BIP
+        pkt.size = <uint8_t>(1 + n)
+        pkt.aux = b >> 3
+        pkt.payload = _le32(p + 1) if n == 4 else _le64(p + 1)
+        pkt.flags = 1 if n == 4 else 0
+        d._pos = pos + pkt.size
+        return 0
+
+    err = 0
+    n = _DISPATCH[b]
+    if n == D_TNT8:
+        pkt.kind = PK_TNT8
+        pkt.size = PS_TNT8
+        v = b >> 1
+        n = _tnt_bits(v)
+        pkt.count = <uint8_t>n
+        pkt.payload = v & ~((<uint64_t>1) << n)
+        d._block_ctx = 0
+    elif n == D_PAD:
+        pkt.kind = PK_PAD
+        pkt.size = PS_PAD
+    elif n == D_CYC:
+        # CYC: 5 count bits in byte 0, then 7 per byte while bit 0 is set.
+        v = b >> OPM_CYC_SHR
+        n = 1
+        shl = 8 - OPM_CYC_SHR
+        if b & OPM_CYC_EXT:
+            while True:
+                if <uint64_t>n >= left:
+                    return _fail(pkt, pos, PTE_EOS)
+                b = p[n]
+                n += 1
+                v |= (<uint64_t>(b >> OPM_CYCX_SHR)) << shl
+                shl += 8 - OPM_CYCX_SHR
+                if shl > 64:
+                    return _fail(pkt, pos, PTE_BAD_PACKET)
+                if not (b & OPM_CYCX_EXT):
+                    break
+        pkt.kind = PK_CYC
+        pkt.size = <uint8_t>n
+        pkt.payload = v
+    elif n == D_TIP:
+        err = _ip_packet(d, pkt, p, left, PK_TIP)
+        d._block_ctx = 0
+    elif n == D_FUP:
+        err = _ip_packet(d, pkt, p, left, PK_FUP)
+    elif n == D_EXT:
+        err = _ext_packet(d, pkt, p, left)
+    elif n == D_MTC:
+        if left < PS_MTC:
+            return _fail(pkt, pos, PTE_EOS)
+        pkt.kind = PK_MTC
+        pkt.size = PS_MTC
+        pkt.payload = p[1]
+    elif n == D_TSC:
+        if left < PS_TSC:
+            return _fail(pkt, pos, PTE_EOS)
+        pkt.kind = PK_TSC
+        pkt.size = PS_TSC
+        pkt.payload = _le(p + 1, 7)
+    elif n == D_TIP_PGE:
+        err = _ip_packet(d, pkt, p, left, PK_TIP_PGE)
+        d._block_ctx = 0
+    elif n == D_TIP_PGD:
+        err = _ip_packet(d, pkt, p, left, PK_TIP_PGD)
+        d._block_ctx = 0
+    elif n == D_MODE:
+        if left < PS_MODE:
+            return _fail(pkt, pos, PTE_EOS)
+        b = p[1]
+        if (b & PL_MODE_LEAF) == PL_MODE_EXEC:
+            pkt.kind = PK_MODE_EXEC
+        elif (b & PL_MODE_LEAF) == PL_MODE_TSX:
+            pkt.kind = PK_MODE_TSX
+        else:
+            return _fail(pkt, pos, PTE_BAD_PACKET)
+        pkt.size = PS_MODE
+        pkt.payload = b & PL_MODE_BITS
+        d._block_ctx = 0
+    elif n == D_TRIG and d._sdm_packets:
+        if left < PS_TRIG:
+            return _fail(pkt, pos, PTE_EOS)
+        b = p[1]
+        n = PS_TRIG
+        if b & PL_TRIG_ICNTV:
+            n = PS_TRIG + 2
+            if left < <uint64_t>n:
+                return _fail(pkt, pos, PTE_EOS)
+            pkt.aux = _le16(p + 3)
+        pkt.kind = PK_TRIG
+        pkt.size = <uint8_t>n
+        pkt.payload = p[2]
+        pkt.flags = ((1 if b & PL_TRIG_IP else 0) | (2 if b & PL_TRIG_MULT else 0)
+                     | (4 if b & PL_TRIG_ICNTV else 0))
+    else:
+        return _fail(pkt, pos, PTE_BAD_OPC)
+    if err < 0:
+        return err
+    d._pos = pos + pkt.size
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# PSB search, after libipt's pt_sync.c semantics but over offsets: look for
+# an 8-byte word of PSB pattern, then walk to the end of the pattern run and
+# step back one PSB. A run longer than one PSB (PSB payload-lookalikes)
+# therefore resolves to the PSB that ends the run, as in libipt.
+
+cdef inline int _word_is_pattern(const uint8_t* p) noexcept nogil:
+    if p[0] == PSB_HI:
+        return (p[1] == PSB_LO and p[2] == PSB_HI and p[3] == PSB_LO and p[4] == PSB_HI
+                and p[5] == PSB_LO and p[6] == PSB_HI and p[7] == PSB_LO)
+    if p[0] == PSB_LO:
+        return (p[1] == PSB_HI and p[2] == PSB_LO and p[3] == PSB_HI and p[4] == PSB_LO
+                and p[5] == PSB_HI and p[6] == PSB_LO and p[7] == PSB_HI)
+    return 0
+
+
+cdef int64_t _find_psb(const uint8_t* buf, uint64_t size, uint64_t pos) noexcept nogil:
+    # `pos` is just after a word of pattern; returns the PSB's offset or -1.
+    if pos < size and buf[pos] != PSB_HI:
+        pos += 1
+    while pos + 1 < size and buf[pos] == PSB_HI and buf[pos + 1] == PSB_LO:
+        pos += 2
+    if pos < PS_PSB:
+        return -1
+    pos -= PS_PSB
+    if pos + PS_PSB > size or not _is_psb(buf + pos):
+        return -1
+    return <int64_t>pos
+
+
+cdef int64_t _sync_forward_from(const uint8_t* buf, uint64_t size, uint64_t start) noexcept nogil:
+    cdef uint64_t pos = (start + 7) & ~(<uint64_t>7)
+    cdef int64_t found
+    while pos + 8 <= size:
+        if _word_is_pattern(buf + pos):
+            found = _find_psb(buf, size, pos + 8)
+            if found >= 0 and <uint64_t>found >= start:
+                return found
+        pos += 8
+    return -1
+
+
+cdef int64_t _sync_backward_from(const uint8_t* buf, uint64_t size, uint64_t start) noexcept nogil:
+    cdef uint64_t pos = start & ~(<uint64_t>7)
+    cdef uint64_t nxt
+    cdef int64_t found
+    while pos >= 8:
+        nxt = pos
+        pos -= 8
+        if _word_is_pattern(buf + pos):
+            found = _find_psb(buf, size, nxt)
+            if found >= 0:
+                return found
+    return -1
+
+
+# ---------------------------------------------------------------------------
+# Python-facing packet object.
+
+@cython.freelist(64)
+cdef class Packet:
+    """One decoded packet: a plain value, detached from the decoder.
+
+    `kind` is a `Kind`; `offset`/`size` locate it in the buffer. The raw
+    fields (`payload`, `aux`, `ip`, `ipc`, `count`, `flags`, `ip_valid`) have
+    the per-kind meaning documented in packet.pxd; `fields` gives the same
+    data under the SDM's names. Formatting is pt_decoder.tools' business.
+    """
+    cdef readonly uint64_t offset
+    cdef readonly uint64_t payload
+    cdef readonly uint64_t aux
+    cdef readonly uint64_t ip
+    cdef readonly int kind_id
+    cdef readonly int size
+    cdef readonly int ipc
+    cdef readonly int count
+    cdef readonly int flags
+    cdef readonly bint ip_valid
+
+    @property
+    def kind(self):
+        return Kind(self.kind_id)
+
+    @property
+    def name(self):
+        """The kind's name, e.g. 'TIP_PGE'."""
+        return Kind(self.kind_id).name
+
+    @property
+    def end(self):
+        """Offset just after the packet."""
+        return self.offset + self.size
+
+    @property
+    def fields(self):
+        """The payload under the SDM's field names, as a dict."""
+        return _fields(self)
+
+    def __repr__(self):
+        return f"<Packet {self.name} @{self.offset:#x}+{self.size} {self.fields}>"
+
+    def __eq__(self, other):
+        if not isinstance(other, Packet):
+            return NotImplemented
+        return self._key() == (<Packet>other)._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    cdef tuple _key(self):
+        return (self.kind_id, self.offset, self.size, self.payload, self.aux, self.ip,
+                self.ipc, self.count, self.flags, self.ip_valid)
+
+
+cdef Packet _make_packet(const PtPacket* pkt):
+    cdef Packet p = Packet.__new__(Packet)
+    p.offset = pkt.offset
+    p.payload = pkt.payload
+    p.aux = pkt.aux
+    p.ip = pkt.ip
+    p.kind_id = pkt.kind
+    p.size = pkt.size
+    p.ipc = pkt.ipc
+    p.count = pkt.count
+    p.flags = pkt.flags
+    p.ip_valid = pkt.ip_valid
+    return p
+
+
+def _fields(Packet p):
+    k = p.kind_id
+    if k == PK_TNT8 or k == PK_TNT64:
+        # bits: oldest branch first, True = taken.
+        return {"count": p.count, "bits": p.payload,
+                "taken": tuple(bool((p.payload >> (p.count - 1 - i)) & 1) for i in range(p.count))}
+    if k in (PK_TIP, PK_TIP_PGE, PK_TIP_PGD, PK_FUP):
+        return {"ipc": p.ipc, "ip_bytes": p.payload, "ip": p.ip, "ip_valid": bool(p.ip_valid)}
+    if k == PK_MODE_EXEC:
+        return {"csl": bool(p.payload & 1), "csd": bool(p.payload & 2), "if": bool(p.payload & 4)}
+    if k == PK_MODE_TSX:
+        return {"intx": bool(p.payload & 1), "abrt": bool(p.payload & 2)}
+    if k == PK_PIP:
+        return {"cr3": p.payload, "nr": bool(p.aux)}
+    if k == PK_TSC:
+        return {"tsc": p.payload}
+    if k == PK_TMA:
+        return {"ctc": p.payload, "fc": p.aux}
+    if k == PK_MTC:
+        return {"ctc": p.payload}
+    if k == PK_CYC:
+        return {"value": p.payload}
+    if k == PK_CBR:
+        return {"ratio": p.payload}
+    if k == PK_VMCS:
+        return {"base": p.payload}
+    if k == PK_MNT:
+        return {"payload": p.payload}
+    if k == PK_PTW:
+        return {"payload": p.payload, "bytes": p.aux, "ip": bool(p.flags & 1)}
+    if k == PK_MWAIT:
+        return {"hints": p.payload, "ext": p.aux}
+    if k == PK_PWRE:
+        return {"state": p.payload >> 4, "sub_state": p.payload & 0xF, "hw": bool(p.flags & 1)}
+    if k == PK_PWRX:
+        return {"last": p.payload, "deepest": p.aux, "interrupt": bool(p.flags & 1),
+                "timer": bool(p.flags & 2), "store": bool(p.flags & 4),
+                "autonomous": bool(p.flags & 8)}
+    if k == PK_EXSTOP or k == PK_BEP:
+        return {"ip": bool(p.flags & 1)}
+    if k == PK_BBP:
+        return {"type": p.payload, "sz": bool(p.flags & 1)}
+    if k == PK_BIP:
+        return {"id": p.aux, "value": p.payload, "bytes": 4 if p.flags & 1 else 8}
+    if k == PK_CFE:
+        return {"type": p.payload, "vector": p.aux, "ip": bool(p.flags & 1)}
+    if k == PK_EVD:
+        return {"type": p.aux, "payload": p.payload}
+    if k == PK_TRIG:
+        return {"trbv": p.payload, "icnt": p.aux, "ip": bool(p.flags & 1),
+                "mult": bool(p.flags & 2), "icntv": bool(p.flags & 4)}
+    return {}
+
+
+cdef inline void _enter(PacketDecoder d, uint64_t offset) noexcept nogil:
+    d._pos = offset
+    d._sync = offset
+    d._synced = 1
+    d._last_ip = 0
+    d._last_ip_valid = 0
+    d._block_ctx = 0
+
+
+# ---------------------------------------------------------------------------
+
+cdef class PacketDecoder:
+    """Decode Intel PT packets from a buffer, libipt's pt_pkt_* style.
+
+    PacketDecoder(buffer, *, sdm_packets=True, errata_skz84=False)
+
+    `buffer` is anything with the buffer protocol and C-contiguous bytes
+    (bytes, bytearray, memoryview, mmap.mmap, a perf AUX ring view); it is
+    borrowed, never copied, and kept alive (and, for mmap, pinned) while the
+    decoder lives. `sdm_packets=False` restricts decoding to the packets
+    libipt 2.0.5 knows (BBP/BIP/BEP/CFE/EVD/TRIG become unknown opcodes, as
+    in ptdump 2.0.5). `errata_skz84` applies erratum SKZ84 (a TMA with
+    reserved bits set is an INVALID packet of 8 bytes, not an error).
+
+    A new decoder is not synchronised: call sync_forward() (or sync_set(),
+    or seek() to trust an offset without a PSB) before next().
+    """
+
+    def __cinit__(self, buffer, *, sdm_packets=True, errata_skz84=False):
+        cdef const uint8_t[::1] view
+        try:
+            view = memoryview(buffer).cast("B")
+        except TypeError as exc:
+            raise TypeError(f"PacketDecoder needs a C-contiguous byte buffer, not "
+                            f"{type(buffer).__name__}: {exc}") from None
+        self._view = view
+        self._size = view.shape[0]
+        self._buf = &view[0] if self._size else NULL
+        self._pos = 0
+        self._sync = 0
+        self._synced = 0
+        self._last_ip = 0
+        self._last_ip_valid = 0
+        self._sdm_packets = 1 if sdm_packets else 0
+        self._errata_skz84 = 1 if errata_skz84 else 0
+        self._block_ctx = 0
+
+    # ---- C API (packet.pxd) ----
+
+    cdef int next_c(self, PtPacket* pkt) noexcept nogil:
+        return _decode_one(self, pkt)
+
+    cdef int sync_forward_c(self) noexcept nogil:
+        cdef uint64_t pos = self._pos if self._synced else 0
+        cdef uint64_t back
+        cdef int64_t found
+        if self._synced and pos == self._sync:
+            pos += PS_PSB
+        # Start up to 15 bytes earlier: a PSB partly swallowed by a corrupt
+        # packet before it is found again (libipt's pt_pkt_sync_forward).
+        back = pos if pos < PS_PSB - 1 else PS_PSB - 1
+        found = _sync_forward_from(self._buf, self._size, pos - back)
+        if found < 0:
+            return -PTE_EOS
+        _enter(self, <uint64_t>found)
+        return 0
+
+    cdef int sync_backward_c(self) noexcept nogil:
+        cdef uint64_t pos = self._pos if self._synced else self._size
+        cdef int64_t found = _sync_backward_from(self._buf, self._size, pos)
+        if found < 0:
+            return -PTE_EOS
+        _enter(self, <uint64_t>found)
+        return 0
+
+    cdef int sync_set_c(self, uint64_t offset) noexcept nogil:
+        if offset > self._size or self._size - offset < 2:
+            return -PTE_EOS
+        if self._buf[offset] != PSB_HI or self._buf[offset + 1] != PSB_LO:
+            return -PTE_NOSYNC
+        if self._size - offset < PS_PSB:
+            return -PTE_EOS
+        if not _is_psb(self._buf + offset):
+            return -PTE_BAD_PACKET
+        _enter(self, offset)
+        return 0
+
+    cdef int set_offset_c(self, uint64_t offset) noexcept nogil:
+        if offset > self._size:
+            return -PTE_EOS
+        _enter(self, offset)
+        self._last_ip_valid = 0
+        return 0
+
+    # ---- Python API ----
+
+    @property
+    def offset(self):
+        """Offset of the next packet (0 before the first sync)."""
+        return self._pos
+
+    @property
+    def sync_offset(self):
+        """Offset of the PSB (or seek() target) last synchronised on; None before."""
+        return self._sync if self._synced else None
+
+    @property
+    def size(self):
+        """Length of the buffer in bytes."""
+        return self._size
+
+    @property
+    def last_ip(self):
+        """The last-IP decompression state: (ip, known)."""
+        return self._last_ip, bool(self._last_ip_valid)
+
+    def sync_forward(self):
+        """Synchronise at the next PSB; return its offset, or None if there is none.
+
+        From an unsynchronised decoder the search starts at offset 0; from a
+        synchronised one it skips the PSB it sits on and may find a PSB that
+        began up to 15 bytes before the current offset (one a bad packet
+        partly swallowed). Last-IP is reset.
+        """
+        if self.sync_forward_c() < 0:
+            return None
+        return self._pos
+
+    def sync_backward(self):
+        """Synchronise at the last PSB before the current offset (the end of the
+        buffer when unsynchronised); return its offset, or None if there is none."""
+        if self.sync_backward_c() < 0:
+            return None
+        return self._pos
+
+    def sync_set(self, offset):
+        """Synchronise at `offset`, which must hold a PSB.
+
+        Raises PtError(NOSYNC) if there is no PSB there, PtError(BAD_PACKET)
+        if it is a broken PSB, PtError(EOS) if `offset` is outside the buffer.
+        """
+        if offset < 0:
+            raise PtError(ErrorCode.EOS, offset, "negative offset")
+        cdef int err = self.sync_set_c(<uint64_t>offset)
+        if err < 0:
+            raise PtError(-err, offset)
+
+    def seek(self, offset):
+        """Trust `offset` as a packet boundary without a PSB (ptdump --no-sync).
+
+        Last-IP is unknown until the next PSB or full IP. Raises
+        PtError(EOS) if `offset` is outside the buffer.
+        """
+        if offset < 0 or self.set_offset_c(<uint64_t>offset) < 0:
+            raise PtError(ErrorCode.EOS, offset, "offset outside the buffer")
+
+    def next(self):
+        """Decode the packet at the current offset and advance past it.
+
+        Returns a Packet, or None at the end of the buffer. Raises
+        PtError(NOSYNC) if not synchronised; PtError(BAD_OPC) or
+        PtError(BAD_PACKET) on bad bytes, and PtError(EOS, detail='truncated
+        packet') when the last packet is cut off by the end of the buffer:
+        `.offset` of the error is the packet's offset, the decoder stays
+        there, and sync_forward() resumes at the next PSB.
+        """
+        cdef PtPacket pkt
+        cdef int err = _decode_one(self, &pkt)
+        if err == 0:
+            return _make_packet(&pkt)
+        if err == -PTE_EOS and pkt.offset >= self._size:
+            return None
+        raise PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+
+    def __iter__(self):
+        """Iterate next() until the end of the buffer (PtError as next())."""
+        cdef PtPacket pkt
+        cdef int err
+        while True:
+            err = _decode_one(self, &pkt)
+            if err == 0:
+                yield _make_packet(&pkt)
+                continue
+            if err == -PTE_EOS and pkt.offset >= self._size:
+                return
+            raise PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+
+    def decode_all(self, errors=None):
+        """Decode from the current offset to the end; return a list of Packets.
+
+        Synchronises first (sync_forward) if the decoder is not synchronised.
+        With `errors=None` the first error raises PtError as next() does.
+        With a list, each error is appended to it as a PtError (code and
+        offset) and decoding resumes at the next PSB, as ptdump does.
+        """
+        cdef PtPacket pkt
+        cdef int err
+        out = []
+        if not self._synced and self.sync_forward_c() < 0:
+            return out
+        while True:
+            err = _decode_one(self, &pkt)
+            if err == 0:
+                out.append(_make_packet(&pkt))
+                continue
+            if err == -PTE_EOS and pkt.offset >= self._size:
+                return out
+            exc = PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+            if errors is None:
+                raise exc
+            errors.append(exc)
+            if self.sync_forward_c() < 0:
+                return out
+
+    def kinds(self):
+        """Fast path: the kinds of all packets from here to the end, one byte
+        each (a `bytes`), resynchronising at the next PSB after any error.
+        Synchronises first if needed. No Python object is made per packet."""
+        cdef PtPacket pkt
+        cdef int err
+        cdef bytearray out
+        cdef uint8_t* dst
+        cdef uint64_t n = 0, cap
+        cdef bint done = False
+        if not self._synced and self.sync_forward_c() < 0:
+            return b""
+        cap = (self._size - self._pos if self._pos < self._size else 0) + 64
+        out = bytearray(cap)
+        while not done:
+            dst = out
+            with nogil:
+                while n < cap:
+                    err = _decode_one(self, &pkt)
+                    if err == 0:
+                        dst[n] = pkt.kind
+                        n += 1
+                        continue
+                    if err == -PTE_EOS and pkt.offset >= self._size:
+                        done = True
+                        break
+                    if self.sync_forward_c() < 0:
+                        done = True
+                        break
+            if not done:
+                # Resyncs can revisit up to 15 bytes each; grow and go on.
+                out.extend(bytes(cap))
+                cap *= 2
+        return bytes(out[:n])
+
+    def count(self):
+        """Fast path: decode to the end and return (packets, errors), resyncing
+        at the next PSB after each error. The benchmark's Cython inner loop:
+        no Python objects, no GIL."""
+        cdef PtPacket pkt
+        cdef int err
+        cdef uint64_t n = 0, bad = 0
+        if not self._synced and self.sync_forward_c() < 0:
+            return 0, 0
+        with nogil:
+            while True:
+                err = _decode_one(self, &pkt)
+                if err == 0:
+                    n += 1
+                    continue
+                if err == -PTE_EOS and pkt.offset >= self._size:
+                    break
+                bad += 1
+                if self.sync_forward_c() < 0:
+                    break
+        return n, bad
+
+    def __repr__(self):
+        state = f"at {self._pos:#x}" if self._synced else "not synchronised"
+        return f"<PacketDecoder {self._size} bytes, {state}>"

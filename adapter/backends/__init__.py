@@ -1,0 +1,129 @@
+"""Backends: the debugger behind ptdebug (debugpy for Python, Delve for Go), and the one
+function that names them.
+
+Layer: backends, under `session`. A backend runs its debugger, forwards the requests that
+debugger handles, and reports its events, reverse requests and death to a `BackendHooks`
+(the Session). It may not know about VS Code, features (watchpoints, recorder, reverse) or
+hardware. Optional powers a backend may have later (e.g. evaluating an address for a data
+breakpoint) are separate interfaces it can implement, never flags in this base class.
+"""
+from __future__ import annotations
+
+import abc
+import os
+from typing import TYPE_CHECKING, Protocol
+
+from adapter.protocol.errors import InvalidLaunchConfig, UnsupportedBackend
+
+if TYPE_CHECKING:
+    from adapter.protocol.messages import Event, Request, Response
+    from adapter.protocol.schema import AttachConfig, LaunchConfig
+
+
+class BackendHooks(Protocol):
+    """What a backend reports to the session."""
+
+    def backend_event(self, event: Event) -> None:
+        """An event from the debugger, to be forwarded to the client (or consumed)."""
+
+    def backend_reverse_request(self, request: Request) -> None:
+        """A reverse request (runInTerminal, startDebugging) for the client to answer."""
+
+    def backend_process(self, pid: int) -> None:
+        """The debuggee's operating-system process id became known."""
+
+    def backend_gone(self, reason: str) -> None:
+        """The debugger's connection closed: it exited, crashed or was killed."""
+
+
+class Backend(abc.ABC):
+    """One debugger process (or connection) serving one debug session."""
+
+    name = "backend"
+    """Short name used in log lines and error texts ('debugpy', 'delve')."""
+
+    def __init__(self, hooks: BackendHooks):
+        self.hooks = hooks
+        """Where events, reverse requests and the end of the backend are reported."""
+        self.pid: int | None = None
+        """The debuggee's process id, once known."""
+        self.launched = False
+        """True when the debuggee was started by this session (so it is ours to end)."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start the debugger. Raises BackendError if it cannot run."""
+
+    @abc.abstractmethod
+    def initialize(self, client_arguments: dict) -> dict:
+        """Send `initialize` with the client's arguments; return the debugger's capabilities."""
+
+    @abc.abstractmethod
+    def launch(self, request: Request, config: LaunchConfig) -> None:
+        """Start the program; `request` is answered when the debugger answers."""
+
+    @abc.abstractmethod
+    def attach(self, request: Request, config: AttachConfig) -> None:
+        """Attach to a process or server; `request` is answered when the debugger answers."""
+
+    @abc.abstractmethod
+    def handles(self, command: str) -> bool:
+        """True when forwarding `command` gets an answer (never a silent stall)."""
+
+    @abc.abstractmethod
+    def forward(self, request: Request) -> None:
+        """Send a client request on unchanged; its response goes back to the client."""
+
+    @abc.abstractmethod
+    def request(self, command: str, arguments: dict | None = None,
+                timeout: float = 10.0) -> Response:
+        """A request of the adapter's own (e.g. `evaluate` for a feature); waits for the answer."""
+
+    @abc.abstractmethod
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop the debugger process (politely, then by force) and wait for it."""
+
+
+def infer_backend(config: LaunchConfig | AttachConfig) -> str:
+    """The backend a configuration needs: its `backend` field, else guessed from the target.
+
+    Raises InvalidLaunchConfig when nothing tells Python from Go.
+    """
+    if config.backend:
+        return config.backend
+    program = getattr(config, "program", None)
+    if getattr(config, "module", None) or getattr(config, "connect", None):
+        return "python"
+    if program:
+        if program.endswith((".py", ".pyw")):
+            return "python"
+        if program.endswith(".go") or os.path.isdir(program):
+            return "go"
+        try:
+            with open(program, "rb") as f:
+                head = f.read(64)
+        except OSError:
+            head = b""
+        if head.startswith(b"\x7fELF"):
+            return "go"
+        if head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]:
+            return "python"
+    pid = getattr(config, "pid", None)
+    if pid is not None:
+        try:
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            exe = ""
+        return "python" if exe.startswith("python") else "go"
+    raise InvalidLaunchConfig(f"cannot tell whether {program!r} is a Python or a Go program; "
+                              "set \"backend\": \"python\" or \"go\"")
+
+
+def create_backend(name: str, hooks: BackendHooks) -> Backend:
+    """The one place that names concrete backends."""
+    if name == "python":
+        from .debugpy import DebugpyBackend
+        return DebugpyBackend(hooks)
+    if name == "go":
+        raise UnsupportedBackend("the Go backend (Delve) is not part of this build yet")
+    raise UnsupportedBackend(f"unknown backend {name!r}; expected 'python' or 'go'")

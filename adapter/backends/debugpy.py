@@ -1,0 +1,166 @@
+"""The Python backend: debugpy's own adapter (`python -m debugpy.adapter`) as a subprocess,
+spoken to in DAP over its stdin/stdout.
+
+Layer: backends. Forwards what debugpy implements, unchanged, and reports its events, its
+reverse requests (runInTerminal, startDebugging) and its exit to the session. Knows nothing of
+VS Code, features or hardware.
+
+Why a list of forwarded commands: debugpy (1.8.22, verified by tests/e2e/test_dap_local.py
+and the probe in docs/protocol.md) never answers a standard DAP request it does not implement,
+such as readMemory or stepBack, and then stalls every later request of the session. So only
+the requests below are ever sent to it; the session answers the rest itself.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+from adapter.protocol.channel import Channel
+from adapter.protocol.errors import BackendError, BackendGone
+from adapter.protocol.framing import MessageReader, MessageWriter
+from adapter.protocol.messages import Event, Request, Response
+from adapter.protocol.schema import AttachConfig, LaunchConfig
+
+from . import Backend, BackendHooks
+
+log = logging.getLogger("ptdebug.dap")
+
+FORWARDED = frozenset({
+    # answered by debugpy's adapter itself (src/debugpy/adapter/clients.py)
+    "initialize", "launch", "attach", "configurationDone", "disconnect", "terminate",
+    "debugpySystemInfo", "pause", "continue",
+    # answered by pydevd in the debuggee (pydevd_process_net_command_json.py on_*_request)
+    "threads", "completions", "next", "stepIn", "stepInTargets", "stepOut",
+    "setFunctionBreakpoints", "setBreakpoints", "setExceptionBreakpoints", "stackTrace",
+    "exceptionInfo", "scopes", "evaluate", "setExpression", "variables", "setVariable",
+    "modules", "source", "gotoTargets", "goto", "setDebuggerProperty", "pydevdSystemInfo",
+    "setPydevdSourceMap",
+})
+"""Requests debugpy answers. A custom (non-DAP) command is forwarded too: debugpy answers
+unknown commands with an error instead of stalling."""
+
+STARTUP_TIMEOUT = 20.0
+
+
+class DebugpyBackend(Backend):
+    name = "debugpy"
+
+    def __init__(self, hooks: BackendHooks):
+        super().__init__(hooks)
+        self.process: subprocess.Popen | None = None
+        """The `python -m debugpy.adapter` process."""
+        self.channel: Channel | None = None
+        """DAP to that process."""
+        self.closing = False
+        """Set by close(): the end of the channel is then expected, not a crash."""
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "debugpy.adapter"]
+        log_dir = os.environ.get("PTDEBUG_DEBUGPY_LOG_DIR")
+        if log_dir:
+            argv += ["--log-dir", log_dir]
+        try:
+            # stderr must not be a pipe nobody reads: a full pipe would block debugpy.
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL)
+        except OSError as exc:
+            raise BackendError(f"cannot start debugpy ({' '.join(argv)}): {exc}") from None
+        self.channel = Channel(MessageReader(self.process.stdout),
+                               MessageWriter(self.process.stdin), self, "debugpy")
+        self.channel.start()
+        log.info("debugpy adapter started, pid %d", self.process.pid)
+
+    def initialize(self, client_arguments: dict) -> dict:
+        self._client_runs_terminals = bool(client_arguments.get("supportsRunInTerminalRequest"))
+        response = self.request("initialize", client_arguments, timeout=STARTUP_TIMEOUT)
+        if not response.success:
+            raise BackendError(f"debugpy refused initialize: {response.error_text}")
+        return dict(response.raw.get("body") or {})
+
+    def launch(self, request: Request, config: LaunchConfig) -> None:
+        arguments = self._common_arguments(request)
+        if "console" not in arguments and not self._client_runs_terminals:
+            # Without a terminal on the client side, debugpy must capture the output itself.
+            arguments["console"] = "internalConsole"
+        self.launched = True
+        self._send_and_relay(request, "launch", arguments)
+
+    def attach(self, request: Request, config: AttachConfig) -> None:
+        arguments = self._common_arguments(request)
+        arguments.pop("pid", None)
+        if config.pid is not None:
+            arguments["processId"] = config.pid
+            self.pid = config.pid
+            self.hooks.backend_process(config.pid)
+        self._send_and_relay(request, "attach", arguments)
+
+    def close(self, timeout: float = 3.0) -> None:
+        self.closing = True
+        process = self.process
+        if process is None:
+            return
+        try:
+            process.stdin.close()
+        except OSError:
+            pass
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("debugpy did not exit within %g s; killing it", timeout)
+            process.kill()
+            process.wait(timeout)
+        if self.channel is not None:
+            self.channel.join(timeout)
+
+    # --- forwarding -----------------------------------------------------------------------
+    def handles(self, command: str) -> bool:
+        return command in FORWARDED
+
+    def forward(self, request: Request) -> None:
+        self._send_and_relay(request, request.command, request.raw.get("arguments"))
+
+    def request(self, command: str, arguments: dict | None = None,
+                timeout: float = 10.0) -> Response:
+        if self.channel is None:
+            raise BackendGone("debugpy is not running")
+        return self.channel.request(command, arguments, timeout)
+
+    def _send_and_relay(self, request: Request, command: str, arguments: dict | None) -> None:
+        if self.channel is None:
+            raise BackendGone("debugpy is not running")
+        self.channel.send_request(command, arguments,
+                                  lambda response: request.respond_like(response.raw))
+
+    def _common_arguments(self, request: Request) -> dict:
+        arguments = dict(request.raw.get("arguments") or {})
+        arguments.pop("backend", None)
+        return arguments
+
+    _client_runs_terminals = False
+    """Whether the client announced supportsRunInTerminalRequest (learnt in initialize)."""
+
+    # --- debugpy -> us (Channel handlers) ----------------------------------------------------
+    def process_event(self, event: Event) -> None:
+        pid = (event.raw.get("body") or {}).get("systemProcessId")
+        if isinstance(pid, int) and pid > 0:
+            self.pid = pid
+            self.hooks.backend_process(pid)
+        self.hooks.backend_event(event)
+
+    def default_event(self, event: Event) -> None:
+        self.hooks.backend_event(event)
+
+    def default_request(self, request: Request) -> object:
+        from adapter.protocol.channel import DEFERRED
+        self.hooks.backend_reverse_request(request)
+        return DEFERRED
+
+    def channel_closed(self, reason: str) -> None:
+        if self.closing:
+            return
+        code = self.process.poll() if self.process else None
+        self.hooks.backend_gone(f"debugpy's connection closed ({reason}"
+                                f"{'' if code is None else f', exit status {code}'})")

@@ -1,0 +1,155 @@
+"""readMemory / writeMemory on the debuggee through /proc/PID/mem.
+
+Layer: feature (adapter level, beside watchpoints and recorder). Reads the memory of the
+process whose id the backend learnt (debugpy's `process` event, `systemProcessId`). Knows
+nothing of DAP framing or backends; it gets typed arguments and returns response bodies.
+
+/proc/PID/mem (proc(5)) needs ptrace-attach rights over the process (PTRACE_MODE_ATTACH_FSCREDS):
+the debuggee is our descendant, or we are root. A read of an unmapped page fails with EIO; the
+reply then carries what was readable and `unreadableBytes`, as the DAP readMemory response
+describes, so VS Code's memory view can skip the hole.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import os
+
+from adapter.protocol.errors import InvalidMemoryReference, InvalidRequest, MemoryAccessError
+from adapter.protocol.schema import ReadMemoryArguments, WriteMemoryArguments
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MAX_TRANSFER = 16 * 1024 * 1024
+"""Largest readMemory/writeMemory accepted (the framing limit bounds the reply as well)."""
+ADDRESS_LIMIT = 1 << 63
+"""pread/pwrite offsets are signed 64-bit; user-space addresses on x86-64 are far below."""
+
+
+def parse_address(reference: str, offset: int = 0) -> int:
+    """A DAP memoryReference (decimal, or hex with 0x) plus `offset`, checked to be an address.
+
+    Raises InvalidMemoryReference naming the reference."""
+    try:
+        address = int(reference.strip(), 0)
+    except ValueError:
+        raise InvalidMemoryReference(f"memoryReference {reference!r} is not an address "
+                                     "(decimal, or hex with 0x)") from None
+    address += offset
+    if not 0 <= address < 1 << 64:
+        raise InvalidMemoryReference(f"address {reference} + {offset} is outside 0..2^64")
+    return address
+
+
+def format_address(address: int) -> str:
+    return f"0x{address:x}"
+
+
+class ProcessMemory:
+    """The memory of one process, read and written through /proc/PID/mem."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        """The debuggee's process id."""
+
+    def _open(self, flags: int) -> int:
+        try:
+            return os.open(f"/proc/{self.pid}/mem", flags)
+        except FileNotFoundError:
+            raise MemoryAccessError(f"process {self.pid} has exited") from None
+        except PermissionError as exc:
+            raise MemoryAccessError(f"no permission to access the memory of process "
+                                    f"{self.pid} ({exc.strerror}); ptrace rights are needed "
+                                    "(see kernel.yama.ptrace_scope)") from None
+
+    def read(self, address: int, count: int) -> tuple[bytes, int]:
+        """(readable bytes from `address`, unreadable bytes that follow them within `count`).
+
+        Raises MemoryAccessError when the process is gone or may not be read at all."""
+        fd = self._open(os.O_RDONLY)
+        try:
+            whole = _pread(fd, count, address)
+            if whole is not None and len(whole) == count:
+                return whole, 0
+            data = bytearray()
+            pos, end = address, address + count
+            while pos < end:
+                chunk = _pread(fd, min(end, _next_page(pos)) - pos, pos)
+                if not chunk:
+                    break
+                data += chunk
+                pos += len(chunk)
+            unreadable_from = pos
+            while pos < end and not _pread(fd, 1, pos):
+                pos = min(end, _next_page(pos))
+            return bytes(data), pos - unreadable_from
+        finally:
+            os.close(fd)
+
+    def write(self, address: int, data: bytes, allow_partial: bool) -> int:
+        """Bytes written from the start of `data`. Without `allow_partial` a short write raises
+        MemoryAccessError; nothing is retried past the first page that refuses."""
+        fd = self._open(os.O_RDWR)
+        try:
+            written = 0
+            while written < len(data):
+                pos = address + written
+                piece = data[written:min(len(data), written + _next_page(pos) - pos)]
+                try:
+                    n = os.pwrite(fd, piece, pos) if pos < ADDRESS_LIMIT else 0
+                except OSError as exc:
+                    if exc.errno not in (errno.EIO, errno.EFAULT, errno.EINVAL):
+                        raise MemoryAccessError(f"writing process {self.pid} at "
+                                                f"{format_address(pos)}: {exc.strerror}") from None
+                    n = 0
+                if n <= 0:
+                    break
+                written += n
+        finally:
+            os.close(fd)
+        if written < len(data) and not allow_partial:
+            raise MemoryAccessError(
+                f"only {written} of {len(data)} bytes at {format_address(address)} are writable "
+                f"in process {self.pid} (set allowPartial to write them anyway)")
+        return written
+
+
+def _next_page(address: int) -> int:
+    return (address // PAGE + 1) * PAGE
+
+
+def _pread(fd: int, count: int, offset: int) -> bytes | None:
+    if count <= 0 or offset >= ADDRESS_LIMIT:
+        return b"" if count <= 0 else None
+    try:
+        return os.pread(fd, min(count, ADDRESS_LIMIT - offset), offset)
+    except OSError as exc:
+        if exc.errno in (errno.EIO, errno.EFAULT, errno.EINVAL, errno.ENOMEM):
+            return None
+        raise MemoryAccessError(f"reading memory at {format_address(offset)}: "
+                                f"{exc.strerror}") from None
+
+
+def read_memory(memory: ProcessMemory, args: ReadMemoryArguments) -> dict:
+    """The body of a readMemory response."""
+    if not 0 <= args.count <= MAX_TRANSFER:
+        raise InvalidRequest(f"arguments.count must be between 0 and {MAX_TRANSFER}, "
+                             f"got {args.count}")
+    address = parse_address(args.memoryReference, args.offset)
+    data, unreadable = memory.read(address, min(args.count, (1 << 64) - address))
+    body = {"address": format_address(address), "data": base64.b64encode(data).decode("ascii")}
+    if unreadable:
+        body["unreadableBytes"] = unreadable
+    return body
+
+
+def write_memory(memory: ProcessMemory, args: WriteMemoryArguments) -> dict:
+    """The body of a writeMemory response."""
+    try:
+        data = base64.b64decode(args.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("arguments.data is not base64") from None
+    if len(data) > MAX_TRANSFER:
+        raise InvalidRequest(f"arguments.data is longer than {MAX_TRANSFER} bytes")
+    address = parse_address(args.memoryReference, args.offset)
+    return {"offset": 0, "bytesWritten": memory.write(address, data, args.allowPartial)}

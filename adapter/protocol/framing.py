@@ -1,0 +1,124 @@
+"""DAP base-protocol framing: `Content-Length: N\\r\\n\\r\\n` followed by N bytes of UTF-8 JSON.
+
+Layer: protocol (bottom). Reads and writes whole messages on binary streams (pipes, sockets,
+in-memory buffers); knows nothing about requests, sequence numbers or handlers.
+
+Limits, because the peer may be anything that can open the port: a header line is at most
+`MAX_HEADER_LINE` bytes, a header at most `MAX_HEADER_LINES` lines, and a body at most
+`max_content_length` bytes. An over-large Content-Length is refused *before* anything is
+allocated or read. Errors after which the stream cannot be trusted (bad header, huge length,
+truncated body) are `MalformedHeader`/`MessageTooLarge`; a body that is not JSON is `InvalidJson`,
+after which reading may go on with the next message, since its length was honoured.
+See the "Base protocol" section of the DAP overview.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import BinaryIO
+
+from .errors import InvalidJson, InvalidMessage, MalformedHeader, MessageTooLarge
+
+MAX_CONTENT_LENGTH = 16 * 1024 * 1024
+"""Largest body accepted. The biggest legitimate DAP messages (a large readMemory, a long
+`variables` list) are a few MB; anything claiming more is refused without reading it."""
+
+MAX_HEADER_LINE = 1024
+MAX_HEADER_LINES = 16
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.loads
+
+
+class MessageReader:
+    """Reads one DAP message at a time from a binary stream."""
+
+    def __init__(self, stream: BinaryIO, *, max_content_length: int = MAX_CONTENT_LENGTH):
+        self.stream = stream
+        """The byte stream (a pipe, a socket file, a BytesIO)."""
+        self.max_content_length = max_content_length
+        """Bodies longer than this are refused with MessageTooLarge before any is read."""
+
+    def read_message(self) -> dict | None:
+        """The next message as a dict; None at a clean end of stream between two messages.
+
+        Raises MalformedHeader (also for a stream cut inside a message), MessageTooLarge,
+        InvalidJson or InvalidMessage; after the last two the stream is still in sync.
+        """
+        length = self._read_header()
+        if length is None:
+            return None
+        body = self._read_exactly(length)
+        try:
+            message = _loads(body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InvalidJson(f"the message body is not UTF-8 JSON ({exc}): "
+                              f"{body[:80]!r}") from None
+        if not isinstance(message, dict):
+            raise InvalidMessage(f"a DAP message is a JSON object, got {type(message).__name__}")
+        return message
+
+    def _read_header(self) -> int | None:
+        length = None
+        for count in range(MAX_HEADER_LINES + 1):
+            line = self.stream.readline(MAX_HEADER_LINE + 1)
+            if not line:
+                if count == 0:
+                    return None
+                raise MalformedHeader("the stream ended inside a message header")
+            if len(line) > MAX_HEADER_LINE or not line.endswith(b"\n"):
+                raise MalformedHeader(f"a header line longer than {MAX_HEADER_LINE} bytes "
+                                      f"or cut short: {line[:60]!r}")
+            line = line.rstrip(b"\r\n")
+            if not line:
+                if count == 0:
+                    # Tolerate a stray empty line between messages, as VS Code's reader does.
+                    continue
+                if length is None:
+                    raise MalformedHeader("a message header without Content-Length")
+                return length
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise MalformedHeader(f"a header line without 'Name: value': {line[:60]!r}")
+            if name.strip().lower() == b"content-length":
+                value = value.strip()
+                if not value.isdigit():
+                    raise MalformedHeader(f"Content-Length is not a number: {value[:40]!r}")
+                length = int(value)
+                if length > self.max_content_length:
+                    raise MessageTooLarge(
+                        f"Content-Length {length} exceeds the limit of "
+                        f"{self.max_content_length} bytes; message refused unread")
+        raise MalformedHeader(f"more than {MAX_HEADER_LINES} header lines")
+
+    def _read_exactly(self, length: int) -> bytes:
+        data = self.stream.read(length)
+        if data is None:
+            data = b""
+        while len(data) < length:
+            more = self.stream.read(length - len(data))
+            if not more:
+                raise MalformedHeader(f"the stream ended after {len(data)} of the "
+                                      f"{length} bytes its Content-Length promised")
+            data += more
+        return data
+
+
+class MessageWriter:
+    """Writes whole DAP messages; safe to call from several threads."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        """The byte stream written to; flushed after every message."""
+        self.lock = threading.Lock()
+        """Held while a message is written, so two threads never interleave bytes."""
+
+    def write_message(self, message: dict) -> None:
+        """Encode and write one message. Raises OSError/ValueError when the stream is closed."""
+        with self.lock:
+            self._write_locked(message)
+
+    def _write_locked(self, message: dict) -> None:
+        body = _dumps(message).encode("utf-8")
+        self.stream.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.stream.flush()

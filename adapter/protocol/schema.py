@@ -1,0 +1,251 @@
+"""Typed arguments of what the adapter owns: launch/attach configurations and the requests it
+answers itself. The one source of these shapes; docs/protocol.md and the VS Code extension's
+`package.json` follow it.
+
+Layer: protocol. Field names are the DAP / launch.json names (camelCase) on purpose, so the
+dataclass *is* the wire shape. `parse(cls, payload)` checks every field once at the edge and
+raises `InvalidRequest` (or `InvalidLaunchConfig`) naming the field; handlers then trust the
+object. Requests that are only forwarded to a backend are not modelled here (see messages.Payload).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from .errors import InvalidLaunchConfig, InvalidRequest
+
+# Every request the DAP specification defines (debugAdapterProtocol.json, 'Request' subtypes;
+# tests/adapter/protocol/test_schema.py keeps this equal to the schema). The adapter uses it to
+# tell "a standard request nobody here implements" from a backend's custom request.
+DAP_REQUESTS = frozenset({
+    "attach", "breakpointLocations", "cancel", "completions", "configurationDone", "continue",
+    "dataBreakpointInfo", "disassemble", "disconnect", "evaluate", "exceptionInfo", "goto",
+    "gotoTargets", "initialize", "launch", "loadedSources", "locations", "modules", "next",
+    "pause", "readMemory", "restart", "restartFrame", "reverseContinue", "runInTerminal",
+    "scopes", "setBreakpoints", "setDataBreakpoints", "setExceptionBreakpoints",
+    "setExpression", "setFunctionBreakpoints", "setInstructionBreakpoints", "setVariable",
+    "source", "stackTrace", "startDebugging", "stepBack", "stepIn", "stepInTargets", "stepOut",
+    "terminate", "terminateThreads", "threads", "variables", "writeMemory",
+})
+
+BACKENDS = ("python", "go")
+
+
+# --- launch and attach ---------------------------------------------------------------------
+@dataclass
+class LaunchConfig:
+    """`launch` arguments. Keys not named here are forwarded to the backend unchanged."""
+
+    backend: Optional[Literal["python", "go"]] = None
+    """Which debugger runs the program; inferred from `program`/`module` when absent."""
+    program: Optional[str] = None
+    """The script (Python) or package/binary (Go) to run."""
+    module: Optional[str] = None
+    """Python only: run `python -m module` instead of a program."""
+    args: list[str] = field(default_factory=list)
+    """Command-line arguments of the program."""
+    cwd: Optional[str] = None
+    """Working directory of the program; the adapter's when absent."""
+    env: dict[str, Optional[str]] = field(default_factory=dict)
+    """Extra environment variables (a null value removes the variable, as debugpy does)."""
+    stopOnEntry: bool = False
+    """Stop at the first line of the program."""
+    justMyCode: bool = True
+    """Step and break in user code only (debugpy's option of the same name)."""
+    noDebug: bool = False
+    """Run without debugging (VS Code's "Run Without Debugging")."""
+
+    def __post_init__(self) -> None:
+        if self.program is None and self.module is None:
+            raise InvalidLaunchConfig("launch needs 'program' (or 'module' for Python)")
+
+
+@dataclass
+class ConnectTarget:
+    """Where a debugpy server listens (`python -m debugpy --listen HOST:PORT prog.py`)."""
+
+    port: int
+    """TCP port of the debugpy server."""
+    host: str = "127.0.0.1"
+    """Host of the debugpy server."""
+
+
+@dataclass
+class AttachConfig:
+    """`attach` arguments: a process id, or a debugpy server to connect to."""
+
+    backend: Optional[Literal["python", "go"]] = None
+    """Which debugger attaches; inferred from the process or `connect` when absent."""
+    pid: Optional[int] = None
+    """Process to attach to (debugpy calls it `processId`; both are accepted)."""
+    processId: Optional[int] = None
+    """debugpy's name for `pid`."""
+    connect: Optional[ConnectTarget] = None
+    """A debugpy server to connect to instead of a pid."""
+    justMyCode: bool = True
+    """Step and break in user code only."""
+
+    def __post_init__(self) -> None:
+        if self.pid is None:
+            self.pid = self.processId
+        if (self.pid is None) == (self.connect is None):
+            raise InvalidLaunchConfig("attach needs exactly one of 'pid' and 'connect'")
+
+
+# --- requests the adapter answers itself ---------------------------------------------------
+@dataclass
+class ReadMemoryArguments:
+    memoryReference: str
+    """Address: decimal, or hex with 0x."""
+    count: int
+    """Bytes to read."""
+    offset: int = 0
+    """Added to the address; may be negative."""
+
+
+@dataclass
+class WriteMemoryArguments:
+    memoryReference: str
+    data: str
+    """The bytes to write, base64."""
+    offset: int = 0
+    allowPartial: bool = False
+    """Write what can be written instead of failing when part of the range is not writable."""
+
+
+@dataclass
+class DisassembleArguments:
+    memoryReference: str
+    instructionCount: int
+    """Exactly this many instructions are returned (padded with 'invalid' ones)."""
+    offset: int = 0
+    """Bytes added to the address before `instructionOffset` is applied."""
+    instructionOffset: int = 0
+    """Instructions to skip from the address; negative disassembles backwards."""
+    resolveSymbols: bool = True
+
+
+@dataclass
+class DataBreakpointInfoArguments:
+    name: str
+    """A variable name (with variablesReference), an expression, or an address (asAddress)."""
+    variablesReference: Optional[int] = None
+    frameId: Optional[int] = None
+    bytes: Optional[int] = None
+    """Watch this many bytes from the address (supportsDataBreakpointBytes)."""
+    asAddress: bool = False
+    mode: Optional[str] = None
+
+
+@dataclass
+class DataBreakpoint:
+    dataId: str
+    accessType: Literal["read", "write", "readWrite"] = "write"
+    condition: Optional[str] = None
+    hitCondition: Optional[str] = None
+
+
+@dataclass
+class SetDataBreakpointsArguments:
+    breakpoints: list[DataBreakpoint]
+    """Replaces every data breakpoint; an empty list clears them."""
+
+
+@dataclass
+class InstructionBreakpoint:
+    instructionReference: str
+    offset: int = 0
+    condition: Optional[str] = None
+    hitCondition: Optional[str] = None
+    mode: Optional[str] = None
+
+
+@dataclass
+class SetInstructionBreakpointsArguments:
+    breakpoints: list[InstructionBreakpoint]
+
+
+@dataclass
+class StepBackArguments:
+    threadId: int
+    singleThread: bool = False
+    granularity: Literal["statement", "line", "instruction"] = "statement"
+
+
+@dataclass
+class ReverseContinueArguments:
+    threadId: int
+    singleThread: bool = False
+
+
+# --- the parser ----------------------------------------------------------------------------
+T = typing.TypeVar("T")
+
+
+def parse(cls: type[T], data: Any, path: str = "arguments") -> T:
+    """Build `cls` from a JSON object, checking each field's type.
+
+    Raises InvalidRequest naming the first wrong or missing field; unknown keys are ignored
+    (they may be meant for the backend). Launch/attach configs raise InvalidLaunchConfig.
+    """
+    error = InvalidLaunchConfig if cls in (LaunchConfig, AttachConfig, ConnectTarget) \
+        else InvalidRequest
+    if not isinstance(data, dict):
+        raise error(f"{path} must be an object, got {_json_type(data)}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise error(f"{path}.{f.name} is required")
+            continue
+        values[f.name] = _convert(hints[f.name], data[f.name], f"{path}.{f.name}", error)
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, path: str, error: type[InvalidRequest]) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        inner = [o for o in options if o is not type(None)]
+        return _convert(inner[0], value, path, error) if len(inner) == 1 else value
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise error(f"{path} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise error(f"{path} must be an array, got {_json_type(value)}")
+        (item,) = typing.get_args(hint)
+        return [_convert(item, v, f"{path}[{i}]", error) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise error(f"{path} must be an object, got {_json_type(value)}")
+        _, item = typing.get_args(hint)
+        return {str(k): _convert(item, v, f"{path}.{k}", error) for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return parse(hint, value, path)
+    if hint is Any:
+        return value
+    ok = isinstance(value, hint) and not (hint in (int, float) and isinstance(value, bool))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise error(f"{path} must be {_TYPE_WORDS.get(hint, hint.__name__)}, "
+                    f"got {_json_type(value)} {value!r:.60}")
+    return value
+
+
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "a boolean", float: "a number"}
+
+
+def _json_type(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "an object", type(None): "null"}.get(type(value),
+                                                                          type(value).__name__)

@@ -1,0 +1,223 @@
+"""One debug session: the VS Code side, the backend debugger, and the features between them.
+
+Layer: session, the hub of the adapter. It owns the client channel (handlers in client.py), the
+backend (chosen by `backends.create_backend`) and the features (memory, disassembly, and the
+slots where data breakpoints, recording and reverse stepping plug in). Features never talk to
+each other; they talk through the Session: its `backend`, `pid`, `client` and
+`announce_capabilities`. It does not know about hardware or trace formats.
+
+Life of a session: `initialize` is answered here with ptdebug's own capabilities (the backend is
+not chosen yet); `launch`/`attach` starts the backend, whose capabilities are merged and sent in
+a `capabilities` event; requests are then forwarded or answered locally; the session ends when
+the client disconnects or closes the stream, or shortly after the backend dies (the client then
+gets `terminated` first, so it never waits on a dead debugger).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, BinaryIO
+
+from adapter.backends import Backend, create_backend
+from adapter.protocol.channel import DEFERRED, Channel
+from adapter.protocol.errors import (AdapterError, BackendGone, NoDebugSession, NoProcess,
+                                     UnsupportedRequest)
+from adapter.protocol.framing import MessageReader, MessageWriter
+from adapter.protocol.messages import Event, Request, Response
+from adapter.protocol.schema import DAP_REQUESTS
+
+log = logging.getLogger("ptdebug.dap")
+
+ADAPTER_CAPABILITIES = {
+    "supportsConfigurationDoneRequest": True,
+    "supportsReadMemoryRequest": True,
+    "supportsWriteMemoryRequest": True,
+    "supportsDisassembleRequest": True,
+}
+"""What ptdebug answers itself, whatever the backend. Features add theirs at run time through
+`Session.announce_capabilities` (e.g. supportsDataBreakpoints once the probe succeeds)."""
+
+LOCAL_CAPABILITIES = frozenset({
+    "supportsReadMemoryRequest", "supportsWriteMemoryRequest", "supportsDisassembleRequest",
+    "supportsDataBreakpoints", "supportsDataBreakpointBytes", "supportsInstructionBreakpoints",
+    "supportsStepBack", "breakpointModes", "supportsBreakpointLocationsRequest",
+    "supportsLoadedSourcesRequest", "supportsRestartFrame", "supportsCancelRequest",
+    "supportsTerminateThreadsRequest",
+})
+"""Capabilities whose requests never reach the backend: only ptdebug's own value counts."""
+
+BACKEND_GONE_LINGER = 10.0
+"""Seconds the session waits for the client's `disconnect` after the backend died."""
+DISCONNECT_TIMEOUT = 5.0
+"""Seconds the backend gets to answer `disconnect` before the session ends anyway."""
+
+
+class Session:
+    """The state of one debug session. Create it on a client stream and call `run()`."""
+
+    def __init__(self, client_in: BinaryIO, client_out: BinaryIO):
+        from adapter.client import ClientHandlers
+        self.client = Channel(MessageReader(client_in), MessageWriter(client_out),
+                              ClientHandlers(self), "client")
+        """DAP to VS Code (or any client)."""
+        self.client_arguments: dict = {}
+        """The client's `initialize` arguments (supportsMemoryEvent, ...), forwarded as-is."""
+        self.capabilities: dict = dict(ADAPTER_CAPABILITIES)
+        """Everything told to the client so far (initialize response + capabilities events)."""
+        self.backend: Backend | None = None
+        """The debugger behind ptdebug, from launch/attach on."""
+        self.pid: int | None = None
+        """The debuggee's process id, once the backend learnt it."""
+        self.memory = None
+        """adapter.memory.ProcessMemory of the debuggee, once its pid is known."""
+        self.disassembler = None
+        """adapter.disassemble.Disassembler of the debuggee, created on first use."""
+        self.data_breakpoints = None
+        """Data-breakpoint feature (dataBreakpointInfo, setDataBreakpoints); None until wired."""
+        self.reverse = None
+        """Reverse-execution feature (stepBack, reverseContinue); None until wired."""
+        self.instruction_breakpoints = None
+        """Instruction-breakpoint feature (setInstructionBreakpoints); None until wired."""
+        self.terminated_sent = False
+        """Whether the client has been sent `terminated` (by the backend or by us)."""
+        self.backend_gone_at: float | None = None
+        """monotonic() when the backend died, if it did."""
+        self.disconnect_at: float | None = None
+        """monotonic() when the client asked to disconnect."""
+        self.finished = threading.Event()
+        """Set when the session is over: the run loop then shuts everything down."""
+        self._lock = threading.Lock()
+
+    # --- running --------------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve the client until the session ends; returns the process exit status."""
+        self.client.start()
+        while not self.finished.wait(0.1):
+            now = time.monotonic()
+            if self.client.closed.is_set():
+                log.info("client closed the connection (%s)", self.client.close_reason)
+                break
+            if self.backend_gone_at is not None and now - self.backend_gone_at > BACKEND_GONE_LINGER:
+                log.info("no disconnect %g s after the backend died; ending", BACKEND_GONE_LINGER)
+                break
+            if self.disconnect_at is not None and now - self.disconnect_at > DISCONNECT_TIMEOUT:
+                log.warning("the backend did not answer disconnect; ending anyway")
+                break
+        self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        """Stop the backend (it ends a launched debuggee) and the features."""
+        for feature in (self.data_breakpoints, self.reverse, self.instruction_breakpoints):
+            close = getattr(feature, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing feature %r failed", feature)
+        if self.backend is not None:
+            self.backend.close()
+
+    def finish(self) -> None:
+        self.finished.set()
+
+    # --- the backend ----------------------------------------------------------------------
+    def start_backend(self, name: str) -> Backend:
+        """Create and initialize the backend; tell the client its capabilities."""
+        if self.backend is not None:
+            raise AdapterError("this session already has a debuggee; one launch/attach only")
+        backend = create_backend(name, self)
+        self.backend = backend
+        backend.start()
+        backend_capabilities = backend.initialize(self.client_arguments)
+        merged = {k: v for k, v in backend_capabilities.items() if k not in LOCAL_CAPABILITIES}
+        merged.update(self.capabilities)
+        self.announce_capabilities(**merged)
+        return backend
+
+    def announce_capabilities(self, **capabilities: Any) -> None:
+        """Record capabilities and send a `capabilities` event with the ones that changed."""
+        with self._lock:
+            changed = {k: v for k, v in capabilities.items() if self.capabilities.get(k) != v
+                       or k not in self.capabilities}
+            self.capabilities.update(changed)
+        if changed:
+            self.client.send_event("capabilities", {"capabilities": changed})
+
+    def route(self, request: Request) -> object:
+        """A request no local handler claims: forward it, or say clearly why not."""
+        backend = self.backend
+        if backend is None:
+            raise NoDebugSession(f"{request.command!r} needs a debuggee: send launch or "
+                                 "attach first")
+        if self.backend_gone_at is not None:
+            raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
+        if backend.handles(request.command) or request.command not in DAP_REQUESTS:
+            backend.forward(request)
+            return DEFERRED
+        raise UnsupportedRequest(f"{request.command!r} is not supported by ptdebug with the "
+                                 f"{backend.name} backend")
+
+    def require_memory(self):
+        if self.memory is None:
+            raise NoProcess("the debuggee's process id is not known yet (no 'process' event "
+                            "from the backend)")
+        return self.memory
+
+    def disconnect(self, request: Request) -> object:
+        """Forward disconnect to a live backend, answer the client, then end the session."""
+        self.disconnect_at = time.monotonic()
+        backend = self.backend
+        if backend is None or self.backend_gone_at is not None:
+            request.respond()
+            self.finish()
+            return DEFERRED
+
+        def answered(response: Response) -> None:
+            if response.raw.get("_gone"):
+                request.respond()  # the backend died meanwhile: the disconnect is done anyway
+            else:
+                request.respond_like(response.raw)
+            self.finish()
+
+        backend.channel.send_request("disconnect", request.raw.get("arguments"), answered)
+        return DEFERRED
+
+    # --- BackendHooks ---------------------------------------------------------------------
+    def backend_event(self, event: Event) -> None:
+        raw = event.raw
+        name = raw["event"]
+        if name == "terminated":
+            self.terminated_sent = True
+        elif name == "capabilities":
+            body = raw.get("body") or {}
+            caps = {k: v for k, v in (body.get("capabilities") or {}).items()
+                    if k not in LOCAL_CAPABILITIES}
+            self.announce_capabilities(**caps)
+            return
+        del raw["seq"]
+        self.client.send(raw)
+
+    def backend_reverse_request(self, request: Request) -> None:
+        self.client.send_request(request.command, request.raw.get("arguments"),
+                                 lambda response: request.respond_like(response.raw))
+
+    def backend_process(self, pid: int) -> None:
+        from adapter.memory import ProcessMemory
+        log.info("debuggee process id %d", pid)
+        self.pid = pid
+        self.memory = ProcessMemory(pid)
+        self.disassembler = None
+
+    def backend_gone(self, reason: str) -> None:
+        log.warning("backend gone: %s", reason)
+        self.backend_gone_at = time.monotonic()
+        if self.disconnect_at is not None:
+            self.finish()
+            return
+        if not self.terminated_sent:
+            self.terminated_sent = True
+            self.client.send_event("output", {"category": "important",
+                                              "output": f"ptdebug: {reason}\n"})
+            self.client.send_event("terminated", {})

@@ -1,0 +1,500 @@
+"""`ptdebug dump TRACE [options]`: the packets of a trace, one a line, as libipt's ptdump.
+
+Layer: pt_decoder.tools (a command over the packet layer). It parses ptdump's
+options, maps the trace file without copying it, drives
+`pt_decoder.packet.PacketDecoder` like ptdump drives pt_pkt_next (sync at the
+first PSB, print, on an error print `[offset: error decoding packet: ...]`
+and resync at the next PSB), and keeps ptdump's side tracking: last-IP
+(--lastip), time and calibration (--time/--tcal, ptdump_time.py). Columns are
+formatted by ptdump_format.py. It knows nothing of events or instructions.
+
+Exit status: 0 after a dump (decoding errors are part of the output, as in
+ptdump), 1 when the trace cannot be read, 2 for a bad command line.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+from pt_decoder.errors import ErrorCode, PtError, errstr
+from pt_decoder.packet import Kind, PacketDecoder
+from pt_decoder.tools import ptdump_format as fmt
+from pt_decoder.tools.ptdump_time import TimeCalibration, TimeConfig, TimeError, TimeTracker
+
+PROG = "ptdebug dump"
+
+USAGE = f"""usage: {PROG} [<options>] <ptfile>[:<from>[-<to>]]
+
+Print the Intel PT packets of <ptfile>, one a line, in libipt ptdump's format.
+
+options:
+  --help|-h                 this text.
+  --no-sync                 don't sync to the first PSB; assume a packet boundary
+                            at the beginning of the trace.
+  --quiet                   don't print anything but errors.
+  --no-pad                  don't show PAD packets.
+  --no-timing               don't show timing packets.
+  --no-cyc                  don't show CYC packets and ignore them when tracking time.
+  --no-offset               don't show the offset as the first column.
+  --raw                     show raw packet bytes.
+  --lastip                  show last IP updates on packets with IP payloads.
+  --exec-mode               show the current execution mode on mode.exec packets.
+  --time                    show the estimated TSC on timing packets.
+  --tcal                    show time calibration information.
+  --time-delta              show timing information as delta.
+  --no-tcal                 skip timing calibration (CYC packets then give errors).
+  --no-wall-clock           suppress the no-time error and print relative time.
+  --cpu none|auto|f/m[/s]   decode for this cpu (family/model[/stepping]): errata.
+  --mtc-freq <n>            the MTC frequency (IA32_RTIT_CTL[17:14]).
+  --nom-freq <n>            the nominal frequency (MSR_PLATFORM_INFO[15:8]).
+  --cpuid-0x15.eax <n>      the value of cpuid[0x15].eax.
+  --cpuid-0x15.ebx <n>      the value of cpuid[0x15].ebx.
+  --packets libipt-2.0.5|sdm
+                            the packet set: libipt 2.0.5's (default, as ptdump 2.0.5:
+                            0xd9 is a bad opcode) or the SDM's (adds BBP, BIP, BEP,
+                            CFE, EVD and TRIG).
+"""
+
+
+class UsageError(Exception):
+    """A bad command line (exit status 2)."""
+
+
+# ---------------------------------------------------------------------------
+# CPU errata (libipt pt_cpu_errata; Intel specification updates). Only SKZ84
+# and SKL168 change what the dump prints; the rest are for the higher layers.
+
+_ERRATA_BY_MODEL = [
+    ((0x3D, 0x47, 0x4F, 0x56), ("bdm70", "bdm64")),
+    ((0x4E, 0x5E, 0x8E, 0x9E, 0xA5, 0xA6),
+     ("bdm70", "skd007", "skd022", "skd010", "skl014", "skl168")),
+    ((0x55, 0x6A, 0x6C, 0x8F), ("bdm70", "skl014", "skd022", "skz84")),
+    ((0x66, 0x7D, 0x7E, 0x8C, 0x8D, 0xA7, 0xA8), ("bdm70", "skl014", "skd022")),
+    ((0x97, 0x9A, 0xBF), ("bdm70", "skl014", "skd022", "apl11")),
+    ((0x5C, 0x5F), ("apl12", "apl11")),
+    ((0x7A, 0x86, 0x96, 0x9C), ("apl11",)),
+]
+
+
+def cpu_errata(family: int, model: int) -> frozenset[str] | None:
+    """The PT errata of an Intel family/model, or None if the CPU is unknown."""
+    if family == 6:
+        for models, errata in _ERRATA_BY_MODEL:
+            if model in models:
+                return frozenset(errata)
+    return None
+
+
+def parse_cpu(text: str) -> tuple[int, int, int]:
+    """'f/m[/s]' (C integer syntax: 6/0x55/4) -> (family, model, stepping)."""
+    parts = text.split("/")
+    if len(parts) not in (2, 3):
+        raise ValueError(text)
+    values = [int(p, 0) for p in parts] + [0] * (3 - len(parts))
+    family, model, stepping = values
+    if not (0 <= family <= 0xFFFF and 0 <= model <= 0xFF and 0 <= stepping <= 0xFF):
+        raise ValueError(text)
+    return family, model, stepping
+
+
+def host_cpu() -> tuple[str, int, int, int]:
+    """(vendor, family, model, stepping) of this machine from /proc/cpuinfo."""
+    info: dict[str, str] = {}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            info[key.strip()] = value.strip()
+    return (info.get("vendor_id", ""), int(info.get("cpu family", 0)),
+            int(info.get("model", 0)), int(info.get("stepping", 0)))
+
+
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Options:
+    show_offset: bool = True
+    show_raw: bool = False
+    show_last_ip: bool = False
+    show_exec_mode: bool = False
+    track_time: bool = False
+    show_time: bool = False
+    show_tcal: bool = False
+    time_delta: bool = False
+    quiet: bool = False
+    no_pad: bool = False
+    no_sync: bool = False
+    no_tcal: bool = False
+    no_wall_clock: bool = False
+    no_timing: bool = False
+    no_cyc: bool = False
+    sdm_packets: bool = False
+    cpu: tuple[int, int, int] | None = None      # Intel family/model/stepping
+    time: TimeConfig = field(default_factory=TimeConfig)
+    errata: frozenset[str] = frozenset()
+    trace: str = ""
+    begin: int = 0
+    end: int | None = None
+
+
+_FLAGS = {
+    "--no-sync": "no_sync", "--quiet": "quiet", "--no-pad": "no_pad",
+    "--no-timing": "no_timing", "--no-cyc": "no_cyc", "--raw": "show_raw",
+    "--lastip": "show_last_ip", "--exec-mode": "show_exec_mode",
+    "--time-delta": "time_delta", "--no-tcal": "no_tcal", "--no-wall-clock": "no_wall_clock",
+}
+_NUMBERS = {  # option -> (TimeConfig attribute, largest value)
+    "--mtc-freq": ("mtc_freq", 0xFF), "--nom-freq": ("nom_freq", 0xFF),
+    "--cpuid-0x15.eax": ("cpuid_0x15_eax", 0xFFFFFFFF),
+    "--cpuid-0x15.ebx": ("cpuid_0x15_ebx", 0xFFFFFFFF),
+}
+
+
+def _value(argv: list[str], i: int, opt: str) -> str:
+    if i >= len(argv) or argv[i].startswith("--"):
+        raise UsageError(f"{opt}: missing argument")
+    return argv[i]
+
+
+def _split_range(arg: str) -> tuple[str, int, int | None]:
+    """'file:from-to' / 'file:from' -> (file, from, to); a ':' that is not a range
+    stays part of the file name (ptdump's rule)."""
+    name, sep, rng = arg.rpartition(":")
+    m = re.fullmatch(r"(0[xX][0-9a-fA-F]+|\d+)(?:-(0[xX][0-9a-fA-F]+|\d+))?", rng) if sep else None
+    if not m:
+        return arg, 0, None
+    begin = int(m.group(1), 0)
+    end = int(m.group(2), 0) if m.group(2) else None
+    if end is not None and end <= begin:
+        raise UsageError(f"bad range in {arg}: the end must be after the start")
+    return name, begin, end
+
+
+def parse_args(argv: list[str]) -> Options | None:
+    """ptdump's command line -> Options; None for --help. Raises UsageError."""
+    o = Options()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if not arg.startswith("-") or arg == "-":
+            if i < len(argv):
+                raise UsageError(f"the trace file must come last (after {arg!r}: {argv[i]!r})")
+            o.trace, o.begin, o.end = _split_range(arg)
+            break
+        if arg in ("-h", "--help"):
+            return None
+        if arg in _FLAGS:
+            setattr(o, _FLAGS[arg], True)
+        elif arg == "--no-offset":
+            o.show_offset = False
+        elif arg in ("--time", "--tcal"):
+            if (arg == "--time" and o.show_tcal) or (arg == "--tcal" and o.show_time):
+                raise UsageError("specify either --time or --tcal")
+            o.track_time = True
+            o.show_time = o.show_time or arg == "--time"
+            o.show_tcal = o.show_tcal or arg == "--tcal"
+        elif arg in _NUMBERS:
+            attr, limit = _NUMBERS[arg]
+            text = _value(argv, i, arg)
+            i += 1
+            try:
+                value = int(text, 0)
+            except ValueError:
+                raise UsageError(f"{arg}: bad argument: {text}") from None
+            if not 0 <= value <= limit:
+                raise UsageError(f"{arg}: value out of range (0..{limit}): {text}")
+            setattr(o.time, attr, value)
+        elif arg == "--cpu":
+            text = _value(argv, i, arg)
+            i += 1
+            if text == "none":
+                o.cpu = None
+            elif text == "auto":
+                vendor, fam, model, step = host_cpu()
+                o.cpu = (fam, model, step) if vendor == "GenuineIntel" else None
+            else:
+                try:
+                    o.cpu = parse_cpu(text)
+                except ValueError:
+                    raise UsageError(f"--cpu: cpu must be given as f/m[/s], not {text!r}") from None
+        elif arg == "--packets":
+            text = _value(argv, i, arg)
+            i += 1
+            if text not in ("libipt-2.0.5", "sdm"):
+                raise UsageError(f"--packets: expected libipt-2.0.5 or sdm, not {text!r}")
+            o.sdm_packets = text == "sdm"
+        else:
+            raise UsageError(f"unknown option: {arg}")
+    if not o.trace:
+        raise UsageError("no trace file given")
+    return o
+
+
+# ---------------------------------------------------------------------------
+
+class LastIp:
+    """ptdump's own last-IP tracking (libipt pt_last_ip): unlike the decoder it
+    is not reset at PSB, only when the dump resynchronises after an error."""
+
+    def __init__(self) -> None:
+        self.ip = 0
+        self.have_ip = False
+        self.suppressed = False
+
+    def update(self, ipc: int, raw: int) -> None:
+        if ipc == 0:
+            self.suppressed = True
+            return
+        if ipc == 3:
+            self.ip = fmt.sext48(raw)
+        elif ipc == 6:
+            self.ip = raw
+        else:
+            keep = {1: ~0xFFFF, 2: ~0xFFFFFFFF, 4: ~0xFFFFFFFFFFFF}[ipc]
+            self.ip = (self.ip & keep & 0xFFFFFFFFFFFFFFFF) | raw
+        self.have_ip = True
+        self.suppressed = False
+
+
+class Dumper:
+    """ptdump's dump loop and tracking over one buffer; lines go to `emit`."""
+
+    def __init__(self, data, opts: Options, emit) -> None:
+        self.data = data
+        self.opts = opts
+        self.emit = emit
+        self.reset()
+
+    def reset(self) -> None:
+        self.last_ip = LastIp()
+        self.tcal = TimeCalibration()
+        self.time = TimeTracker()
+        self.shown_tsc = 0
+        self.shown_fcr = 0
+        self.in_header = False
+
+    def diag(self, offset: int, text: str, code: ErrorCode | None = None) -> None:
+        self.emit(fmt.diag(offset, text, errstr(code) if code is not None else None))
+
+    def run(self) -> None:
+        o = self.opts
+        dec = PacketDecoder(self.data, sdm_packets=o.sdm_packets,
+                            errata_skz84="skz84" in o.errata)
+        if o.no_sync:
+            dec.seek(0)
+        elif dec.sync_forward() is None:
+            return
+        while self.dump_packets(dec):
+            if dec.sync_forward() is None:
+                return
+            self.reset()
+
+    def dump_packets(self, dec: PacketDecoder) -> bool:
+        """Dump until the end (False) or a decoding error (True)."""
+        while True:
+            offset = dec.offset
+            try:
+                pkt = dec.next()
+            except PtError as exc:
+                if exc.code == ErrorCode.EOS:     # a cut-off last packet ends the dump
+                    return False
+                self.diag(offset, "error decoding packet", exc.code)
+                return True
+            if pkt is None:
+                return False
+            self.dump_one(pkt)
+
+    def dump_one(self, pkt) -> None:
+        o = self.opts
+        line = fmt.Line(offset=pkt.offset)
+        if o.show_raw:
+            line.raw, cut = fmt.raw_bytes(self.data, pkt.offset, pkt.size)
+            if cut:
+                self.diag(pkt.offset, "truncating raw packet")
+        fmt.describe(pkt, line)
+        self.track(pkt, line)
+        if line.skip or o.quiet:
+            return
+        self.emit(fmt.render(line, show_offset=o.show_offset))
+
+    # ---- tracking, in ptdump's order (diagnostics print before the line) ----
+
+    def track(self, pkt, line: fmt.Line) -> None:
+        o, kind, cfg = self.opts, pkt.kind_id, self.opts.time
+        if kind == Kind.PSB:
+            if o.track_time:
+                self.tcal.update_psb(cfg)
+            self.in_header = True
+        elif kind == Kind.PSBEND:
+            self.in_header = False
+        elif kind == Kind.PAD:
+            line.skip = o.no_pad
+        elif kind in (Kind.TIP, Kind.TIP_PGE, Kind.TIP_PGD, Kind.FUP):
+            if o.show_last_ip:
+                self.track_last_ip(pkt, line)
+        elif kind == Kind.MODE_EXEC:
+            if o.show_exec_mode:
+                line.set_track("em", fmt.exec_mode(pkt))
+        elif kind in (Kind.TSC, Kind.CBR, Kind.TMA, Kind.MTC):
+            if o.track_time:
+                self.track_timing(pkt, line)
+            line.skip = o.no_timing
+        elif kind == Kind.CYC:
+            if o.track_time and not o.no_cyc:
+                self.track_cyc(pkt, line)
+            line.skip = o.no_timing or o.no_cyc
+
+    def track_last_ip(self, pkt, line: fmt.Line) -> None:
+        self.last_ip.update(pkt.ipc, pkt.payload)
+        if not self.last_ip.have_ip:
+            line.set_track("ip", "<unavailable>")
+            self.diag(pkt.offset, "error tracking last-ip", ErrorCode.NOIP)
+        elif self.last_ip.suppressed:
+            line.set_track("ip", "<suppressed>")
+        else:
+            line.set_track("ip", f"{self.last_ip.ip:016x}")
+
+    def _try(self, offset: int, text: str, fn, *args) -> bool:
+        try:
+            fn(*args)
+            return True
+        except TimeError as exc:
+            self.diag(offset, text, exc.code)
+            return False
+
+    def track_timing(self, pkt, line: fmt.Line) -> None:
+        o, cfg, kind, off = self.opts, self.opts.time, pkt.kind_id, pkt.offset
+        if kind == Kind.TSC:
+            if not o.no_tcal:
+                upd = self.tcal.header_tsc if self.in_header else self.tcal.update_tsc
+                self._try(off, "error calibrating time", upd, pkt.payload, cfg)
+            self._try(off, "error updating time", self.time.update_tsc, pkt.payload, cfg)
+        elif kind == Kind.CBR:
+            if not o.no_tcal:
+                upd = self.tcal.header_cbr if self.in_header else self.tcal.update_cbr
+                self._try(off, "error calibrating time", upd, pkt.payload, cfg)
+            self._try(off, "error updating time", self.time.update_cbr, pkt.payload, cfg)
+            line.skip_time = True
+        elif kind == Kind.TMA:
+            if not o.no_tcal:
+                self._try(off, "error calibrating time", self.tcal.update_tma,
+                          pkt.payload, pkt.aux, cfg)
+            self._try(off, "error updating time", self.time.update_tma,
+                      pkt.payload, pkt.aux, cfg)
+            line.skip_tcal = True
+        else:  # MTC
+            if not o.no_tcal:
+                self._try(off, "error calibrating time", self.tcal.update_mtc, pkt.payload, cfg)
+            self._try(off, "error updating time", self.time.update_mtc, pkt.payload, cfg)
+        self.show_time(off, line)
+
+    def track_cyc(self, pkt, line: fmt.Line) -> None:
+        o, cfg, off = self.opts, self.opts.time, pkt.offset
+        fcr = 0
+        if not o.no_tcal:
+            try:
+                fcr = self.tcal.query_fcr()
+            except TimeError as exc:
+                self.diag(off, "calibration error", exc.code)
+            self._try(off, "error calibrating time", self.tcal.update_cyc, pkt.payload, cfg)
+        if self._try(off, "error updating time", self.time.update_cyc, pkt.payload, cfg, fcr):
+            if not fcr:
+                self.diag(off, "error updating time: no calibration")
+        line.skip_tcal = True
+        self.show_time(off, line)
+
+    def show_time(self, offset: int, line: fmt.Line) -> None:
+        o = self.opts
+        if o.show_tcal and not line.skip_tcal:
+            try:
+                fcr = self.tcal.query_fcr()
+            except TimeError as exc:
+                line.set_track("fcr", "<unavailable>")
+                self.diag(offset, "error printing time", exc.code)
+            else:
+                value = fcr / (1 << 8)
+                if o.time_delta:
+                    line.set_track("fcr", f"{value - self.shown_fcr / (1 << 8):+.3f}")
+                    self.shown_fcr = fcr
+                else:
+                    line.set_track("fcr", f"{value:.3f}")
+        if o.show_time and not line.skip_time:
+            try:
+                tsc = self.time.query_tsc()
+            except TimeError as exc:
+                if not (exc.code == ErrorCode.NO_TIME and o.no_wall_clock):
+                    self.diag(offset, "error printing time", exc.code)
+                    line.set_track("tsc", "<unavailable>")
+                    return
+                tsc = self.time.tsc
+            if o.time_delta:
+                old = self.shown_tsc
+                line.set_track("tsc", f"+{tsc - old:x}" if old <= tsc else f"-{old - tsc:x}")
+                self.shown_tsc = tsc
+            else:
+                line.set_track("tsc", f"{tsc:016x}")
+
+
+# ---------------------------------------------------------------------------
+
+def open_trace(path: str, begin: int = 0, end: int | None = None):
+    """The trace's bytes without copying: an mmap (or memoryview slice of it).
+    Raises OSError / ValueError with a message naming the file."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ValueError(f"{path} is empty")
+    if begin >= size:
+        raise ValueError(f"bad offset {begin:#x} into {path} ({size} bytes)")
+    if end is not None and end > size:
+        raise ValueError(f"bad range end {end:#x} in {path} ({size} bytes)")
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    if begin == 0 and end is None:
+        return mapped
+    return memoryview(mapped)[begin:end]
+
+
+def dump(data, opts: Options, emit) -> None:
+    """Dump `data` (any buffer) with `opts`, passing each output line to `emit`."""
+    if opts.cpu is not None:
+        errata = cpu_errata(opts.cpu[0], opts.cpu[1])
+        if errata is None:
+            emit(fmt.diag(0, "failed to determine errata", errstr(ErrorCode.BAD_CPU)))
+            errata = frozenset()
+        opts.errata = errata
+        opts.time.skl168 = "skl168" in errata
+    Dumper(data, opts, emit).run()
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    out = sys.stdout if out is None else out
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        print(f"{PROG}: {exc}.\n{PROG}: use --help for the options.", file=sys.stderr)
+        return 2
+    if opts is None:
+        out.write(USAGE)
+        return 0
+    try:
+        data = open_trace(opts.trace, opts.begin, opts.end)
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"{PROG}: cannot read trace {opts.trace}: {reason}", file=sys.stderr)
+        return 1
+    write = out.write
+    try:
+        dump(data, opts, lambda line: write(line + "\n"))
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,491 @@
+"""Address <-> source line: DWARF .debug_line (pyelftools) and Go's pclntab.
+
+Layer: pt_decoder, the top (history.py uses it to step by line). Reads ELF
+files only; knows nothing of traces, processes or the adapter.
+
+A `LineTable` is one sorted row table at runtime addresses (the module's load
+bias already added). Row i covers [address[i], address[i+1]); an
+end-of-sequence row covers nothing. Where several rows share an address, the
+last one describes it (as llvm-symbolizer and addr2line read DWARF). Each
+distinct (file, line) has a small integer *line id* (0: no line), which is
+what the history stores per distinct IP and compares when stepping by line.
+
+DWARF: the line-number program of DWARF v2-v5 (DWARF 5 spec §6.2; file
+index 0 is the primary file from v5 on, 1-based before). is_stmt says where
+a statement begins; a row with is_stmt false belongs to its line but is no
+place to stop (gdb's rule since 10.1). Go: the runtime's own table
+(`.gopclntab`, magic 0xfffffff0/1 for Go 1.18+; layout in Go's
+src/runtime/symtab.go `pcHeader` and `_func`, encoding in src/cmd/internal/obj
+pcln.go): per function a pc->file and a pc->line zig-zag varint table. It is
+present in every Go binary, stripped or not, and gives function names too.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from array import array
+from typing import Iterable, NamedTuple
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from ._history import lookup_sorted
+from .errors import ErrorCode, PtError
+
+__all__ = ["LineRow", "LineTable"]
+
+IS_STMT = 0x1
+END_SEQUENCE = 0x2
+PCLNTAB_GO118 = 0xFFFFFFF0
+PCLNTAB_GO120 = 0xFFFFFFF1
+
+
+class LineRow(NamedTuple):
+    """One row of a line table: the instruction at `address` begins code of `file`:`line`."""
+
+    address: int
+    file: str
+    line: int
+    column: int
+    is_stmt: bool
+
+
+class LineTable:
+    """Sorted rows address -> (file, line, column, is_stmt) for one or more modules.
+
+    Build with `for_elf`, `for_image`, `merge` or `from_rows`. Queries:
+    `lookup`, `row_at`, `addresses`, `statement_addresses`, `line_ids`,
+    `line_key`, `function` (Go pclntab only).
+    """
+
+    def __init__(self, files: list[str], rows: Iterable[tuple[int, int, int, int, int]],
+                 functions: "_GoFunctions | None" = None):
+        """`rows`: (address, file id, line, column, flags) with flags IS_STMT/END_SEQUENCE,
+        in sequence order. Use the classmethods; this is the common end of them."""
+        self.files = list(files)
+        """File id -> path."""
+        # End rows first among equal addresses: a sequence that ends where the
+        # next one starts must not hide the next one's first row.
+        ordered = sorted(enumerate(rows), key=lambda ir: (ir[1][0], not ir[1][4] & END_SEQUENCE, ir[0]))
+        self.address = array("Q", (r[0] for _, r in ordered))
+        self.file_id = array("I", (r[1] for _, r in ordered))
+        self.line = array("I", (r[2] for _, r in ordered))
+        self.column = array("I", (r[3] for _, r in ordered))
+        self.flags = array("B", (r[4] for _, r in ordered))
+        keys: dict[tuple[int, int], int] = {}
+        self._keys: list[tuple[int, int] | None] = [None]
+        self.line_id = array("I", bytes(4 * len(self.address)))
+        """Per row: the id of its (file, line); 0 for end rows and line 0."""
+        self.stmt_line_id = array("I", bytes(4 * len(self.address)))
+        """Per row: its line id if a statement begins at its address, else the id of
+        the last statement row before it in its sequence (the statement it continues)."""
+        current = 0
+        stmt_at = -1  # address of the last statement row
+        for i in range(len(self.address)):
+            if self.flags[i] & END_SEQUENCE:
+                current, stmt_at = 0, -1
+                continue
+            ident = 0
+            if self.line[i]:
+                key = (self.file_id[i], self.line[i])
+                ident = keys.get(key)
+                if ident is None:
+                    ident = keys[key] = len(self._keys)
+                    self._keys.append(key)
+            self.line_id[i] = ident
+            if self.flags[i] & IS_STMT:
+                current, stmt_at = ident, self.address[i]
+                self.stmt_line_id[i] = ident
+            elif stmt_at == self.address[i] or not current:
+                # A statement begins at this very address; this row only says
+                # which of its lines the instruction belongs to.
+                self.stmt_line_id[i] = ident
+            else:
+                self.stmt_line_id[i] = current
+        self._functions = functions
+
+    # -- construction ----------------------------------------------------
+
+    @classmethod
+    def for_elf(cls, path: str, base: int = 0, source: str = "auto") -> "LineTable":
+        """The line table of an ELF file loaded with bias `base`.
+
+        `source`: "dwarf" (.debug_line, or the separate debug file named by the
+        build-id under /usr/lib/debug/.build-id), "pclntab" (Go), or "auto"
+        (pclntab for a Go binary, else DWARF). Raises PtError(BAD_FILE) if the
+        file cannot be read, PtError(BAD_IMAGE) if it is not ELF or holds no
+        line information of the asked kind.
+        """
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise PtError(ErrorCode.BAD_FILE, detail=f"cannot open {path}: {e.strerror}")
+        with f:
+            try:
+                elf = ELFFile(f)
+            except ELFError as e:
+                raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} is not an ELF file: {e}")
+            pcln = elf.get_section_by_name(".gopclntab")
+            if source == "pclntab" or (source == "auto" and pcln is not None):
+                if pcln is None:
+                    raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no .gopclntab (not a Go binary)")
+                return cls._from_pclntab(elf, pcln.data(), base, path)
+            if source not in ("auto", "dwarf"):
+                raise PtError(ErrorCode.INVALID, detail=f"unknown line source {source!r}")
+            if elf.get_section_by_name(".debug_line") is None and elf.get_section_by_name(".zdebug_line") is None:
+                debug = _separate_debug_file(elf)
+                if debug is None:
+                    raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no .debug_line and no separate debug file")
+                return cls.for_elf(debug, base, "dwarf")
+            return cls._from_dwarf(elf, base)
+
+    @classmethod
+    def for_image(cls, image) -> "LineTable":
+        """One table for every ELF module of a pt_decoder.image.Image that has line
+        information, each at its load bias; modules without any are left out."""
+        tables = []
+        for module in image.modules:
+            if module.kind != "elf":
+                continue
+            try:
+                tables.append(cls.for_elf(module.path, module.base))
+            except PtError:
+                continue
+        return cls.merge(tables)
+
+    @classmethod
+    def merge(cls, tables: list["LineTable"]) -> "LineTable":
+        """One table holding the rows of all `tables` (their modules must not overlap)."""
+        files: list[str] = []
+        file_index: dict[str, int] = {}
+        rows = []
+        functions = None
+        for table in tables:
+            remap = []
+            for name in table.files:
+                if name not in file_index:
+                    file_index[name] = len(files)
+                    files.append(name)
+                remap.append(file_index[name])
+            rows.extend(zip(table.address, (remap[i] for i in table.file_id), table.line,
+                            table.column, table.flags))
+            if table._functions is not None:
+                functions = table._functions if functions is None else functions.merged(table._functions)
+        return cls(files, rows, functions)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[LineRow | tuple], end: int | None = None) -> "LineTable":
+        """A one-sequence table from (address, file, line[, column, is_stmt]) rows in
+        address order, ending at `end` (default: one past the last address)."""
+        files: list[str] = []
+        index: dict[str, int] = {}
+        out = []
+        last = 0
+        for row in rows:
+            address, file, line = row[0], row[1], row[2]
+            column = row[3] if len(row) > 3 else 0
+            stmt = row[4] if len(row) > 4 else True
+            if file not in index:
+                index[file] = len(files)
+                files.append(file)
+            out.append((address, index[file], line, column, IS_STMT if stmt else 0))
+            last = address
+        out.append((last + 1 if end is None else end, 0, 0, 0, END_SEQUENCE))
+        return cls(files or [""], out)
+
+    @classmethod
+    def _from_dwarf(cls, elf: ELFFile, base: int) -> "LineTable":
+        dwarf = elf.get_dwarf_info()
+        files: list[str] = []
+        file_index: dict[str, int] = {}
+        rows = []
+        for cu in dwarf.iter_CUs():
+            program = dwarf.line_program_for_CU(cu)
+            if program is None:
+                continue
+            top = cu.get_top_DIE()
+            comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in top.attributes else ""
+            names = _dwarf_file_names(program, comp_dir)
+            ids = []
+            for name in names:
+                if name not in file_index:
+                    file_index[name] = len(files)
+                    files.append(name)
+                ids.append(file_index[name])
+            first_file = 0 if program.header["version"] >= 5 else 1
+            for entry in program.get_entries():
+                state = entry.state
+                if state is None:
+                    continue
+                k = state.file - first_file
+                fid = ids[k] if 0 <= k < len(ids) else 0
+                flags = (IS_STMT if state.is_stmt else 0) | (END_SEQUENCE if state.end_sequence else 0)
+                rows.append((state.address + base, fid, state.line, state.column, flags))
+        if not rows:
+            raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
+        return cls(files or [""], rows)
+
+    @classmethod
+    def _from_pclntab(cls, elf: ELFFile, data: bytes, base: int, path: str) -> "LineTable":
+        text_start = 0
+        symtab = elf.get_section_by_name(".symtab")
+        if symtab is not None and hasattr(symtab, "get_symbol_by_name"):
+            found = symtab.get_symbol_by_name("runtime.text")
+            if found:
+                text_start = found[0]["st_value"]
+        if not text_start:
+            text = elf.get_section_by_name(".text")
+            text_start = text["sh_addr"] if text is not None else 0
+        functions = _GoFunctions(data, text_start, base, path)
+        files, rows = functions.rows()
+        return cls(files, rows, functions)
+
+    # -- queries ---------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.address)
+
+    def _row_index(self, addr: int) -> int:
+        i = bisect.bisect_right(self.address, addr) - 1
+        if i < 0 or self.flags[i] & END_SEQUENCE:
+            return -1
+        return i
+
+    def row_at(self, addr: int) -> LineRow | None:
+        """The row describing `addr` (None outside every sequence)."""
+        i = self._row_index(addr)
+        if i < 0:
+            return None
+        return LineRow(self.address[i], self.files[self.file_id[i]], self.line[i], self.column[i],
+                       bool(self.flags[i] & IS_STMT))
+
+    def lookup(self, addr: int) -> tuple[str, int] | None:
+        """(file, line) of the instruction at `addr`; None where there is no line
+        information (outside every sequence, or DWARF line 0)."""
+        i = self._row_index(addr)
+        if i < 0 or not self.line[i]:
+            return None
+        return self.files[self.file_id[i]], self.line[i]
+
+    def line_key(self, line_id: int) -> tuple[str, int] | None:
+        """(file, line) of a line id; None for 0. Raises IndexError for an unknown id."""
+        key = self._keys[line_id]
+        return None if key is None else (self.files[key[0]], key[1])
+
+    @property
+    def line_count(self) -> int:
+        """How many line ids there are, 0 (no line) included."""
+        return len(self._keys)
+
+    def line_ids(self, ips: array, statements: bool = False) -> array:
+        """The line id of every address in `ips` (an array('Q')), as array('I').
+
+        With `statements`, an instruction of a non-statement row counts as part
+        of the statement before it (how a debugger steps; see the header).
+        Runs in C: a binary search per address against the row table.
+        """
+        return lookup_sorted(self.address, self.stmt_line_id if statements else self.line_id, ips)
+
+    def _file_ids(self, file: str) -> set[int]:
+        """Ids of the files that `file` names: the same path, or a path that ends
+        with it at a '/' (a client may send a relative or differently rooted path)."""
+        norm = os.path.normpath(file)
+        exact = {i for i, name in enumerate(self.files) if name == norm}
+        if exact:
+            return exact
+        tail = "/" + norm.lstrip("/")
+        found = {i for i, name in enumerate(self.files) if name.endswith(tail) or norm.endswith("/" + name.lstrip("/"))}
+        if not found:
+            base = os.path.basename(norm)
+            found = {i for i, name in enumerate(self.files) if os.path.basename(name) == base}
+            if len({self.files[i] for i in found}) > 1:
+                return set()  # ambiguous by basename alone
+        return found
+
+    def addresses(self, file: str, line: int) -> list[tuple[int, int]]:
+        """The [start, end) address ranges whose instructions belong to `file`:`line`,
+        sorted and merged where adjacent; [] if none (no such file or line)."""
+        ids = self._file_ids(file)
+        ranges: list[tuple[int, int]] = []
+        n = len(self.address)
+        for i in range(n - 1):
+            if self.line[i] != line or self.file_id[i] not in ids or self.flags[i] & END_SEQUENCE:
+                continue
+            if self.address[i + 1] == self.address[i]:
+                continue  # a later row at the same address describes it
+            start, end = self.address[i], self.address[i + 1]
+            if ranges and ranges[-1][1] == start:
+                ranges[-1] = (ranges[-1][0], end)
+            else:
+                ranges.append((start, end))
+        return ranges
+
+    def statement_addresses(self, file: str, line: int) -> list[int]:
+        """Addresses where a statement of `file`:`line` begins (is_stmt rows): where a
+        breakpoint on that line goes. Sorted, without duplicates."""
+        ids = self._file_ids(file)
+        return sorted({self.address[i] for i in range(len(self.address))
+                       if self.line[i] == line and self.file_id[i] in ids
+                       and self.flags[i] & IS_STMT and not self.flags[i] & END_SEQUENCE})
+
+    def function(self, addr: int) -> tuple[str, int] | None:
+        """(name, entry address) of the Go function holding `addr`, from pclntab;
+        None outside every function or for a DWARF-only table."""
+        if self._functions is None:
+            return None
+        return self._functions.function(addr)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _dwarf_file_names(program, comp_dir: str) -> list[str]:
+    """Full paths of a line program's file table, in its own index order."""
+    header = program.header
+    version = header["version"]
+    dirs = [_text(d) for d in header["include_directory"]]
+    names = []
+    for entry in header["file_entry"]:
+        name = _text(entry.name)
+        if not os.path.isabs(name):
+            d = entry.dir_index
+            if version >= 5:
+                directory = dirs[d] if d < len(dirs) else comp_dir
+            else:
+                directory = comp_dir if d == 0 else (dirs[d - 1] if d - 1 < len(dirs) else "")
+            if not os.path.isabs(directory):
+                directory = os.path.join(comp_dir, directory)
+            name = os.path.join(directory, name)
+        names.append(os.path.normpath(name))
+    return names
+
+
+def _separate_debug_file(elf: ELFFile) -> str | None:
+    """/usr/lib/debug/.build-id/xx/yyyy.debug for the ELF's GNU build-id, if installed."""
+    from .image import elf_build_id  # image imports nothing from here: no cycle
+
+    build_id = elf_build_id(elf)
+    if not build_id:
+        return None
+    candidate = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    return candidate if os.path.isfile(candidate) else None
+
+
+def _uvarint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+class _GoFunctions:
+    """The function table of a Go 1.18+ .gopclntab, at runtime addresses."""
+
+    def __init__(self, data: bytes, text_start: int, base: int, path: str):
+        if len(data) < 8:
+            raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path}: .gopclntab is truncated")
+        magic, _, _, quantum, ptrsize = struct.unpack_from("<IBBBB", data, 0)
+        if magic not in (PCLNTAB_GO118, PCLNTAB_GO120) or ptrsize not in (4, 8):
+            raise PtError(ErrorCode.BAD_IMAGE,
+                          detail=f"{path}: .gopclntab magic {magic:#x} is not Go 1.18 or later")
+        word = "Q" if ptrsize == 8 else "I"
+        (nfunc, _nfiles, header_text, name_off, cu_off, file_off, pc_off,
+         func_off) = struct.unpack_from("<" + word * 8, data, 8)
+        # Go 1.18-1.21 record the text start here; later versions leave 0 and
+        # the runtime takes it from moduledata.text (the runtime.text symbol).
+        text = header_text or text_start
+        self.quantum = quantum
+        self.data = data
+        self.names = data[name_off:cu_off]
+        self.cutab = data[cu_off:file_off]
+        self.filetab = data[file_off:pc_off]
+        self.pctab = data[pc_off:func_off]
+        self.functab = memoryview(data)[func_off:]
+        ftab = struct.unpack_from(f"<{2 * (nfunc + 1)}I", self.functab, 0)
+        self.entries = array("Q", (text + base + ftab[2 * i] for i in range(nfunc + 1)))
+        self.func_offsets = [ftab[2 * i + 1] for i in range(nfunc)]
+        self._name_cache: dict[int, str] = {}
+
+    def merged(self, other: "_GoFunctions") -> "_GoFunctions":
+        raise PtError(ErrorCode.NOT_SUPPORTED, detail="merging the tables of two Go binaries")
+
+    def _cstring(self, buf: bytes, off: int) -> str:
+        return buf[off: buf.index(b"\0", off)].decode("utf-8", "replace")
+
+    def _func(self, i: int):
+        # _func: entryOff u32, nameOff i32, args i32, deferreturn u32, pcsp u32,
+        # pcfile u32, pcln u32, npcdata u32, cuOffset u32, ...
+        (_entry, name_off, _args, _defer, _pcsp, pcfile, pcln, _npcdata,
+         cu_offset) = struct.unpack_from("<IiiIIIIII", self.functab, self.func_offsets[i])
+        return name_off, pcfile, pcln, cu_offset
+
+    def function(self, addr: int) -> tuple[str, int] | None:
+        i = bisect.bisect_right(self.entries, addr) - 1
+        if i < 0 or i >= len(self.func_offsets):
+            return None
+        name = self._name_cache.get(i)
+        if name is None:
+            name = self._name_cache[i] = self._cstring(self.names, self._func(i)[0])
+        return name, self.entries[i]
+
+    def _pcvalue(self, off: int, entry: int) -> list[tuple[int, int]]:
+        """(pc, value) change points of one pc-value table; the last pc ends it.
+        Encoding: pairs of zig-zag value delta and pc delta (in quanta) as
+        uvarints, from value -1 at the entry; a 0 value delta after the first
+        pair ends the table."""
+        out = []
+        buf = self.pctab
+        pc, value, first = entry, -1, True
+        while True:
+            delta, off = _uvarint(buf, off)
+            if delta == 0 and not first:
+                out.append((pc, value))
+                return out
+            first = False
+            value += -(delta >> 1) - 1 if delta & 1 else delta >> 1
+            step, off = _uvarint(buf, off)
+            out.append((pc, value))
+            pc += step * self.quantum
+
+    def rows(self) -> tuple[list[str], list[tuple[int, int, int, int, int]]]:
+        """Every function's rows, ending each function with an end-of-sequence row."""
+        files: list[str] = []
+        file_ids: dict[int, int] = {}  # filetab offset -> file id
+        rows = []
+        for i in range(len(self.func_offsets)):
+            entry = self.entries[i]
+            _name, pcfile, pcln, cu_offset = self._func(i)
+            if not pcln or not pcfile:
+                continue
+            lines = self._pcvalue(pcln, entry)
+            fnos = self._pcvalue(pcfile, entry)
+            end = max(lines[-1][0], fnos[-1][0])
+            # Merge the two step functions: a row wherever either changes.
+            li = fi = 0
+            pc = entry
+            while pc < end:
+                while li + 1 < len(lines) and lines[li + 1][0] <= pc:
+                    li += 1
+                while fi + 1 < len(fnos) and fnos[fi + 1][0] <= pc:
+                    fi += 1
+                fno = fnos[fi][1]
+                fid = 0
+                if fno >= 0:
+                    name_at = struct.unpack_from("<I", self.cutab, 4 * (cu_offset + fno))[0]
+                    fid = file_ids.get(name_at)
+                    if fid is None:
+                        fid = file_ids[name_at] = len(files)
+                        files.append(self._cstring(self.filetab, name_at))
+                line = lines[li][1]
+                rows.append((pc, fid, line if line > 0 else 0, 0, IS_STMT))
+                nxt = min(lines[li + 1][0] if li + 1 < len(lines) else end,
+                          fnos[fi + 1][0] if fi + 1 < len(fnos) else end)
+                pc = nxt
+            rows.append((end, 0, 0, 0, END_SEQUENCE))
+        return files or [""], rows

@@ -113,6 +113,13 @@ class BackendTimeout(BackendError):
     error_id = 1402
 
 
+class BackendRequestFailed(BackendError):
+    """The backend answered a forwarded request with a failure and no error id of its own
+    (debugpy sends only `message`); its text is passed on under this id."""
+    error_id = 1404
+    show_user = False
+
+
 class NoDebugSession(AdapterError):
     """A request that needs a launched or attached debuggee arrived before `launch`/`attach`."""
     error_id = 1403

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import AdapterError, InvalidMessage, InvalidRequest
+from .errors import AdapterError, BackendRequestFailed, InvalidMessage, InvalidRequest
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -86,12 +86,21 @@ class Request(Message):
                       "body": error.to_error_body()})
 
     def respond_like(self, response: dict) -> None:
-        """Answer with the outcome of another peer's response (forwarding)."""
-        answer = {"success": response.get("success", False)}
+        """Answer with the outcome of another peer's response (forwarding).
+
+        A failure without `body.error` (debugpy sends only `message`) gets one, with the id of
+        BackendRequestFailed: DAP's ErrorResponse requires the body, and clients want an id."""
+        success = response.get("success", False)
+        answer = {"success": success}
         if "message" in response:
             answer["message"] = response["message"]
-        if "body" in response:
-            answer["body"] = response["body"]
+        body = response.get("body")
+        if not success and not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
+            text = str(response.get("message") or "the backend reported a failure")
+            body = dict(body) if isinstance(body, dict) else {}
+            body.update(BackendRequestFailed(text).to_error_body())
+        if body is not None:
+            answer["body"] = body
         self._answer(answer)
 
     def _answer(self, fields: dict) -> None:

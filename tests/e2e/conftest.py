@@ -1,0 +1,131 @@
+"""Fixtures of the end-to-end tests: the real `ptdebug dap` process (stdio or --port), a DAP
+client validating every message against the DAP schema, and process-tree bookkeeping.
+
+Every wait has a timeout, so a stalled adapter fails a test instead of hanging CI.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dapclient import DapClient, DapSchema, descendants, marker_line, still_alive
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
+BASIC = PROGRAMS / "dap_basic.py"
+
+INITIALIZE = {"clientID": "ptdebug-tests", "adapterID": "ptdebug", "linesStartAt1": True,
+              "columnsStartAt1": True, "pathFormat": "path", "supportsVariableType": True,
+              "supportsMemoryReferences": True, "supportsMemoryEvent": True}
+
+
+@pytest.fixture(scope="session")
+def dap_schema(shared_dir) -> DapSchema:
+    return DapSchema(shared_dir / "dap" / "debugAdapterProtocol.json")
+
+
+class AdapterRun:
+    """One `ptdebug dap` process and the client connected to it."""
+
+    def __init__(self, client: DapClient, proc: subprocess.Popen, log_path: pathlib.Path):
+        self.client = client
+        self.proc = proc
+        self.log_path = log_path
+        self.seen: dict[int, int] = {}
+        """Every descendant of the adapter seen so far ({pid: start time})."""
+
+    def track(self) -> dict[int, int]:
+        """Remember the adapter's current descendants (debugpy, launcher, debuggee)."""
+        found = descendants(self.proc.pid)
+        self.seen.update(found)
+        return found
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_exit(self, timeout: float = 15.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"ptdebug dap did not exit within {timeout} s; "
+                                 f"log:\n{self.log()}") from None
+
+    def assert_nothing_left(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while still_alive(self.seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert still_alive(self.seen) == [], f"processes left behind: {still_alive(self.seen)}"
+
+
+@pytest.fixture
+def start_adapter(dap_schema, tmp_path):
+    """start_adapter(port=False) -> AdapterRun; everything is cleaned up after the test."""
+    runs: list[AdapterRun] = []
+
+    def start(port: bool = False) -> AdapterRun:
+        log_path = tmp_path / f"adapter{len(runs)}.log"
+        log = open(log_path, "wb")
+        argv = [sys.executable, "-m", "adapter.cli", "dap", "--log-level", "DEBUG"]
+        if not port:
+            client = DapClient.stdio(argv, dap_schema, stderr=log, cwd=ROOT)
+            run = AdapterRun(client, client.proc, log_path)
+        else:
+            proc = subprocess.Popen(argv + ["--port", "0"], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
+            deadline = time.monotonic() + 15
+            match = None
+            while match is None and time.monotonic() < deadline and proc.poll() is None:
+                match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())
+                time.sleep(0.02)
+            assert match, f"no 'listening on' line; log:\n{log_path.read_text()}"
+            client = DapClient.tcp(int(match.group(1)), dap_schema, proc=proc)
+            run = AdapterRun(client, proc, log_path)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.track() if run.proc.poll() is None else None
+        try:
+            run.client.close()
+        except AssertionError:
+            pass
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(10)
+        for pid in still_alive(run.seen):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def launch(client: DapClient, program=BASIC, *, breakpoints=(), args=(), **config) -> int:
+    """initialize, launch, set breakpoints at markers of `program`, configurationDone.
+
+    Returns the seq of the launch request, whose response debugpy sends after
+    configurationDone."""
+    client.call("initialize", INITIALIZE)
+    launch_seq = client.send_request("launch", {"program": str(program), "args": list(args),
+                                                "console": "internalConsole", **config})
+    client.expect_event("initialized")
+    if breakpoints:
+        lines = [{"line": marker_line(program, name)} for name in breakpoints]
+        body = client.call("setBreakpoints", {"source": {"path": str(program)},
+                                              "breakpoints": lines})
+        assert [b["verified"] for b in body["breakpoints"]] == [True] * len(lines), body
+    client.call("configurationDone", {})
+    response = client.expect_response(launch_seq)
+    assert response["success"], response
+    return launch_seq
+
+
+def top_frame(client: DapClient, thread_id: int) -> dict:
+    return client.call("stackTrace", {"threadId": thread_id, "levels": 20})["stackFrames"][0]
+
+
+def evaluate(client: DapClient, frame_id: int, expression: str) -> str:
+    return client.call("evaluate", {"expression": expression, "frameId": frame_id,
+                                    "context": "repl"})["result"]

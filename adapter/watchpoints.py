@@ -1,0 +1,838 @@
+"""Hardware watchpoints on a process: the policy over x86's four debug registers.
+
+Role: turn "watch these bytes of process PID for writes / accesses /
+execution" into debug-register breakpoints on every thread of the target,
+including threads it creates later, and turn each trigger into a `Hit` (IP,
+TID, time, user registers, user call chain, old and new value).
+
+Two mechanisms, one policy (validation and register allocation are shared):
+- `PerfWatcher`, for a process ptdebug does not trace: perf_event_open(2)
+  PERF_TYPE_BREAKPOINT events. The target never stops; the kernel writes a
+  sample per hit into a ring we read. New threads are covered by `inherit`:
+  a per-thread event is copied into every thread that thread clones. The
+  kernel refuses to mmap an inherited per-task (cpu = -1) event, so each
+  (thread, CPU) pair gets an event and all events of one CPU share that CPU's
+  ring (PERF_EVENT_IOC_SET_OUTPUT), as `perf record -p` does. To close the race
+  between listing /proc/PID/task and opening the events (a thread created by
+  a not-yet-armed thread would be missed, one created by an armed thread
+  would be armed twice), all threads are held in a ptrace interrupt-stop
+  while the events are opened (PTRACE_SEIZE + PTRACE_INTERRUPT, no signal
+  the target can see), then released. Polling /proc/PID/task instead would
+  miss a new thread's first writes; PTRACE_O_TRACECLONE would stop the
+  target at every clone for as long as the watch lives.
+- `DebugRegisterWatcher`, when ptdebug is itself the ptrace tracer: the same
+  requests written into DR0-DR3/DR7 with PTRACE_POKEUSER, so a hit stops the
+  thread (SIGTRAP, DR6 says which register) and the values are exact.
+  `TracedWatchSession` is that tracer for `ptdebug watch --stop`.
+
+Linux facts this policy encodes (arch/x86/kernel/hw_breakpoint.c): x86 has no
+read-only breakpoint (HW_BREAKPOINT_R alone is EINVAL) and no read-write-
+execute one; an execute breakpoint must be given bp_len = sizeof(long); data
+breakpoints are 1, 2, 4 or 8 bytes, naturally aligned (SDM Vol. 3B §17.2.5).
+A region of 16, 24 or 32 bytes (8-aligned) is split into 8-byte registers.
+
+Layer: adapter feature. Uses adapter.hw (debugregs, perf, ptrace) for the
+mechanism and pt_decoder.image / pt_decoder.lines for symbols; knows nothing
+of DAP, sessions or the other features.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import errno
+import os
+import select
+import signal
+import struct
+import time
+
+from adapter.hw import debugregs, perf, ptrace
+
+NUM_REGISTERS = debugregs.NUM_ADDRESS_REGISTERS
+
+
+class Access(str, enum.Enum):
+    """What a watch catches: writes, reads and writes, or execution."""
+    WRITE = "w"
+    READ_WRITE = "rw"
+    EXECUTE = "x"
+
+
+_PERF_TYPE = {Access.WRITE: perf.HW_BREAKPOINT_W, Access.READ_WRITE: perf.HW_BREAKPOINT_RW,
+              Access.EXECUTE: perf.HW_BREAKPOINT_X}
+_DR_ACCESS = {Access.WRITE: debugregs.Access.WRITE, Access.READ_WRITE: debugregs.Access.READ_WRITE,
+              Access.EXECUTE: debugregs.Access.EXECUTE}
+
+
+class WatchError(Exception):
+    """A watch that cannot be set, with a stable `code` and a message naming what was wrong.
+
+    Codes: bad_access, bad_length, unaligned, unmapped, no_process, permission,
+    no_register, busy, traced.
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchRequest:
+    """The bytes [address, address + length) and what to catch there."""
+    address: int
+    length: int
+    access: Access = Access.WRITE
+
+    def describe(self) -> str:
+        return f"{self.access.value} {self.address:#x}+{self.length}"
+
+
+@dataclasses.dataclass
+class Watch:
+    """An armed request: its id, the pieces (one debug register each)."""
+    id: int
+    request: WatchRequest
+    pieces: list[tuple[int, int]]
+    previous: bytes | None = None
+    """The watched bytes as last read: the `old` value of the next hit."""
+
+
+@dataclasses.dataclass
+class Hit:
+    """One trigger of a watch, on thread `tid`.
+
+    `ip` is where the thread was when the debug exception was taken: for a
+    data watch the instruction after the access (a trap, SDM §17.3.1.2), for
+    an execute watch the watched instruction itself (a fault). `old`/`new`
+    are the watched bytes before and after (None where they could not be
+    told apart: several hits of one watch read in one batch by the perf
+    mechanism, or an execute watch). `exact` is True when the thread was
+    stopped while `new` was read (the ptrace mechanism).
+    """
+    watch: Watch
+    tid: int
+    pid: int
+    ip: int
+    time_ns: int
+    address: int
+    regs: dict[str, int]
+    callchain: tuple[int, ...]
+    old: bytes | None
+    new: bytes | None
+    exact: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LostHits:
+    """Hits the kernel did not report (ring full or sampling throttled)."""
+    count: int
+    reason: str
+
+
+def plan(request: WatchRequest) -> list[tuple[int, int]]:
+    """The (address, length) pieces, one debug register each, or WatchError.
+
+    1, 2, 4 and 8 bytes take one register and must be naturally aligned;
+    16, 24 and 32 bytes at an 8-aligned address take two to four 8-byte
+    registers. An execute watch is one instruction (length 1).
+    """
+    if not isinstance(request.access, Access):
+        raise WatchError("bad_access", f"access {request.access!r}: use w, rw or x (x86 has no "
+                         "read-only watchpoint: the debug registers cannot break on reads alone)")
+    address, length = request.address, request.length
+    if request.access == Access.EXECUTE:
+        if length != 1:
+            raise WatchError("bad_length", f"an execute watch covers one instruction: length must be 1, "
+                             f"not {length}")
+        return [(address, 1)]
+    if length in (1, 2, 4, 8):
+        try:
+            debugregs.check_breakpoint(address, length, _DR_ACCESS[request.access])
+        except debugregs.DebugRegisterError as exc:
+            code = "unaligned" if "aligned" in str(exc) else "bad_length"
+            raise WatchError(code, str(exc)) from None
+        return [(address, length)]
+    if length in (16, 24, 32):
+        if address % 8:
+            raise WatchError("unaligned", f"address {address:#x} is not 8-byte aligned; a {length}-byte "
+                             f"region is split into 8-byte registers, each 8-byte aligned (SDM §17.2.5)")
+        return debugregs.aligned_pieces(address, length)
+    if length > 32:
+        raise WatchError("bad_length", f"length {length} is more than the 32 bytes the four debug "
+                         "registers can cover (4 x 8 bytes)")
+    raise WatchError("bad_length", f"length {length}: a watch is 1, 2, 4 or 8 bytes, or 16, 24 or 32 "
+                     "bytes at an 8-byte aligned address")
+
+
+def check_mapped(pid: int, address: int, length: int, access: Access) -> None:
+    """WatchError unless [address, address+length) lies in mappings of `pid` (/proc/PID/maps),
+    executable ones for an execute watch."""
+    maps = _read_proc(pid, "maps")
+    pos, end = address, address + length
+    for line in maps.splitlines():
+        span, perms = line.split()[:2]
+        lo, hi = (int(x, 16) for x in span.split("-"))
+        if lo <= pos < hi:
+            if access == Access.EXECUTE and "x" not in perms:
+                raise WatchError("unmapped", f"address {address:#x} is in a non-executable mapping "
+                                 f"({span} {perms}) of process {pid}")
+            pos = hi
+            if pos >= end:
+                return
+    raise WatchError("unmapped", f"address {pos:#x} is not mapped in process {pid} (see /proc/{pid}/maps)")
+
+
+def _read_proc(pid: int, name: str) -> str:
+    try:
+        with open(f"/proc/{pid}/{name}") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise WatchError("no_process", f"no process {pid}") from None
+    except PermissionError:
+        raise WatchError("permission", f"permission denied reading /proc/{pid}/{name}: watch a process "
+                         "of your own user, or run as root") from None
+
+
+def require_process(pid: int) -> None:
+    if pid <= 0 or not os.path.isdir(f"/proc/{pid}/task"):
+        raise WatchError("no_process", f"no process {pid}")
+
+
+class _Registers:
+    """Which of the four registers each armed watch holds: the shared allocation policy."""
+
+    def __init__(self):
+        self.watches: dict[int, Watch] = {}
+        self._next_id = 1
+
+    def in_use(self) -> int:
+        return sum(len(w.pieces) for w in self.watches.values())
+
+    def reserve(self, request: WatchRequest, pieces: list[tuple[int, int]]) -> Watch:
+        if self.in_use() + len(pieces) > NUM_REGISTERS:
+            held = "; ".join(f"watch {w.id}: {w.request.describe()} ({len(w.pieces)} register"
+                             f"{'s' if len(w.pieces) > 1 else ''})" for w in self.watches.values())
+            raise WatchError("no_register", f"{request.describe()} needs {len(pieces)} debug register"
+                             f"{'s' if len(pieces) > 1 else ''} but only {NUM_REGISTERS - self.in_use()} "
+                             f"of the four are free; in use: {held}")
+        watch = Watch(self._next_id, request, pieces)
+        self._next_id += 1
+        self.watches[watch.id] = watch
+        return watch
+
+    def release(self, watch: Watch) -> None:
+        self.watches.pop(watch.id, None)
+
+    def slots(self) -> list[tuple[int, Watch, int, int]]:
+        """(register index, watch, address, length) in a stable order."""
+        out, index = [], 0
+        for watch in self.watches.values():
+            for address, length in watch.pieces:
+                out.append((index, watch, address, length))
+                index += 1
+        return out
+
+
+def _read_value(mem_fd: int, watch: Watch) -> bytes | None:
+    try:
+        data = os.pread(mem_fd, watch.request.length, watch.request.address)
+    except OSError:
+        return None
+    return data if len(data) == watch.request.length else None
+
+
+def _open_mem(pid: int) -> int:
+    try:
+        return os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise WatchError("no_process", f"no process {pid}") from None
+    except PermissionError:
+        raise WatchError("permission", f"permission denied opening /proc/{pid}/mem: watch a process of "
+                         "your own user, or run as root") from None
+
+
+def _os_error_to_watch_error(exc: OSError, pid: int, request: WatchRequest, held: str) -> WatchError:
+    if exc.errno == errno.ENOSPC:
+        return WatchError("busy", f"the debug registers of process {pid} are taken by another tool "
+                          f"(a debugger or another watch){held}; the kernel said ENOSPC")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return WatchError("permission", f"permission denied watching process {pid}: perf_event_open needs "
+                          "ptrace access to the target (same user, or root / CAP_PERFMON), "
+                          f"kernel.perf_event_paranoid = {_paranoid()}")
+    if exc.errno == errno.ESRCH:
+        return WatchError("no_process", f"no process {pid}")
+    if exc.errno == errno.EINVAL:
+        return WatchError("bad_length", f"the kernel refused {request.describe()} (EINVAL): x86 "
+                          "breakpoints are 1/2/4/8 bytes, aligned, write, read-write or execute")
+    return WatchError("busy", f"could not arm {request.describe()} in process {pid}: {exc}")
+
+
+def _paranoid() -> str:
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def online_cpus() -> list[int]:
+    """CPUs listed in /sys/devices/system/cpu/online ("0-3,6")."""
+    with open("/sys/devices/system/cpu/online") as f:
+        text = f.read().strip()
+    cpus = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+class _Frozen:
+    """All threads of `pid` held in a ptrace interrupt-stop for the duration of a `with`.
+
+    PTRACE_SEIZE sends nothing to the target; PTRACE_INTERRUPT stops a thread
+    at its next chance (a blocking system call is restarted transparently);
+    PTRACE_DETACH lets it go, re-delivering a signal that arrived meanwhile.
+    The loop re-reads /proc/PID/task until every listed thread is stopped, so
+    no thread can be cloned while the caller works. If the target is already
+    traced by someone else the freeze is impossible (EPERM): `held` is False
+    and the caller works on the running target.
+    """
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.stopped: dict[int, int] = {}  # tid -> signal to re-deliver at detach
+        self.held = True
+
+    def __enter__(self) -> "_Frozen":
+        try:
+            while True:
+                fresh = [t for t in _threads(self.pid) if t not in self.stopped]
+                if not fresh:
+                    return self
+                seized = []
+                for tid in fresh:
+                    try:
+                        ptrace.seize(tid)
+                    except ptrace.PtraceError as exc:
+                        if exc.errno == errno.ESRCH:
+                            continue
+                        if exc.errno == errno.EPERM and ptrace.tracer_of(tid) not in (0, os.getpid()):
+                            self._release()
+                            self.held = False
+                            return self
+                        raise
+                    seized.append(tid)
+                    ptrace.interrupt(tid)
+                for tid in seized:
+                    self._wait_stopped(tid)
+        except BaseException:
+            self._release()
+            raise
+
+    def _wait_stopped(self, tid: int) -> None:
+        while True:
+            status = ptrace.waitpid(tid, ptrace.WALL)
+            if status.gone:
+                return
+            if status.event == ptrace.EVENT_STOP:
+                self.stopped.setdefault(tid, 0)
+                return
+            # A signal-delivery-stop came first: keep the signal for detach and
+            # keep waiting for the interrupt stop.
+            self.stopped[tid] = status.stop_signal
+            ptrace.cont(tid, 0)
+
+    def __exit__(self, *exc) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        for tid, sig in self.stopped.items():
+            try:
+                ptrace.detach(tid, sig)
+            except ptrace.PtraceError:
+                pass  # the thread exited while stopped
+        self.stopped.clear()
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return ptrace.threads_of(pid)
+    except FileNotFoundError:
+        raise WatchError("no_process", f"no process {pid}") from None
+
+
+class PerfWatcher:
+    """Watches on a process ptdebug does not trace, through perf breakpoint events.
+
+    Use as a context manager; `close()` closes every event (the kernel then
+    removes the breakpoint from every thread, inherited copies included),
+    so the target is left exactly as it was.
+    """
+
+    def __init__(self, pid: int, ring_pages: int = 8):
+        require_process(pid)
+        self.pid = pid
+        self.ring_pages = ring_pages
+        self.registers = _Registers()
+        self._mem_fd = _open_mem(pid)
+        self._cpus = online_cpus()
+        self._rings: dict[tuple[int, int], perf.RingBuffer] = {}  # (watch id, cpu) -> ring
+        self._fds: dict[int, list[int]] = {}         # watch id -> event fds
+        self._event_watch: dict[int, Watch] = {}     # perf event id -> watch
+        self._poll = select.poll()
+
+    # -- arming -------------------------------------------------------------------------------
+
+    def add(self, request: WatchRequest) -> Watch:
+        """Arm `request` on every thread; WatchError (nothing left armed) if it cannot be."""
+        pieces = plan(request)
+        require_process(self.pid)
+        check_mapped(self.pid, request.address, request.length, request.access)
+        watch = self.registers.reserve(request, pieces)
+        fds: list[int] = []
+        try:
+            with _Frozen(self.pid) as frozen:
+                tids = list(frozen.stopped) if frozen.held else _threads(self.pid)
+                for tid in tids:
+                    for address, length in pieces:
+                        for cpu in self._cpus:
+                            fd = self._open(request, address, length, tid, cpu)
+                            if fd is not None:
+                                fds.append(fd)
+                                self._attach(fd, cpu, watch)
+            if not fds:
+                raise WatchError("no_process", f"no process {self.pid} (all its threads exited)")
+        except BaseException as exc:
+            self._close_watch_events(watch.id, fds)
+            self.registers.release(watch)
+            if isinstance(exc, OSError) and not isinstance(exc, ptrace.PtraceError):
+                held = "".join(f"; ptdebug holds {w.request.describe()}"
+                               for w in self.registers.watches.values())
+                raise _os_error_to_watch_error(exc, self.pid, request, held) from None
+            if isinstance(exc, ptrace.PtraceError) and exc.errno == errno.EPERM:
+                raise WatchError("permission", f"permission denied: cannot ptrace process {self.pid} "
+                                 "to arm every thread (same user, or root)") from None
+            raise
+        watch.previous = _read_value(self._mem_fd, watch) if request.access != Access.EXECUTE else None
+        self._fds[watch.id] = fds
+        return watch
+
+    def _open(self, request, address, length, tid, cpu) -> int | None:
+        # Linux wants an execute breakpoint's bp_len to be sizeof(long)
+        # (hw_breakpoint.c, arch_build_bp_info); the register itself gets LEN=00B.
+        bp_len = 8 if request.access == Access.EXECUTE else length
+        attr = perf.breakpoint_attr(address, bp_len, _PERF_TYPE[request.access], inherit=True)
+        try:
+            return perf.perf_event_open(attr, tid, cpu)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                return None  # this thread exited meanwhile
+            raise
+
+    def _attach(self, fd: int, cpu: int, watch: Watch) -> None:
+        # One ring per (watch, CPU): an inherited per-task event cannot be
+        # mmap'd (perf_mmap refuses cpu == -1 with inherit), and SET_OUTPUT
+        # only joins events of the same CPU. Per watch, so that removing one
+        # never touches another's ring.
+        ring = self._rings.get((watch.id, cpu))
+        if ring is None:
+            self._rings[(watch.id, cpu)] = perf.RingBuffer(fd, self.ring_pages)
+            self._poll.register(fd, select.POLLIN)
+        else:
+            perf.set_output(fd, ring.fd)
+        self._event_watch[perf.event_id(fd)] = watch
+
+    def _close_watch_events(self, watch_id: int, fds: list[int]) -> None:
+        for key in [k for k in self._rings if k[0] == watch_id]:
+            ring = self._rings.pop(key)
+            self._poll.unregister(ring.fd)
+            ring.close()
+        for fd in fds:
+            os.close(fd)
+        self._event_watch = {k: v for k, v in self._event_watch.items() if v.id != watch_id}
+
+    def remove(self, watch: Watch) -> None:
+        """Disarm one watch: its events are closed on every thread."""
+        self._close_watch_events(watch.id, self._fds.pop(watch.id, []))
+        self.registers.release(watch)
+
+    # -- hits ---------------------------------------------------------------------------------
+
+    def poll(self, timeout_s: float | None) -> list[Hit | LostHits]:
+        """The hits reported since the last call, waiting up to `timeout_s` for one (None: forever)."""
+        if not self._rings:
+            return []
+        if not any(r.pending() for r in self._rings.values()):
+            try:
+                self._poll.poll(None if timeout_s is None else int(timeout_s * 1000))
+            except InterruptedError:
+                pass
+        records = []
+        for ring in self._rings.values():
+            records.extend(ring.read())
+        records.sort(key=lambda r: getattr(r, "time_ns", 0))
+        return self._to_hits(records)
+
+    def _to_hits(self, records) -> list[Hit | LostHits]:
+        out: list[Hit | LostHits] = []
+        batch: dict[int, list[Hit]] = {}
+        for rec in records:
+            if isinstance(rec, perf.Lost):
+                out.append(LostHits(rec.count, rec.reason))
+                continue
+            watch = self._event_watch.get(rec.event_id)
+            if watch is None:
+                continue  # a sample of a watch removed meanwhile
+            hit = Hit(watch, rec.tid, rec.pid, rec.ip, rec.time_ns, rec.bp_addr, rec.regs,
+                      rec.callchain, None, None)
+            batch.setdefault(watch.id, []).append(hit)
+            out.append(hit)
+        for hits in batch.values():
+            watch = hits[0].watch
+            if watch.request.access == Access.EXECUTE:
+                continue
+            # The target ran on since these hits: the bytes read now are the
+            # value after the last of them; the ones between are not known.
+            new = _read_value(self._mem_fd, watch)
+            hits[0].old = watch.previous
+            hits[-1].new = new
+            watch.previous = new
+        return out
+
+    def alive(self) -> bool:
+        return os.path.isdir(f"/proc/{self.pid}/task")
+
+    def event_count(self) -> int:
+        """Open perf events (for tests: all closed after close())."""
+        return sum(len(f) for f in self._fds.values())
+
+    def _close_all(self) -> None:
+        for watch_id, fds in list(self._fds.items()):
+            self._close_watch_events(watch_id, fds)
+        self._fds.clear()
+
+    def close(self) -> None:
+        self._close_all()
+        self.registers.watches.clear()
+        if self._mem_fd >= 0:
+            os.close(self._mem_fd)
+            self._mem_fd = -1
+
+    def __enter__(self) -> "PerfWatcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- the ptrace mechanism: DR0-DR7 of threads ptdebug traces --------------------------------
+
+_DR7_OFFSET = ptrace.DEBUGREG_OFFSET + 7 * 8
+_DR6_OFFSET = ptrace.DEBUGREG_OFFSET + 6 * 8
+
+
+class DebugRegisterWatcher:
+    """The same watches written into DR0-DR3/DR7 of threads ptdebug traces (stop at hit).
+
+    Every call that touches a thread's registers needs that thread in a
+    ptrace-stop; the tracer that owns the stops (TracedWatchSession, or the
+    stepper) calls `apply(tid)` on each thread after a change and on each new
+    thread (Linux clears a clone child's debug registers). Registers go
+    through PTRACE_POKEUSER at offsetof(struct user, u_debugreg): Linux turns
+    them into the same hw_breakpoint slots perf uses, so a fifth is refused.
+    """
+
+    def __init__(self, pid: int):
+        require_process(pid)
+        self.pid = pid
+        self.registers = _Registers()
+        self._mem_fd = _open_mem(pid)
+
+    def add(self, request: WatchRequest, stopped_tids: list[int]) -> Watch:
+        """Arm `request` on these stopped threads; WatchError and nothing changed if it cannot be."""
+        pieces = plan(request)
+        check_mapped(self.pid, request.address, request.length, request.access)
+        watch = self.registers.reserve(request, pieces)
+        done = []
+        try:
+            for tid in stopped_tids:
+                done.append(tid)
+                self.apply(tid)
+        except (OSError, debugregs.DebugRegisterError) as exc:
+            self.registers.release(watch)
+            for tid in done:
+                try:
+                    self.apply(tid)
+                except OSError:
+                    pass
+            if isinstance(exc, OSError):
+                raise _os_error_to_watch_error(exc, self.pid, request, "") from None
+            raise WatchError("bad_length", str(exc)) from None
+        watch.previous = _read_value(self._mem_fd, watch) if request.access != Access.EXECUTE else None
+        return watch
+
+    def remove(self, watch: Watch, stopped_tids: list[int]) -> None:
+        self.registers.release(watch)
+        for tid in stopped_tids:
+            self.apply(tid)
+
+    def apply(self, tid: int) -> None:
+        """Write every armed slot into thread `tid` (stopped): DR7 off, addresses, DR7 on.
+
+        DR7 is cleared first because Linux re-validates an enabled register's
+        length and alignment when its address changes.
+        """
+        slots = [debugregs.Slot(index, address, length, _DR_ACCESS[watch.request.access])
+                 for index, watch, address, length in self.registers.slots()]
+        ptrace.pokeuser(tid, _DR7_OFFSET, 0)
+        for slot in slots:
+            ptrace.pokeuser(tid, ptrace.DEBUGREG_OFFSET + 8 * slot.index, slot.address)
+        ptrace.pokeuser(tid, _DR7_OFFSET, debugregs.encode_dr7(slots))
+
+    def clear(self, tid: int) -> None:
+        """Disable every register of `tid` (stopped)."""
+        ptrace.pokeuser(tid, _DR7_OFFSET, 0)
+
+    def hit_at_stop(self, tid: int) -> Hit | None:
+        """The Hit if thread `tid`'s SIGTRAP stop came from one of our registers, else None.
+
+        DR6's B0-B3 say which register fired (SDM §17.2.3); Linux shows ptrace
+        users a virtual DR6 holding only their own registers' bits. It is
+        cleared afterwards (the processor never clears it, §17.2.3).
+        """
+        dr6 = ptrace.peekuser(tid, _DR6_OFFSET)
+        slots = {index: (watch, address) for index, watch, address, _ in self.registers.slots()}
+        fired = [i for i in debugregs.dr6_triggered(dr6) if i in slots]
+        if not fired:
+            return None
+        ptrace.pokeuser(tid, _DR6_OFFSET, 0)
+        watch, address = slots[fired[0]]
+        regs = ptrace.getregs(tid).as_dict()
+        old, new = None, None
+        if watch.request.access != Access.EXECUTE:
+            old, new = watch.previous, _read_value(self._mem_fd, watch)
+            watch.previous = new
+        chain = _frame_pointer_chain(self._mem_fd, regs["rip"], regs["rbp"])
+        return Hit(watch, tid, self.pid, regs["rip"], time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+                   address, regs, chain, old, new, exact=True)
+
+    def close(self) -> None:
+        self.registers.watches.clear()
+        if self._mem_fd >= 0:
+            os.close(self._mem_fd)
+            self._mem_fd = -1
+
+
+def _frame_pointer_chain(mem_fd: int, ip: int, rbp: int, limit: int = 64) -> tuple[int, ...]:
+    """IP then the return addresses found by following saved frame pointers, as perf's user
+    callchain does; stops at the first frame that does not look like one."""
+    chain = [ip]
+    for _ in range(limit):
+        if rbp == 0 or rbp % 8:
+            break
+        try:
+            frame = os.pread(mem_fd, 16, rbp)
+        except OSError:
+            break
+        if len(frame) < 16:
+            break
+        next_rbp, ret = struct.unpack("<QQ", frame)
+        if ret == 0:
+            break
+        chain.append(ret)
+        if next_rbp <= rbp:  # the stack grows down: a caller's frame is always above
+            break
+        rbp = next_rbp
+    return tuple(chain)
+
+
+class ProcessExited(Exception):
+    """The traced process ended while a TracedWatchSession waited."""
+
+
+class TracedWatchSession:
+    """ptdebug as the tracer of every thread of `pid`, with DebugRegisterWatcher watches.
+
+    A hit stops the thread that hit (the others run on) until `resume(hit)`.
+    New threads are attached by PTRACE_O_TRACECLONE and armed at their first
+    stop. `close()` stops everything, clears the registers and detaches: the
+    target runs on as if never traced.
+    """
+
+    def __init__(self, pid: int):
+        require_process(pid)
+        self.pid = pid
+        self.watcher = DebugRegisterWatcher(pid)
+        self.threads: set[int] = set()
+        self._running: set[int] = set()
+        self._new: set[int] = set()
+        try:
+            self._attach_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def _attach_all(self) -> None:
+        while True:
+            fresh = [t for t in _threads(self.pid) if t not in self.threads]
+            if not fresh:
+                return
+            for tid in fresh:
+                try:
+                    ptrace.seize(tid, ptrace.O_TRACECLONE)
+                except ptrace.PtraceError as exc:
+                    if exc.errno == errno.ESRCH:
+                        continue
+                    if exc.errno == errno.EPERM:
+                        tracer = ptrace.tracer_of(tid)
+                        if tracer:
+                            raise WatchError("traced", f"process {self.pid} is already traced by "
+                                             f"process {tracer}; use the perf mechanism") from None
+                        raise WatchError("permission", f"permission denied: cannot ptrace process "
+                                         f"{self.pid} (same user, or root)") from None
+                    raise
+                self.threads.add(tid)
+                ptrace.interrupt(tid)
+                self._wait_stop(tid)
+
+    def _wait_stop(self, tid: int) -> None:
+        status = ptrace.waitpid(tid, ptrace.WALL)
+        if status.gone:
+            self.threads.discard(tid)
+
+    def add(self, request: WatchRequest) -> Watch:
+        """Arm on every thread (each is stopped for the pokes, then resumed as it was)."""
+        with self._all_stopped():
+            return self.watcher.add(request, sorted(self.threads))
+
+    def remove(self, watch: Watch) -> None:
+        with self._all_stopped():
+            self.watcher.remove(watch, sorted(self.threads))
+
+    def _all_stopped(self):
+        session = self
+
+        class _Stop:
+            def __enter__(self):
+                self.was_running = sorted(session._running)
+                for tid in self.was_running:
+                    try:
+                        ptrace.interrupt(tid)
+                    except ptrace.PtraceError:
+                        pass
+                for tid in self.was_running:
+                    session._drain_until_stopped(tid)
+                return self
+
+            def __exit__(self, *exc):
+                for tid in self.was_running:
+                    if tid in session.threads:
+                        session._cont(tid)
+
+        return _Stop()
+
+    def _drain_until_stopped(self, tid: int) -> None:
+        """Wait for `tid`'s interrupt stop; a hit or signal met first is kept pending."""
+        while True:
+            status = ptrace.waitpid(tid, ptrace.WALL)
+            self._running.discard(tid)
+            if status.gone:
+                self.threads.discard(tid)
+                return
+            if status.event == ptrace.EVENT_STOP:
+                return
+            if status.event == ptrace.EVENT_CLONE:
+                child = ptrace.geteventmsg(tid)
+                if child not in self.threads:
+                    self._new.add(child)
+                return
+            if status.stop_signal == signal.SIGTRAP and self.watcher.hit_at_stop(tid) is not None:
+                return  # a hit met while stopping everyone: dropped, the watch is being changed
+            ptrace.cont(tid, status.stop_signal)  # pass the signal on; the interrupt follows
+
+    def start(self) -> None:
+        """Let every stopped thread run (after the first add)."""
+        for tid in sorted(self.threads - self._running):
+            self._cont(tid)
+
+    def _cont(self, tid: int, sig: int = 0) -> None:
+        try:
+            ptrace.cont(tid, sig)
+            self._running.add(tid)
+        except ptrace.PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+            self.threads.discard(tid)
+
+    def wait_hit(self) -> Hit:
+        """Block until a watch fires; the hitting thread stays stopped until `resume(hit)`.
+
+        Raises ProcessExited when the last thread is gone.
+        """
+        while True:
+            if not self.threads:
+                raise ProcessExited(f"process {self.pid} exited")
+            status = ptrace.waitpid(-1, ptrace.WALL)
+            tid = status.tid
+            if tid not in self.threads and tid not in self._new:
+                if status.stopped and status.event == ptrace.EVENT_STOP:
+                    self._new.add(tid)  # a new thread's first stop can come before the CLONE event
+                else:
+                    continue
+            self._running.discard(tid)
+            if status.gone:
+                self.threads.discard(tid)
+                self._new.discard(tid)
+                continue
+            if status.event == ptrace.EVENT_CLONE:
+                child = ptrace.geteventmsg(tid)
+                if child not in self.threads:  # its first stop may have come already
+                    self._new.add(child)
+                self._cont(tid)
+            elif tid in self._new and status.event == ptrace.EVENT_STOP:
+                self._new.discard(tid)
+                self.threads.add(tid)
+                self.watcher.apply(tid)
+                self._cont(tid)
+            elif status.event == ptrace.EVENT_STOP:
+                self._cont(tid)  # group-stop or stray interrupt: keep running
+            elif status.stop_signal == signal.SIGTRAP:
+                hit = self.watcher.hit_at_stop(tid)
+                if hit is not None:
+                    return hit
+                self._cont(tid, signal.SIGTRAP)
+            else:
+                self._cont(tid, status.stop_signal)
+
+    def resume(self, hit: Hit) -> None:
+        if hit.tid in self.threads:
+            self._cont(hit.tid)
+
+    def close(self) -> None:
+        """Stop every thread, clear its debug registers and detach it."""
+        try:
+            with self._all_stopped() as stop:
+                stop.was_running = []  # leave them stopped for the detach below
+                for tid in sorted(self.threads):
+                    try:
+                        self.watcher.clear(tid)
+                    except ptrace.PtraceError:
+                        pass
+                    try:
+                        ptrace.detach(tid)
+                    except ptrace.PtraceError:
+                        pass
+                self.threads.clear()
+            for tid in sorted(self._new):  # attached by TRACECLONE, its first stop not yet seen
+                self._new.discard(tid)
+                try:
+                    status = ptrace.waitpid(tid, ptrace.WALL)
+                except ChildProcessError:
+                    continue  # exited and reaped already
+                if not status.gone:
+                    try:
+                        ptrace.detach(tid)
+                    except ptrace.PtraceError:
+                        pass
+        finally:
+            self.watcher.close()

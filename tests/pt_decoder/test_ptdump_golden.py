@@ -62,7 +62,7 @@ def test_dump_matches_ptdump(traces_dir, name, opts, cpu, folder, exp):
     assert _normalise(out.getvalue()) == _normalise((run_dir / exp).read_text())
 
 
-def test_spacing_is_ptdumps_own():
+def test_spacing_is_ptdumps_own(traces_dir):
     # Not only whitespace-equal: the columns have ptdump's widths.
     out = io.StringIO()
     dump.main(["--lastip", str(PTT / "ptdump-last-ip" / "ptdump-last-ip.pt")], out)

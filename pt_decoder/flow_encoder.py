@@ -1,0 +1,431 @@
+"""FlowEncoder: an executed instruction path -> the Intel PT stream the hardware would write.
+
+Layer: pt_decoder, above encoder.py (it writes packets with `Encoder`) and beside the
+decoders (it reads code through a caller's callable, never through image.py or adapter).
+The ptrace stepper recorder (machines without Intel PT) and the tests that need a real
+program's path as PT use it; benchmarks/corpus.py builds the benchmark stream with it.
+
+Input: `read_code(addr, size) -> bytes` (an image, a /proc/PID/mem snapshot...) and the
+sequence of executed instruction addresses, one per retired instruction; optionally a TSC
+per instruction, values to report as PTWRITE at given instructions, and `end_ip`, the
+address execution continued at after the last instruction (if known).
+
+Which packets appear where (SDM Vol. 3C, "Intel Processor Trace", sections "Control Flow
+Tracing", "Packet Generation" and the packet tables):
+  start       PSB+ while tracing is off: PSB, [TSC, TMA, CBR when timing], PSBEND;
+              then [TSC when timing], MODE.Exec, TIP.PGE(first IP).
+  cond. jump (jcc, jrcxz, loop*)   one TNT bit: taken iff the next IP != fall-through.
+              Bits are packed oldest-first into TNT-8 (6 bits; or TNT-64, 47 bits, with
+              long_tnt=True) and flushed before any other packet, as the hardware does.
+  direct jmp/call                  nothing (the decoder follows the code). A call pushes
+              its return address on the encoder's return stack (64 entries, like
+              libipt's), except a call to the next instruction (PIC idiom), as the SDM says.
+  ret         return compression on and the target == the top of that stack: pop, one
+              taken TNT bit. Otherwise TIP(target) and the stack is left alone (libipt pops
+              only compressed returns).
+  indirect jmp/call                TIP(target); the call pushes its return address.
+  far transfer (syscall, sysenter, int n, int3, iret, far call/jmp/ret)
+              TIP.PGD with the IP suppressed (user-space tracing stops in the kernel), then
+              at the next instruction [TSC], MODE.Exec, TIP.PGE(next IP).
+  a step not explained by the code (a signal, an interrupt, a ptrace-moved RIP):
+              the instruction's own outcome as far as it is known (non-branch: fall-through;
+              direct jmp/call: target; jcc: not taken; ret: compressed if the stack has an
+              entry) then FUP(that IP) + TIP.PGD(suppressed) -- or TIP(new IP) instead of
+              TIP.PGD with discontinuity="fup_tip" -- then MODE.Exec + TIP.PGE(new IP).
+              For an indirect branch or a ret without a stack entry the target is unknown,
+              so TIP.PGD(suppressed) binds to that branch instead.
+  rep string instructions          a repeated IP of a non-branch is the same instruction
+              iterating (single-stepping sees each iteration): no packets.
+  PTWRITE     values attached to instruction k: PTW(value, 8 bytes, IP=1) + FUP(IP of k),
+              before k's own branch packets.
+  PSB+        every `psb_period` bytes, between instructions while tracing: PSB, [TSC,
+              TMA, CBR], MODE.Exec, FUP(next IP), PSBEND. The return stack is cleared
+              (the SDM allows compression only for calls since the last PSB).
+  timing (timing=True)             TSC in every PSB+ and before each TIP.PGE; TMA after
+              the TSC in PSB+; MTC each time the crystal clock counter (CTC = TSC * eax /
+              ebx of CPUID leaf 0x15) enters a new 2^mtc_freq period; CBR in PSB+.
+              With cyc=True also CYC(core cycles since the last CYC) before every TNT,
+              TIP*, FUP, PTW and MTC. Core cycles = TSC ticks (CBR == nom_freq).
+  end         the last instruction's outcome (towards end_ip if given), FUP(end_ip) +
+              TIP.PGD(suppressed) -- or TIP.PGD(end_ip) when the last instruction is an
+              indirect branch or an uncompressed ret.
+
+Errors: ValueError naming the address for code that cannot be read or decoded, and for
+option values out of range.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import capstone
+
+from pt_decoder.encoder import Encoder
+
+# Instruction classes (what the flow needs to know about an instruction).
+OTHER, COND, JMP, CALL, IJMP, ICALL, RET, FAR = range(8)
+CLASS_NAMES = ("other", "cond", "jmp", "call", "ijmp", "icall", "ret", "far")
+
+_FAR_MNEMONICS = {"syscall", "sysenter", "sysexit", "sysret", "int", "int1", "int3", "into",
+                  "iret", "iretd", "iretq", "retf", "retfq", "lcall", "ljmp", "vmcall",
+                  "vmlaunch", "vmresume", "vmmcall"}
+_RETURN_STACK_DEPTH = 64          # libipt's pt_retstack_size
+_MAX_INSN = 15
+
+
+class FlowEncoder:
+    """Encode executed instruction paths as PT streams (see the module doc for the packets).
+
+    FlowEncoder(read_code, *, bits=64, return_compression=True, psb_period=4096,
+                timing=False, cyc=False, long_tnt=False, discontinuity="pgd_pge",
+                mtc_freq=3, nom_freq=36, cpuid_0x15=(2, 300))
+    """
+
+    def __init__(self, read_code: Callable[[int, int], bytes], *, bits: int = 64,
+                 return_compression: bool = True, psb_period: int = 4096,
+                 timing: bool = False, cyc: bool = False, long_tnt: bool = False,
+                 discontinuity: str = "pgd_pge", mtc_freq: int = 3, nom_freq: int = 36,
+                 cpuid_0x15: tuple[int, int] = (2, 300)):
+        if bits not in (32, 64):
+            raise ValueError(f"bits must be 32 or 64, got {bits!r}")
+        if psb_period < 0:
+            raise ValueError(f"psb_period must be >= 0 bytes (0: no periodic PSB+), "
+                             f"got {psb_period}")
+        if discontinuity not in ("pgd_pge", "fup_tip"):
+            raise ValueError(f"discontinuity must be 'pgd_pge' or 'fup_tip', "
+                             f"got {discontinuity!r}")
+        if not 0 <= mtc_freq <= 15:
+            raise ValueError(f"mtc_freq must be 0..15, got {mtc_freq}")
+        eax, ebx = cpuid_0x15
+        if timing and not (eax > 0 and ebx > 0 and ebx // eax < 512):
+            raise ValueError(f"cpuid_0x15 must be (eax, ebx) > 0 with ebx/eax < 512 "
+                             f"(TMA's 9-bit fast counter), got {cpuid_0x15!r}")
+        self.read_code = read_code
+        self.bits = bits
+        self.return_compression = return_compression
+        self.psb_period = psb_period
+        self.timing = timing
+        self.cyc = cyc and timing
+        self.long_tnt = long_tnt
+        self.discontinuity = discontinuity
+        self.mtc_freq = mtc_freq
+        self.nom_freq = nom_freq
+        self.cpuid_0x15 = (eax, ebx)
+        self._md = capstone.Cs(capstone.CS_ARCH_X86,
+                               capstone.CS_MODE_64 if bits == 64 else capstone.CS_MODE_32)
+        self._md.detail = True
+        self._insns: dict[int, tuple[int, int, int]] = {}
+        """Cache: ip -> (class, fall-through, direct target or 0)."""
+
+    # ---- instruction classification ----------------------------------------------------
+    def classify(self, ip: int) -> tuple[int, int, int]:
+        """(class, fall-through IP, direct branch target or 0) of the instruction at ip."""
+        hit = self._insns.get(ip)
+        if hit is not None:
+            return hit
+        try:
+            code = self.read_code(ip, _MAX_INSN)
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            raise ValueError(f"cannot read code at {ip:#x}: {exc}") from exc
+        insn = next(self._md.disasm(bytes(code), ip, 1), None)
+        if insn is None:
+            raise ValueError(f"cannot decode the instruction at {ip:#x} "
+                             f"(bytes {bytes(code[:_MAX_INSN]).hex()})")
+        fall = ip + insn.size
+        mnemonic = insn.mnemonic.split()[-1]          # "bnd jmp", "notrack call" ...
+        target = 0
+        ops = insn.operands
+        direct = bool(ops) and ops[0].type == capstone.x86.X86_OP_IMM
+        if mnemonic in _FAR_MNEMONICS:
+            cls = FAR
+        elif mnemonic == "ret":
+            cls = RET
+        elif mnemonic == "call":
+            cls = CALL if direct else ICALL
+        elif mnemonic == "jmp":
+            cls = JMP if direct else IJMP
+        elif (mnemonic.startswith("j") or mnemonic.startswith("loop")) and direct:
+            cls = COND
+        else:
+            cls = OTHER
+        if cls in (CALL, JMP, COND):
+            target = ops[0].imm & ((1 << self.bits) - 1)
+        hit = (cls, fall, target)
+        self._insns[ip] = hit
+        return hit
+
+    # ---- encoding ----------------------------------------------------------------------
+    def encode(self, ips: Sequence[int], *, tscs: Sequence[int] | None = None,
+               ptwrites: Mapping[int, int | Sequence[int]] | None = None,
+               end_ip: int | None = None, tsc_start: int = 1 << 40,
+               cycles_per_insn: int = 1) -> bytes:
+        """The PT stream of the path `ips` (one address per retired instruction).
+
+        tscs: the TSC of each instruction (monotonic); without it, with timing on, the
+        clock advances `cycles_per_insn` ticks per instruction from `tsc_start`.
+        ptwrites: instruction index -> value (or values) to report as PTWRITE there.
+        end_ip: where execution went after the last instruction, if known."""
+        if tscs is not None and len(tscs) != len(ips):
+            raise ValueError(f"tscs has {len(tscs)} stamps for {len(ips)} instructions")
+        run = _Run(self, tscs, tsc_start, cycles_per_insn, ptwrites or {})
+        return run.encode(ips, end_ip)
+
+    def stats(self) -> dict:
+        return {"cached_instructions": len(self._insns)}
+
+
+class _Run:
+    """State of one encode() call: the encoder, pending TNT bits, return stack, clocks."""
+
+    def __init__(self, fe: FlowEncoder, tscs, tsc_start, cycles_per_insn, ptwrites):
+        self.fe = fe
+        self.enc = Encoder()
+        self.out = self.enc._out                  # TNT-8 bytes go straight in (hot path)
+        self.bits = 0
+        self.nbits = 0
+        self.stack: list[int] = []
+        self.tscs = tscs
+        self.tsc_start = tsc_start
+        self.cycles_per_insn = cycles_per_insn
+        self.ptwrites = ptwrites
+        self.now = tsc_start
+        self.last_cyc = tsc_start
+        eax, ebx = fe.cpuid_0x15
+        self.eax, self.ebx = eax, ebx
+        self.next_mtc_tsc = 0
+        self.next_psb = fe.psb_period if fe.psb_period else 1 << 62
+
+    # ---- timing helpers -------------------------------------------------------------
+    def _ctc(self, tsc: int) -> int:
+        return tsc * self.eax // self.ebx
+
+    def _arm_mtc(self, tsc: int) -> None:
+        """Remember the TSC at which the CTC enters its next 2^mtc_freq period."""
+        period = 1 << self.fe.mtc_freq
+        next_ctc = (self._ctc(tsc) // period + 1) * period
+        self.next_mtc_tsc = -(-next_ctc * self.ebx // self.eax)      # ceil
+
+    def _cyc(self) -> None:
+        if self.fe.cyc and self.now > self.last_cyc:
+            self.enc.cyc(self.now - self.last_cyc)
+            self.last_cyc = self.now
+
+    def _mtc(self) -> None:
+        self.flush()
+        self._cyc()
+        self.enc.mtc((self._ctc(self.now) >> self.fe.mtc_freq) & 0xFF)
+        self._arm_mtc(self.now)
+
+    def _tsc(self) -> None:
+        self.enc.tsc(self.now & ((1 << 56) - 1))
+        self.last_cyc = self.now
+
+    def _tma(self) -> None:
+        ctc = self._ctc(self.now)
+        edge_tsc = -(-ctc * self.ebx // self.eax)            # TSC at that CTC tick
+        self.enc.tma(ctc & 0xFFFF, max(0, self.now - edge_tsc) & 0x1FF)
+
+    # ---- packets --------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write the pending TNT bits (oldest first) as TNT-8 / TNT-64 packets."""
+        n, bits = self.nbits, self.bits
+        if not n:
+            return
+        self._cyc()
+        if self.fe.long_tnt and n > 6:
+            self.enc.tnt64(bits, n)
+        else:
+            while n:
+                take = min(n, 6)
+                n -= take
+                chunk = bits >> n
+                bits &= (1 << n) - 1
+                self.out.append(((chunk << 1) | (1 << (take + 1))) & 0xFF)
+        self.bits = self.nbits = 0
+
+    def _bit(self, taken: int) -> None:
+        self.bits = (self.bits << 1) | taken
+        self.nbits += 1
+        if self.nbits == (47 if self.fe.long_tnt else 6):
+            self.flush()
+
+    def _psb_plus(self, fup_ip: int | None) -> None:
+        self.flush()
+        enc = self.enc
+        enc.psb()
+        if self.fe.timing:
+            self._tsc()
+            self._tma()
+            enc.cbr(self.fe.nom_freq)
+            self._arm_mtc(self.now)
+        if fup_ip is not None:
+            enc.mode_exec(self.fe.bits)
+            enc.fup(fup_ip)
+        enc.psbend()
+        self.stack.clear()
+        self.next_psb = enc.offset + self.fe.psb_period if self.fe.psb_period else 1 << 62
+
+    def _enable(self, ip: int) -> None:
+        if self.fe.timing:
+            self._tsc()
+        self.enc.mode_exec(self.fe.bits)
+        self.enc.tip_pge(ip)
+
+    def _disable(self, known: int | None, new_ip: int | None) -> None:
+        """Tracing stops after the current instruction: FUP(known) + TIP.PGD, or a bare
+        TIP.PGD binding to the current branch when its target is unknown (known=None)."""
+        self.flush()
+        self._cyc()
+        enc = self.enc
+        if known is not None and new_ip is not None and self.fe.discontinuity == "fup_tip":
+            enc.fup(known)
+            enc.tip(new_ip)
+            return
+        if known is not None:
+            enc.fup(known)
+        enc.tip_pgd(None)
+        self.stack.clear()
+        if new_ip is not None:
+            self._enable(new_ip)
+
+    def _push(self, ret: int) -> None:
+        stack = self.stack
+        stack.append(ret)
+        if len(stack) > _RETURN_STACK_DEPTH:
+            del stack[0]
+
+    def _unexplained(self, cls: int, fall: int, target: int, new_ip: int | None) -> None:
+        """The path leaves this instruction for new_ip, which the code does not explain."""
+        known: int | None
+        if cls == OTHER:
+            known = fall
+        elif cls == JMP:
+            known = target
+        elif cls == CALL:
+            known = target
+            if target != fall:
+                self._push(fall)
+        elif cls == COND:
+            self._bit(0)
+            known = fall
+        elif cls == RET and self.fe.return_compression and self.stack:
+            self._bit(1)
+            known = self.stack.pop()
+        else:                                        # indirect, uncompressed ret
+            known = None
+        self._disable(known, new_ip)
+
+    # ---- the path -------------------------------------------------------------------
+    def encode(self, ips: Sequence[int], end_ip: int | None) -> bytes:
+        fe = self.fe
+        classify = fe.classify
+        cache = fe._insns
+        n = len(ips)
+        if not n:
+            return b""
+        timing = fe.timing
+        tscs = self.tscs
+        ptwrites = self.ptwrites
+        compress = fe.return_compression
+        enc = self.enc
+        out = self.out
+        stack = self.stack
+        if tscs is not None:
+            self.now = self.last_cyc = tscs[0]
+        self._psb_plus(None)
+        self._enable(ips[0])
+        ip = ips[0]
+        for k in range(n):
+            if k:
+                ip = ips[k]
+            nxt = ips[k + 1] if k + 1 < n else None
+            if timing:
+                self.now = tscs[k] if tscs is not None else (
+                    self.tsc_start + k * self.cycles_per_insn)
+                if self.now >= self.next_mtc_tsc:
+                    self._mtc()
+            if ptwrites and k in ptwrites:
+                values = ptwrites[k]
+                for value in (values if isinstance(values, (list, tuple)) else (values,)):
+                    self.flush()
+                    self._cyc()
+                    enc.ptw(value, 8, ip=True)
+                    enc.fup(ip)
+            info = cache.get(ip)
+            if info is None:
+                info = classify(ip)
+            cls, fall, target = info
+            if nxt is None:
+                self._finish(cls, fall, target, end_ip)
+                break
+            if cls == OTHER:
+                if nxt == fall or nxt == ip:
+                    continue
+            elif cls == COND:
+                if nxt == target or nxt == fall:
+                    self._bit(1 if nxt != fall else 0)
+                    if len(out) >= self.next_psb:
+                        self._psb_plus(nxt)
+                    continue
+            elif cls == JMP:
+                if nxt == target:
+                    continue
+            elif cls == CALL:
+                if nxt == target:
+                    if target != fall:
+                        self._push(fall)
+                    continue
+            elif cls == RET:
+                if compress and stack and stack[-1] == nxt:
+                    stack.pop()
+                    self._bit(1)
+                    self._maybe_psb(nxt)
+                    continue
+                self.flush()
+                self._cyc()
+                enc.tip(nxt)
+                self._maybe_psb(nxt)
+                continue
+            elif cls == IJMP or cls == ICALL:
+                self.flush()
+                self._cyc()
+                enc.tip(nxt)
+                if cls == ICALL:
+                    self._push(fall)
+                self._maybe_psb(nxt)
+                continue
+            elif cls == FAR:
+                self.flush()
+                self._cyc()
+                enc.tip_pgd(None)
+                stack.clear()
+                self._enable(nxt)
+                continue
+            # Not explained by the code: a signal, an interrupt, a moved RIP.
+            self._unexplained(cls, fall, target, nxt)
+        self.flush()
+        return enc.getvalue()
+
+    def _maybe_psb(self, nxt: int) -> None:
+        if self.enc.offset >= self.next_psb:
+            self._psb_plus(nxt)
+
+    def _finish(self, cls: int, fall: int, target: int, end_ip: int | None) -> None:
+        """The last instruction: its outcome towards end_ip (if known), then disable."""
+        enc = self.enc
+        if end_ip is not None and cls in (IJMP, ICALL) or (
+                cls == RET and end_ip is not None and not (
+                    self.fe.return_compression and self.stack and self.stack[-1] == end_ip)):
+            self.flush()
+            self._cyc()
+            enc.tip_pgd(end_ip)                      # the branch's target, tracing off
+            return
+        if cls == FAR:
+            self.flush()
+            self._cyc()
+            enc.tip_pgd(None)
+            return
+        if end_ip is not None and cls == COND and end_ip in (fall, target):
+            self._bit(1 if end_ip != fall else 0)
+            self._disable(end_ip, None)
+            return
+        self._unexplained(cls, fall, target, None)

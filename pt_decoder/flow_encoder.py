@@ -13,7 +13,7 @@ address execution continued at after the last instruction (if known).
 Which packets appear where (SDM Vol. 3C, "Intel Processor Trace", sections "Control Flow
 Tracing", "Packet Generation" and the packet tables):
   start       PSB+ while tracing is off: PSB, [TSC, TMA, CBR when timing], PSBEND;
-              then [TSC when timing], MODE.Exec, TIP.PGE(first IP).
+              then [TSC, TMA when timing], MODE.Exec, TIP.PGE(first IP).
   cond. jump (jcc, jrcxz, loop*)   one TNT bit: taken iff the next IP != fall-through.
               Bits are packed oldest-first into TNT-8 (6 bits; or TNT-64, 47 bits, with
               long_tnt=True) and flushed before any other packet, as the hardware does.
@@ -26,7 +26,7 @@ Tracing", "Packet Generation" and the packet tables):
   indirect jmp/call                TIP(target); the call pushes its return address.
   far transfer (syscall, sysenter, int n, int3, iret, far call/jmp/ret)
               TIP.PGD with the IP suppressed (user-space tracing stops in the kernel), then
-              at the next instruction [TSC], MODE.Exec, TIP.PGE(next IP).
+              at the next instruction [TSC, TMA], MODE.Exec, TIP.PGE(next IP).
   a step not explained by the code (a signal, an interrupt, a ptrace-moved RIP):
               the instruction's own outcome as far as it is known (non-branch: fall-through;
               direct jmp/call: target; jcc: not taken; ret: compressed if the stack has an
@@ -41,8 +41,8 @@ Tracing", "Packet Generation" and the packet tables):
   PSB+        every `psb_period` bytes, between instructions while tracing: PSB, [TSC,
               TMA, CBR], MODE.Exec, FUP(next IP), PSBEND. The return stack is cleared
               (the SDM allows compression only for calls since the last PSB).
-  timing (timing=True)             TSC in every PSB+ and before each TIP.PGE; TMA after
-              the TSC in PSB+; MTC each time the crystal clock counter (CTC = TSC * eax /
+  timing (timing=True)             TSC in every PSB+ and before each TIP.PGE, each
+              followed by TMA (as the SDM says when MTC is on); MTC each time the crystal clock counter (CTC = TSC * eax /
               ebx of CPUID leaf 0x15) enters a new 2^mtc_freq period; CBR in PSB+.
               With cyc=True also CYC(core cycles since the last CYC) before every TNT,
               TIP*, FUP, PTW and MTC. Core cycles = TSC ticks (CBR == nom_freq).
@@ -155,17 +155,24 @@ class FlowEncoder:
 
     # ---- encoding ----------------------------------------------------------------------
     def encode(self, ips: Sequence[int], *, tscs: Sequence[int] | None = None,
-               ptwrites: Mapping[int, int | Sequence[int]] | None = None,
+               ptwrites: Mapping[int, int] | None = None,
                end_ip: int | None = None, tsc_start: int = 1 << 40,
                cycles_per_insn: int = 1) -> bytes:
         """The PT stream of the path `ips` (one address per retired instruction).
 
         tscs: the TSC of each instruction (monotonic); without it, with timing on, the
         clock advances `cycles_per_insn` ticks per instruction from `tsc_start`.
-        ptwrites: instruction index -> value (or values) to report as PTWRITE there.
+        ptwrites: instruction index -> the 64-bit value to report as a PTWRITE there (one
+        per instruction, as one PTWRITE instruction writes one packet).
         end_ip: where execution went after the last instruction, if known."""
         if tscs is not None and len(tscs) != len(ips):
             raise ValueError(f"tscs has {len(tscs)} stamps for {len(ips)} instructions")
+        for index, value in (ptwrites or {}).items():
+            if not 0 <= index < len(ips):
+                raise ValueError(f"ptwrites index {index} is outside the path "
+                                 f"(0..{len(ips) - 1})")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+                raise ValueError(f"ptwrites[{index}] must be one 64-bit value, got {value!r}")
         run = _Run(self, tscs, tsc_start, cycles_per_insn, ptwrites or {})
         return run.encode(ips, end_ip)
 
@@ -216,8 +223,11 @@ class _Run:
         self._arm_mtc(self.now)
 
     def _tsc(self) -> None:
+        """TSC, and TMA right after it (SDM: TMA follows TSC when MTC is enabled; libipt
+        ignores MTCs between a TSC and its TMA)."""
         self.enc.tsc(self.now & ((1 << 56) - 1))
         self.last_cyc = self.now
+        self._tma()
 
     def _tma(self) -> None:
         ctc = self._ctc(self.now)
@@ -254,7 +264,6 @@ class _Run:
         enc.psb()
         if self.fe.timing:
             self._tsc()
-            self._tma()
             enc.cbr(self.fe.nom_freq)
             self._arm_mtc(self.now)
         if fup_ip is not None:
@@ -344,12 +353,10 @@ class _Run:
                 if self.now >= self.next_mtc_tsc:
                     self._mtc()
             if ptwrites and k in ptwrites:
-                values = ptwrites[k]
-                for value in (values if isinstance(values, (list, tuple)) else (values,)):
-                    self.flush()
-                    self._cyc()
-                    enc.ptw(value, 8, ip=True)
-                    enc.fup(ip)
+                self.flush()
+                self._cyc()
+                enc.ptw(ptwrites[k], 8, ip=True)
+                enc.fup(ip)
             info = cache.get(ip)
             if info is None:
                 info = classify(ip)

@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         wp.require_process(args.pid)
+        wp.check_readable(args.pid)
         symbols = Symbolizer(args.pid)
         request = _request(args, symbols)
     except wp.WatchError as exc:

@@ -193,6 +193,11 @@ def _read_proc(pid: int, name: str) -> str:
                          "of your own user, or run as root") from None
 
 
+def check_readable(pid: int) -> None:
+    """WatchError(no_process / permission) unless `pid` exists and its maps can be read."""
+    _read_proc(pid, "maps")
+
+
 def require_process(pid: int) -> None:
     if pid <= 0 or not os.path.isdir(f"/proc/{pid}/task"):
         raise WatchError("no_process", f"no process {pid}")

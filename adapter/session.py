@@ -129,8 +129,14 @@ class Session:
             raise AdapterError("this session already has a debuggee; one launch/attach only")
         backend = create_backend(name, self)
         self.backend = backend
-        backend.start()
-        backend_capabilities = backend.initialize(self.client_arguments)
+        try:
+            backend.start()
+            backend_capabilities = backend.initialize(self.client_arguments)
+        except BaseException:
+            # A backend that could not start is no session: a corrected launch may follow.
+            self.backend = None
+            backend.close()
+            raise
         merged = {k: v for k, v in backend_capabilities.items() if k not in LOCAL_CAPABILITIES}
         merged.update(self.capabilities)
         self.announce_capabilities(**merged)

@@ -126,6 +126,8 @@ class FlowEncoder:
             code = self.read_code(ip, _MAX_INSN)
         except (OSError, ValueError, KeyError, IndexError) as exc:
             raise ValueError(f"cannot read code at {ip:#x}: {exc}") from exc
+        if not code:
+            raise ValueError(f"no code mapped at {ip:#x}")
         insn = next(self._md.disasm(bytes(code), ip, 1), None)
         if insn is None:
             raise ValueError(f"cannot decode the instruction at {ip:#x} "

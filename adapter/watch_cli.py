@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         wp.check_readable(args.pid)
         symbols = Symbolizer(args.pid)
         request = _request(args, symbols)
+        # Refuse a bad request before touching the target (attaching, for ptrace).
+        wp.plan(request)
+        wp.check_mapped(args.pid, request.address, request.length, request.access)
     except wp.WatchError as exc:
         print(f"ptdebug watch: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -374,7 +374,7 @@ class PerfWatcher:
     so the target is left exactly as it was.
     """
 
-    def __init__(self, pid: int, ring_pages: int = 8):
+    def __init__(self, pid: int, ring_pages: int = 16):
         require_process(pid)
         self.pid = pid
         self.ring_pages = ring_pages

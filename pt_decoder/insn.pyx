@@ -1,0 +1,905 @@
+"""Instruction flow: the executed instructions of a PT stream over an image.
+
+Layer: pt_decoder, above the event layer (an EventDecoder it owns) and the
+image (pt_decoder.image.Image, read once into C arrays); below the history
+and the tools. It knows x86 control flow (insn_ild.h) and libipt's rules for
+binding events to instructions; it knows nothing of files, symbols or lines.
+
+The walk: from the IP the trace gives, follow code; a conditional branch takes
+the next TNT bit, a near return with an empty-TNT-free answer pops the
+return-compression stack (SDM 33.4.2.1 "Indirect transfer compression for
+returns"), an indirect branch or far transfer takes the next TIP. Each basic
+block is decoded once into the block cache (start IP, instruction lengths,
+the terminating branch); with no event pending the loop emits a whole block
+at a time in C, without the GIL. Near events the decoder steps instruction by
+instruction with the same rules and output as libipt's pt_insn_decoder, so
+that `ptdebug decode --format ptxed` reproduces ptxed.
+
+Damage is data: a decode error becomes an error item (offset, IP, code) and
+the decoder resynchronises at the next PSB; the next instruction is flagged
+RESUMED.
+"""
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+from pt_decoder._errors cimport (PTE_BAD_INSN, PTE_BAD_QUERY, PTE_BAD_RETCOMP, PTE_BAD_STATUS_UPDATE,
+                                 PTE_BAD_CONTEXT, PTE_EOS, PTE_INTERNAL, PTE_NO_ENABLE, PTE_NO_TIME, PTE_NOIP,
+                                 PTE_NOMAP, PTE_NOMEM, PTE_RETSTACK_EMPTY)
+from pt_decoder.event cimport (EV_ASYNC_BRANCH, EV_ASYNC_DISABLED, EV_ASYNC_PAGING, EV_ASYNC_VMCS, EV_CBR,
+                               EV_DISABLED, EV_ENABLED, EV_EXEC_MODE, EV_EXSTOP, EV_MNT, EV_MWAIT, EV_OVERFLOW,
+                               EV_PAGING, EV_PTWRITE, EV_PWRE, EV_PWRX, EV_STOP, EV_TICK, EV_TSX, EV_VMCS,
+                               MODE_UNKNOWN, ST_EOS, ST_EVENT_PENDING, ST_IP_SUPPRESSED, EventDecoder, PtEvent)
+
+from pt_decoder import insn_flags as _F
+from pt_decoder.errors import PtError
+
+cdef extern from "insn_ild.h" nogil:
+    int ild_decode(const uint8_t* buf, int avail, int mode, ild_insn* out)
+    enum:
+        ILD_ERROR, ILD_OTHER, ILD_CALL, ILD_RETURN, ILD_JUMP, ILD_COND_JUMP, ILD_FAR_CALL, ILD_FAR_RETURN,
+        ILD_FAR_JUMP, ILD_PTWRITE
+    enum:
+        ILDX_NONE, ILDX_INT, ILDX_INT3, ILDX_INT1, ILDX_INTO, ILDX_IRET, ILDX_SYSCALL, ILDX_SYSENTER,
+        ILDX_SYSEXIT, ILDX_SYSRET, ILDX_MOV_CR3, ILDX_VMLAUNCH, ILDX_VMRESUME, ILDX_VMCALL, ILDX_VMPTRLD,
+        ILDX_UIRET, ILDX_CALL_IND, ILDX_JMP_IND
+
+cdef enum:
+    F_CALL = 0x01
+    F_RETURN = 0x02
+    F_CONDITIONAL = 0x04
+    F_TAKEN = 0x08
+    F_INDIRECT = 0x10
+    F_SPECULATIVE = 0x20
+    F_FAR = 0x40
+    F_RESUMED = 0x80
+    RETSTACK_SIZE = 64
+    MAX_BLOCK = 1024
+    BDM64_MAX_STEPS = 0x100
+
+assert (_F.CALL, _F.RETURN, _F.CONDITIONAL, _F.TAKEN, _F.INDIRECT, _F.SPECULATIVE, _F.FAR, _F.RESUMED) == \
+    (0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80)
+
+
+cdef inline int _is_branch(uint8_t c) noexcept nogil:
+    return c != ILD_OTHER and c != ILD_PTWRITE and c != ILD_ERROR
+
+
+cdef inline int _is_far(uint8_t c) noexcept nogil:
+    return c == ILD_FAR_CALL or c == ILD_FAR_RETURN or c == ILD_FAR_JUMP
+
+
+cdef inline int _changes_cpl(uint8_t x) noexcept nogil:
+    return (x == ILDX_INT or x == ILDX_INT3 or x == ILDX_INT1 or x == ILDX_INTO or x == ILDX_IRET
+            or x == ILDX_SYSCALL or x == ILDX_SYSENTER or x == ILDX_SYSEXIT or x == ILDX_SYSRET)
+
+
+cdef inline int _binds_to_pip(const Insn* i) noexcept nogil:
+    return i.ext == ILDX_MOV_CR3 or i.ext == ILDX_VMLAUNCH or i.ext == ILDX_VMRESUME or _is_far(i.iclass)
+
+
+cdef inline int _binds_to_vmcs(const Insn* i) noexcept nogil:
+    return i.ext == ILDX_VMPTRLD or i.ext == ILDX_VMLAUNCH or i.ext == ILDX_VMRESUME or _is_far(i.iclass)
+
+
+cdef inline int _next_ip(uint64_t* ip, const Insn* i) noexcept nogil:
+    """The IP after `i` if it follows from the instruction alone; -PTE_BAD_QUERY if not."""
+    cdef uint64_t n = i.ip + i.size
+    if i.iclass == ILD_OTHER or i.iclass == ILD_PTWRITE:
+        ip[0] = n
+        return 0
+    if (i.iclass == ILD_CALL or i.iclass == ILD_JUMP) and i.is_direct:
+        ip[0] = n + <uint64_t><int64_t>i.disp
+        return 0
+    if i.iclass == ILD_ERROR:
+        return -PTE_BAD_INSN
+    return -PTE_BAD_QUERY
+
+
+cdef class InsnDecoder:
+    """Decode the instruction flow of one PT stream over an image.
+
+    InsnDecoder(data, image, *, mtc_freq=0, nom_freq=0, cpuid_0x15_eax=0,
+    cpuid_0x15_ebx=0, errata=None, tick=False). `image` is a
+    pt_decoder.image.Image (or anything with `.sections` of objects with
+    vaddr/data). decode() runs to the end of the stream and returns a
+    FlowResult; never raises for trace damage (it becomes error items).
+    """
+    cdef EventDecoder evd
+    cdef object _keep                 # Python buffers behind the section pointers
+    cdef list _views
+    cdef SectionRef* secs
+    cdef int nsecs
+    cdef int last_sec
+    # block cache
+    cdef Block* blocks
+    cdef uint32_t nblocks, cap_blocks
+    cdef uint8_t* lens
+    cdef uint32_t nlens, cap_lens
+    cdef int32_t* table
+    cdef uint32_t table_mask
+    # flow state (libipt's struct pt_insn_decoder)
+    cdef uint64_t ip
+    cdef uint8_t mode
+    cdef int status
+    cdef int enabled, process_event, speculative, process_insn
+    cdef int bound_paging, bound_vmcs, bound_ptwrite
+    cdef PtEvent event
+    cdef Insn pinsn
+    cdef uint64_t retstack[RETSTACK_SIZE + 1]
+    cdef uint8_t rs_top, rs_bottom
+    cdef int tick
+    cdef uint8_t cur_flags
+    # output columns
+    cdef uint64_t* o_ip
+    cdef uint64_t* o_tsc
+    cdef uint64_t* o_cyc
+    cdef uint8_t* o_flags
+    cdef size_t n, cap
+    cdef Item* items
+    cdef size_t nitems, cap_items
+    cdef uint8_t next_flags
+    # driver state (ptxed's decode loop)
+    cdef int need_sync, done, oom, ustatus
+    cdef uint64_t last_sync, err_ip
+    cdef public uint64_t blocks_built
+
+    def __cinit__(self, data, image, *, int mtc_freq=0, int nom_freq=0, int cpuid_0x15_eax=0,
+                  int cpuid_0x15_ebx=0, errata=None, tick=False, sdm_packets=True):
+        cdef const uint8_t[:] mv
+        cdef int i
+        self.evd = EventDecoder(data, mtc_freq=mtc_freq, nom_freq=nom_freq, cpuid_0x15_eax=cpuid_0x15_eax,
+                                cpuid_0x15_ebx=cpuid_0x15_ebx, errata=errata, sdm_packets=sdm_packets)
+        sections = sorted(getattr(image, "sections", image) or [], key=lambda s: s.vaddr)
+        self._views = []
+        self.nsecs = len(sections)
+        self.secs = <SectionRef*>malloc(max(1, self.nsecs) * sizeof(SectionRef))
+        for i, s in enumerate(sections):
+            view = memoryview(s.data).cast("B")
+            self._views.append(view)
+            mv = view
+            self.secs[i].vaddr = s.vaddr
+            self.secs[i].size = len(view)
+            self.secs[i].data = &mv[0] if len(view) else NULL
+        self.last_sec = 0
+        self.cap_blocks = 1024
+        self.blocks = <Block*>malloc(self.cap_blocks * sizeof(Block))
+        self.cap_lens = 16384
+        self.lens = <uint8_t*>malloc(self.cap_lens)
+        self.table_mask = 4095
+        self.table = <int32_t*>malloc((self.table_mask + 1) * sizeof(int32_t))
+        memset(self.table, 0xff, (self.table_mask + 1) * sizeof(int32_t))
+        self.cap = 4096
+        self.o_ip = <uint64_t*>malloc(self.cap * 8)
+        self.o_tsc = <uint64_t*>malloc(self.cap * 8)
+        self.o_cyc = <uint64_t*>malloc(self.cap * 8)
+        self.o_flags = <uint8_t*>malloc(self.cap)
+        self.cap_items = 256
+        self.items = <Item*>malloc(self.cap_items * sizeof(Item))
+        if not (self.secs and self.blocks and self.lens and self.table and self.o_ip and self.o_tsc and self.o_cyc
+                and self.o_flags and self.items):
+            raise MemoryError()
+        self.tick = 1 if tick else 0
+        self.need_sync = 1
+        self.last_sync = 0
+        self._reset()
+
+    def __dealloc__(self):
+        free(self.secs)
+        free(self.blocks)
+        free(self.lens)
+        free(self.table)
+        free(self.o_ip)
+        free(self.o_tsc)
+        free(self.o_cyc)
+        free(self.o_flags)
+        free(self.items)
+
+    cdef void _reset(self) noexcept nogil:
+        self.mode = MODE_UNKNOWN
+        self.ip = 0
+        self.status = 0
+        self.enabled = 0
+        self.process_event = 0
+        self.speculative = 0
+        self.process_insn = 0
+        self.bound_paging = 0
+        self.bound_vmcs = 0
+        self.bound_ptwrite = 0
+        self.rs_top = 0
+        self.rs_bottom = 0
+
+    # --- image ---------------------------------------------------------------------------------------------
+
+    cdef int _section(self, uint64_t ip) noexcept nogil:
+        cdef int lo = 0, hi = self.nsecs - 1, mid
+        cdef SectionRef* s = &self.secs[self.last_sec]
+        if self.nsecs and s.vaddr <= ip and ip - s.vaddr < s.size:
+            return self.last_sec
+        while lo <= hi:
+            mid = (lo + hi) >> 1
+            s = &self.secs[mid]
+            if ip < s.vaddr:
+                hi = mid - 1
+            elif ip - s.vaddr >= s.size:
+                lo = mid + 1
+            else:
+                self.last_sec = mid
+                return mid
+        return -1
+
+    cdef int _read(self, uint64_t ip, uint8_t* buf, int want) noexcept nogil:
+        """Copy up to `want` bytes at `ip` across adjacent sections; -PTE_NOMAP if unmapped."""
+        cdef int got = 0, k, idx
+        cdef uint64_t avail
+        while got < want:
+            idx = self._section(ip + got)
+            if idx < 0:
+                break
+            avail = self.secs[idx].size - (ip + got - self.secs[idx].vaddr)
+            k = want - got if avail > <uint64_t>(want - got) else <int>avail
+            memcpy(buf + got, self.secs[idx].data + (ip + got - self.secs[idx].vaddr), k)
+            got += k
+        return got if got else -PTE_NOMAP
+
+    cdef int _decode_insn(self, uint64_t ip, uint8_t mode, Insn* out) noexcept nogil:
+        cdef uint8_t raw[16]
+        cdef ild_insn d
+        cdef int got = self._read(ip, raw, 15)
+        out.ip = ip
+        out.mode = mode
+        out.iclass = ILD_ERROR
+        out.size = 0
+        if got < 0:
+            return got
+        if ild_decode(raw, got, mode, &d) < 0:
+            return -PTE_BAD_INSN
+        out.size = d.len
+        out.iclass = d.iclass
+        out.ext = d.ext
+        out.is_direct = d.is_direct
+        out.disp = d.disp
+        return 0
+
+    # --- block cache ---------------------------------------------------------------------------------------
+
+    cdef Block* _block(self, uint64_t ip, uint8_t mode) noexcept nogil:
+        cdef uint32_t h = <uint32_t>(((ip ^ (<uint64_t>mode << 61)) * <uint64_t>0x9E3779B97F4A7C15) >> 40)
+        cdef int32_t b = self.table[h & self.table_mask]
+        while b >= 0:
+            if self.blocks[b].start == ip and self.blocks[b].mode == mode:
+                return &self.blocks[b]
+            b = self.blocks[b].next
+        return self._build(ip, mode, h)
+
+    cdef Block* _build(self, uint64_t ip, uint8_t mode, uint32_t h) noexcept nogil:
+        cdef Block* blk
+        cdef Insn insn
+        cdef int err
+        cdef uint32_t i
+        if self.nblocks == self.cap_blocks:
+            if self._grow_blocks() < 0:
+                return NULL
+        blk = &self.blocks[self.nblocks]
+        memset(blk, 0, sizeof(Block))
+        blk.start = ip
+        blk.mode = mode
+        blk.lens = self.nlens
+        while blk.ninsn < MAX_BLOCK:
+            err = self._decode_insn(ip, mode, &insn)
+            if err < 0:
+                if blk.ninsn == 0:
+                    blk.err = err
+                break
+            if self.nlens == self.cap_lens:
+                self.cap_lens *= 2
+                self.lens = <uint8_t*>realloc(self.lens, self.cap_lens)
+                if self.lens == NULL:
+                    return NULL
+            self.lens[self.nlens] = insn.size
+            self.nlens += 1
+            blk.ninsn += 1
+            blk.last = insn
+            if insn.iclass != ILD_OTHER:
+                break
+            ip += insn.size
+        blk.next = self.table[h & self.table_mask]
+        self.table[h & self.table_mask] = self.nblocks
+        self.nblocks += 1
+        self.blocks_built += 1
+        if self.nblocks > (self.table_mask + 1):
+            self._rehash()
+        return &self.blocks[self.nblocks - 1]
+
+    cdef int _grow_blocks(self) noexcept nogil:
+        cdef Block* nb = <Block*>realloc(self.blocks, 2 * self.cap_blocks * sizeof(Block))
+        if nb == NULL:
+            return -PTE_NOMEM
+        self.blocks = nb
+        self.cap_blocks *= 2
+        return 0
+
+    cdef void _rehash(self) noexcept nogil:
+        cdef uint32_t size = (self.table_mask + 1) * 4, h
+        cdef int32_t* t = <int32_t*>malloc(size * sizeof(int32_t))
+        cdef uint32_t i
+        if t == NULL:
+            return
+        free(self.table)
+        self.table = t
+        self.table_mask = size - 1
+        memset(t, 0xff, size * sizeof(int32_t))
+        for i in range(self.nblocks):
+            h = <uint32_t>(((self.blocks[i].start ^ (<uint64_t>self.blocks[i].mode << 61))
+                            * <uint64_t>0x9E3779B97F4A7C15) >> 40)
+            self.blocks[i].next = t[h & self.table_mask]
+            t[h & self.table_mask] = i
+
+    # --- output --------------------------------------------------------------------------------------------
+
+    cdef int _grow_out(self) noexcept nogil:
+        cdef size_t cap = self.cap * 2
+        cdef void* a = realloc(self.o_ip, cap * 8)
+        if a == NULL:
+            return -PTE_NOMEM
+        self.o_ip = <uint64_t*>a
+        a = realloc(self.o_tsc, cap * 8)
+        if a == NULL:
+            return -PTE_NOMEM
+        self.o_tsc = <uint64_t*>a
+        a = realloc(self.o_cyc, cap * 8)
+        if a == NULL:
+            return -PTE_NOMEM
+        self.o_cyc = <uint64_t*>a
+        a = realloc(self.o_flags, cap)
+        if a == NULL:
+            return -PTE_NOMEM
+        self.o_flags = <uint8_t*>a
+        self.cap = cap
+        return 0
+
+    cdef inline int _emit(self, uint64_t ip, uint8_t flags) noexcept nogil:
+        cdef size_t n = self.n
+        if n == self.cap:
+            if self._grow_out() < 0:
+                self.oom = 1
+                return -PTE_NOMEM
+        self.o_ip[n] = ip
+        self.o_tsc[n] = self.evd.last_time.tsc
+        self.o_cyc[n] = self.evd.last_time.cyc
+        flags |= self.next_flags
+        if self.speculative:
+            flags |= F_SPECULATIVE
+        self.o_flags[n] = flags
+        self.next_flags = 0
+        self.n = n + 1
+        return 0
+
+    cdef Item* _item(self, int kind) noexcept nogil:
+        cdef Item* it
+        cdef void* a
+        if self.nitems == self.cap_items:
+            a = realloc(self.items, 2 * self.cap_items * sizeof(Item))
+            if a == NULL:
+                self.oom = 1
+                return NULL
+            self.items = <Item*>a
+            self.cap_items *= 2
+        it = &self.items[self.nitems]
+        memset(it, 0, sizeof(Item))
+        it.kind = kind
+        it.pos = self.n
+        it.offset = self.evd.pos
+        self.nitems += 1
+        return it
+
+    cdef void _error(self, int kind, int code) noexcept nogil:
+        cdef Item* it = self._item(kind)
+        if it != NULL:
+            it.code = -code if code < 0 else code
+            it.ip = self.err_ip
+        self.next_flags |= F_RESUMED
+
+    # --- return compression stack (SDM 33.4.2.1) -----------------------------------------------------------
+
+    cdef inline void _rs_push(self, uint64_t ip) noexcept nogil:
+        cdef uint8_t top = self.rs_top
+        self.retstack[top] = ip
+        top = 0 if top == RETSTACK_SIZE else top + 1
+        if self.rs_bottom == top:
+            self.rs_bottom = 0 if self.rs_bottom == RETSTACK_SIZE else self.rs_bottom + 1
+        self.rs_top = top
+
+    cdef inline int _rs_pop(self, uint64_t* ip) noexcept nogil:
+        cdef uint8_t top = self.rs_top
+        if top == self.rs_bottom:
+            return -PTE_RETSTACK_EMPTY
+        top = RETSTACK_SIZE if top == 0 else top - 1
+        self.rs_top = top
+        ip[0] = self.retstack[top]
+        return 0
+
+    # --- libipt's instruction-decoder rules ----------------------------------------------------------------
+
+    cdef inline int _status(self, int flags) noexcept nogil:
+        if not self.enabled:
+            flags |= ST_IP_SUPPRESSED
+        if (self.status & ST_EOS) and not self.process_event:
+            flags |= ST_EOS
+        return flags
+
+    cdef int _tick(self, uint64_t ip) noexcept nogil:
+        # A tick event when the time changed at a branch (ptxed --event:tick).
+        if not self.enabled or self.process_event:
+            return 0
+        if self.evd.last_time.tsc == self.event.tsc:
+            return 0
+        memset(&self.event, 0, sizeof(PtEvent))
+        self.event.type = EV_TICK
+        self.event.ip = ip
+        self.event.has_tsc = self.evd.last_time.have_tsc
+        self.event.tsc = self.evd.last_time.tsc
+        self.event.cyc = self.evd.last_time.cyc
+        self.process_event = 1
+        return 1
+
+    cdef int _cond_branch(self, int* taken) noexcept nogil:
+        cdef int st = self.evd.cond_branch_c(taken)
+        if st >= 0 and self.tick:
+            self._tick(self.ip)
+        return st
+
+    cdef int _indirect_branch(self, uint64_t* ip) noexcept nogil:
+        cdef uint64_t evip = self.ip
+        cdef int st = self.evd.indirect_branch_c(ip)
+        if st >= 0 and self.tick:
+            self._tick(evip)
+        return st
+
+    cdef int _event_pending(self) noexcept nogil:
+        cdef int st
+        if self.process_event:
+            return 1
+        if not (self.status & ST_EVENT_PENDING):
+            return 0
+        st = self.evd.event_c(&self.event)
+        if st < 0:
+            return st
+        self.process_event = 1
+        self.status = st
+        return 1
+
+    cdef int _proceed(self, const Insn* insn) noexcept nogil:
+        cdef int st, taken = 0
+        self.ip += insn.size
+        c = insn.iclass
+        if c == ILD_OTHER or c == ILD_PTWRITE:
+            return 0
+        if c == ILD_COND_JUMP:
+            st = self._cond_branch(&taken)
+            if st < 0:
+                return st
+            self.status = st
+            self.cur_flags |= F_CONDITIONAL
+            if not taken:
+                return 0
+        elif c == ILD_CALL:
+            self.cur_flags |= F_CALL
+            # A call to the next instruction (get-IP idiom) is not a call for return compression.
+            if insn.disp != 0 or not insn.is_direct:
+                self._rs_push(self.ip)
+        elif c == ILD_RETURN:
+            self.cur_flags |= F_RETURN
+            st = self._cond_branch(&taken)
+            if st >= 0:
+                self.status = st
+                if not taken:
+                    return -PTE_BAD_RETCOMP
+                self.cur_flags |= F_TAKEN
+                return self._rs_pop(&self.ip)
+        elif c == ILD_ERROR:
+            return -PTE_BAD_INSN
+        else:
+            if _is_far(c):
+                self.cur_flags |= F_FAR
+        self.cur_flags |= F_TAKEN
+        if insn.is_direct:
+            self.ip += <uint64_t><int64_t>insn.disp
+        else:
+            self.cur_flags |= F_INDIRECT
+            st = self._indirect_branch(&self.ip)
+            if st < 0:
+                return st
+            self.status = st
+            if st & ST_IP_SUPPRESSED:
+                return -PTE_NOIP
+        return 0
+
+    cdef int _at_disabled_event(self, const Insn* insn) noexcept nogil:
+        cdef uint64_t ip
+        cdef PtEvent* ev = &self.event
+        c = insn.iclass
+        if ev.ip_suppressed:
+            if _is_far(c) or _changes_cpl(insn.ext) or insn.ext == ILDX_MOV_CR3:
+                return 1
+            return 0
+        if c == ILD_OTHER or c == ILD_PTWRITE:
+            return 0
+        if (c == ILD_CALL or c == ILD_JUMP) and insn.is_direct:
+            ip = insn.ip + insn.size + <uint64_t><int64_t>insn.disp
+            if ip != ev.ip:
+                return 0
+            return 1
+        if c == ILD_ERROR:
+            return -PTE_BAD_INSN
+        return 1
+
+    cdef int _postpone(self, const Insn* insn) noexcept nogil:
+        if not self.process_insn:
+            self.process_insn = 1
+            self.pinsn = insn[0]
+        return self._status(ST_EVENT_PENDING)
+
+    cdef int _clear_postponed(self) noexcept nogil:
+        self.process_insn = 0
+        self.bound_paging = 0
+        self.bound_vmcs = 0
+        self.bound_ptwrite = 0
+        return 0
+
+    cdef int _check_insn_event(self, const Insn* insn) noexcept nogil:
+        """Events that bind to the instruction itself (before it completes)."""
+        cdef int st = self._event_pending()
+        cdef PtEvent* ev = &self.event
+        cdef uint64_t nip
+        if st <= 0:
+            return st
+        t = ev.type
+        if t == EV_DISABLED:
+            st = self._at_disabled_event(insn)
+            if st <= 0:
+                return st
+            st = _next_ip(&nip, insn)
+            if st < 0:
+                self.ip = 0
+                if st != -PTE_BAD_QUERY:
+                    return st
+                if insn.iclass == ILD_CALL or insn.iclass == ILD_FAR_CALL:
+                    self.ip = insn.ip + insn.size
+            else:
+                self.ip = nip
+        elif t == EV_PAGING:
+            if self.bound_paging or not _binds_to_pip(insn):
+                return 0
+            self.bound_paging = 1
+            return self._postpone(insn)
+        elif t == EV_VMCS:
+            if self.bound_vmcs or not _binds_to_vmcs(insn):
+                return 0
+            self.bound_vmcs = 1
+            return self._postpone(insn)
+        elif t == EV_PTWRITE:
+            if self.bound_ptwrite:
+                return 0
+            if ev.ip_suppressed:
+                if insn.iclass != ILD_PTWRITE:
+                    return 0
+                ev.ip = self.ip
+                ev.ip_suppressed = 0
+            elif self.ip != ev.ip:
+                return 0
+            self.bound_ptwrite = 1
+            return self._postpone(insn)
+        else:
+            return 0
+        return self._status(ST_EVENT_PENDING)
+
+    cdef int _bdm64(self, const Insn* insn) noexcept nogil:
+        # BDM64: an aborted transaction's FUP may point behind the branch that
+        # left it; if the code from here does not reach the FUP IP, use it.
+        cdef Insn i
+        cdef uint64_t ip = self.ip, end = self.event.ip
+        cdef int steps = BDM64_MAX_STEPS, err
+        if not self.event.b or not _is_branch(insn.iclass):
+            return 0
+        while ip != end:
+            if steps == 0:
+                break
+            steps -= 1
+            err = self._decode_insn(ip, self.mode, &i)
+            if err < 0:
+                break
+            if _next_ip(&ip, &i) < 0:
+                break
+        if ip == end:
+            return 0
+        self.ip = end
+        return 1
+
+    cdef int _check_ip_event(self, const Insn* insn) noexcept nogil:
+        """Events that bind to the IP after an instruction (or after sync)."""
+        cdef int st = self._event_pending()
+        cdef PtEvent* ev = &self.event
+        if st <= 0:
+            if st < 0:
+                return st
+            return self._status(0)
+        t = ev.type
+        if t == EV_DISABLED:
+            return self._status(0)
+        if t == EV_ASYNC_DISABLED:
+            if ev.at != self.ip:
+                return self._status(0)
+            if self.evd.errata.skd022:
+                if self._skd022():
+                    return self._status(0)
+        elif t == EV_TSX:
+            if not ev.ip_suppressed:
+                if insn != NULL and self.evd.errata.bdm64:
+                    self._bdm64(insn)
+                if self.ip != ev.ip:
+                    return self._status(0)
+        elif t == EV_ASYNC_BRANCH:
+            if ev.at != self.ip:
+                return self._status(0)
+        elif t == EV_EXEC_MODE or t == EV_ASYNC_PAGING or t == EV_ASYNC_VMCS:
+            if not ev.ip_suppressed and ev.ip != self.ip:
+                return self._status(0)
+        elif t == EV_PAGING or t == EV_VMCS or t == EV_PTWRITE:
+            if self.enabled:
+                return self._status(0)
+        elif t == EV_EXSTOP or t == EV_MWAIT:
+            if not ev.ip_suppressed and self.enabled and self.ip != ev.ip:
+                return self._status(0)
+        return self._status(ST_EVENT_PENDING)
+
+    cdef int _skd022(self) noexcept nogil:
+        # SKD022: VM entry (VMLAUNCH/VMRESUME) with tracing disabled reports an
+        # asynchronous disable at the entry instead of a plain disable.
+        cdef Insn i
+        if self._decode_insn(self.ip, self.mode, &i) < 0:
+            return 0
+        if i.ext != ILDX_VMLAUNCH and i.ext != ILDX_VMRESUME:
+            return 0
+        self.event.type = EV_DISABLED
+        return 1
+
+    cdef int _sync_forward(self) noexcept nogil:
+        cdef int st
+        self._reset()
+        st = self.evd.sync_forward_c(&self.ip)
+        if st < 0:
+            return st
+        self.status = st
+        if not (st & ST_IP_SUPPRESSED):
+            self.enabled = 1
+        return self._check_ip_event(NULL)
+
+    cdef int _insn_event(self) noexcept nogil:
+        """Process the pending event (libipt's pt_insn_event) and record it."""
+        cdef PtEvent* ev = &self.event
+        cdef Item* it
+        cdef int st
+        if not self.process_event:
+            return -PTE_BAD_QUERY
+        t = ev.type
+        if t == EV_ENABLED:
+            if self.ip == ev.ip:
+                ev.a = 1
+            if ev.status_update:
+                return -PTE_BAD_CONTEXT
+            if self.enabled:
+                return -PTE_BAD_CONTEXT
+            self.ip = ev.ip
+            self.enabled = 1
+            self.next_flags |= F_RESUMED
+        elif t == EV_ASYNC_DISABLED or t == EV_DISABLED:
+            if t == EV_ASYNC_DISABLED and not ev.ip_suppressed and self.ip != ev.at:
+                return -PTE_BAD_QUERY
+            if ev.status_update or not self.enabled:
+                return -PTE_BAD_CONTEXT
+            self.enabled = 0
+        elif t == EV_ASYNC_BRANCH:
+            if self.ip != ev.at:
+                return -PTE_BAD_QUERY
+            if ev.status_update or not self.enabled:
+                return -PTE_BAD_CONTEXT
+            self.ip = ev.ip
+            self.next_flags |= F_FAR
+        elif t == EV_ASYNC_PAGING or t == EV_ASYNC_VMCS:
+            if not ev.ip_suppressed and self.ip != ev.ip:
+                return -PTE_BAD_QUERY
+        elif t == EV_OVERFLOW:
+            if ev.status_update:
+                return -PTE_BAD_CONTEXT
+            if ev.ip_suppressed:
+                self.enabled = 0
+                self.ip = 0
+            else:
+                self.ip = ev.ip
+                self.enabled = 1
+            self.speculative = 0
+            self.next_flags |= F_RESUMED
+        elif t == EV_EXEC_MODE:
+            if (ev.status_update and self.enabled and self.mode != MODE_UNKNOWN and self.mode != ev.a):
+                return -PTE_BAD_STATUS_UPDATE
+            self.mode = ev.a
+        elif t == EV_TSX:
+            self.speculative = ev.a
+        elif t == EV_STOP:
+            if ev.status_update or self.enabled:
+                return -PTE_BAD_CONTEXT
+        elif t == EV_EXSTOP or t == EV_MWAIT:
+            if not ev.ip_suppressed and self.enabled and self.ip != ev.ip:
+                return -PTE_BAD_QUERY
+        it = self._item(ITEM_EVENT)
+        if it != NULL:
+            it.ev = ev[0]
+        self.process_event = 0
+        if self.process_insn:
+            st = self._check_insn_event(&self.pinsn)
+            if st != 0:
+                if st < 0:
+                    return st
+                if st & ST_EVENT_PENDING:
+                    return st
+            if self.enabled:
+                st = self._proceed(&self.pinsn)
+                if st < 0:
+                    return st
+            self._clear_postponed()
+        return self._check_ip_event(NULL)
+
+    cdef int _insn_next(self) noexcept nogil:
+        """One step of the flow (libipt's pt_insn_next), or a whole cached block
+        when no event can bind inside it. Emits what it decoded."""
+        cdef Block* blk
+        cdef Insn insn
+        cdef int st, err
+        cdef uint32_t i, last
+        cdef uint64_t ip
+        cdef uint8_t* lens
+        if not self.enabled:
+            if self.status & ST_EOS:
+                return -PTE_EOS
+            return -PTE_NO_ENABLE
+        self.err_ip = self.ip
+        blk = self._block(self.ip, self.mode)
+        if blk == NULL:
+            return -PTE_NOMEM
+        if blk.ninsn == 0:
+            return blk.err
+        if blk.ninsn > 1:
+            if not self.process_event and not (self.status & ST_EVENT_PENDING):
+                # Fast path: nothing can bind before the block's last instruction.
+                ip = self.ip
+                lens = self.lens + blk.lens
+                last = blk.ninsn - 1
+                for i in range(last):
+                    if self._emit(ip, 0) < 0:
+                        return -PTE_NOMEM
+                    ip += lens[i]
+                self.ip = ip
+                self.err_ip = ip
+                insn = blk.last
+            else:
+                # An event is pending: one instruction at a time.
+                err = self._decode_insn(self.ip, self.mode, &insn)
+                if err < 0:
+                    return err
+        else:
+            insn = blk.last
+        insn.speculative = self.speculative
+        self.cur_flags = 0
+        st = self._check_insn_event(&insn)
+        if st != 0:
+            if st < 0:
+                self._emit(insn.ip, self.cur_flags)
+                return st
+            if st & ST_EVENT_PENDING:
+                self._emit(insn.ip, self.cur_flags)
+                return st
+        st = self._proceed(&insn)
+        if st < 0:
+            self._emit(insn.ip, self.cur_flags)
+            return st
+        st = self._check_ip_event(&insn)
+        self._emit(insn.ip, self.cur_flags)
+        return st
+
+    cdef int _run(self, size_t max_insns) noexcept nogil:
+        """ptxed's decode loop: sync, drain events, step; errors become items.
+        `ustatus` is the loop's status (what the last step returned), distinct
+        from `status`, the last answer of the event layer."""
+        cdef int st
+        while not self.done and self.n < max_insns and not self.oom:
+            if self.need_sync:
+                self.err_ip = 0
+                st = self._sync_forward()
+                if st < 0:
+                    if st == -PTE_EOS:
+                        self.done = 1
+                        break
+                    self._error(ITEM_SYNC_ERROR, st)
+                    if self.evd.pos <= self.last_sync:
+                        self.done = 1
+                        break
+                    self.last_sync = self.evd.pos
+                    continue
+                self.need_sync = 0
+                self.ustatus = st
+                self.next_flags |= F_RESUMED
+            st = self.ustatus
+            while st >= 0 and (st & ST_EVENT_PENDING):
+                st = self._insn_event()
+            if st >= 0:
+                if st & ST_EOS:
+                    if not (st & ST_IP_SUPPRESSED):
+                        self._item(ITEM_EOS)
+                    self.done = 1
+                    break
+                st = self._insn_next()
+                if st >= 0:
+                    self.ustatus = st
+                    continue
+            if st == -PTE_EOS:
+                self.done = 1
+                break
+            self._error(ITEM_ERROR, st)
+            self.need_sync = 1
+        return 0
+
+    # --- Python API ------------------------------------------------------------------------------------------
+
+    def decode(self, size_t max_insns=<size_t>-1):
+        """Decode to the end of the stream (or `max_insns` instructions); returns a FlowResult."""
+        with nogil:
+            self._run(max_insns)
+        if self.oom:
+            raise MemoryError("out of memory while decoding")
+        return self.result()
+
+    def result(self):
+        from pt_decoder.flow_result import FlowResult
+        return FlowResult(self._column("Q", 0), self._column("Q", 1), self._column("Q", 2),
+                          self._column("B", 3), self._items())
+
+    cdef object _column(self, str code, int which):
+        from array import array
+        col = array(code)
+        if self.n == 0:
+            return col
+        if which == 0:
+            col.frombytes((<char*>self.o_ip)[:self.n * 8])
+        elif which == 1:
+            col.frombytes((<char*>self.o_tsc)[:self.n * 8])
+        elif which == 2:
+            col.frombytes((<char*>self.o_cyc)[:self.n * 8])
+        else:
+            col.frombytes((<char*>self.o_flags)[:self.n])
+        return col
+
+    cdef list _items(self):
+        from pt_decoder.event import EVENT_NAMES
+        out = []
+        cdef size_t k
+        cdef Item* it
+        for k in range(self.nitems):
+            it = &self.items[k]
+            ev = None
+            if it.kind == ITEM_EVENT:
+                e = &it.ev
+                ev = {"type": EVENT_NAMES[e.type], "ip": None if e.ip_suppressed else e.ip, "at": e.at,
+                      "payload": e.payload, "aux": e.aux, "a": e.a, "b": e.b, "c": e.c,
+                      "tsc": e.tsc if e.has_tsc else None, "status_update": bool(e.status_update)}
+            out.append((("event", "error", "sync_error", "eos")[it.kind], it.pos, it.offset, it.ip, it.code, ev))
+        return out
+
+    @property
+    def offset(self):
+        return self.evd.pos
+
+    @property
+    def cached_blocks(self):
+        return self.nblocks

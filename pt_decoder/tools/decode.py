@@ -1,0 +1,198 @@
+"""`ptdebug decode`: the instruction flow of a PT stream, as ptxed prints it.
+
+Layer: pt_decoder.tools (command line). Parses ptxed-like options, builds an
+Image and an InsnDecoder, prints with tools/ptxed_format. Knows no DAP and
+never imports adapter: a bundle directory is read through its manifest.json
+(format "ptdebug-bundle", documented in adapter/capture/bundle.py).
+
+    ptdebug decode TRACE (--elf FILE[:BASE] | --raw FILE[:FROM[-TO]]:BASE)...
+                   [--cpu F/M[/S]] [--mtc-freq N] [--nom-freq N]
+                   [--cpuid-0x15.eax N] [--cpuid-0x15.ebx N]
+                   [--format ptxed|ips|jsonl] [--time] [--event:ip]
+                   [--event:time] [--event:tick] [--quiet] [--stat] [--stat:insn]
+                   [--parallel N]
+    ptdebug decode BUNDLE_DIR [same options]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time as _time
+
+from pt_decoder.errors import PtError, errstr, ErrorCode
+
+FORMATS = ("ptxed", "ips", "jsonl")
+
+
+def _int(text: str) -> int:
+    return int(text, 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ptdebug decode", description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", help="raw PT stream file, or a ptdebug bundle directory")
+    ap.add_argument("--elf", action="append", default=[], metavar="FILE[:BASE]",
+                    help="map the ELF's executable segments (at p_vaddr + BASE)")
+    ap.add_argument("--raw", action="append", default=[], metavar="FILE[:FROM[-TO]]:BASE",
+                    help="map a raw file (or the byte range FROM..TO of it) at BASE")
+    ap.add_argument("--cpu", help="F/M[/S]: the traced CPU, for its errata")
+    ap.add_argument("--mtc-freq", type=_int, default=None)
+    ap.add_argument("--nom-freq", type=_int, default=None)
+    ap.add_argument("--cpuid-0x15.eax", dest="cpuid_eax", type=_int, default=None)
+    ap.add_argument("--cpuid-0x15.ebx", dest="cpuid_ebx", type=_int, default=None)
+    ap.add_argument("--format", choices=FORMATS, default="ptxed")
+    ap.add_argument("--time", action="store_true", help="print each instruction's TSC before it")
+    ap.add_argument("--event:ip", dest="event_ip", action="store_true", help="print events' IPs")
+    ap.add_argument("--event:time", dest="event_time", action="store_true", help="print events' TSC")
+    ap.add_argument("--event:tick", dest="event_tick", action="store_true",
+                    help="report time changes at branches as tick events")
+    ap.add_argument("--quiet", action="store_true", help="print nothing of the flow")
+    ap.add_argument("--stat", action="store_true", help="print statistics at the end")
+    ap.add_argument("--stat:insn", dest="stat_insn", action="store_true", help="count instructions")
+    ap.add_argument("--insn-decoder", dest="insn_decoder", action="store_true",
+                    help="accepted for ptxed compatibility (the instruction flow is always used)")
+    ap.add_argument("--parallel", type=int, default=1, metavar="N",
+                    help="decode the PSB-delimited pieces on N processes (0: all cores)")
+    return ap
+
+
+def parse_cpu(text: str) -> tuple[int, int, int]:
+    parts = text.split("/")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"--cpu {text!r}: expected FAMILY/MODEL[/STEPPING]")
+    nums = [int(p, 0) for p in parts]
+    return nums[0], nums[1], nums[2] if len(nums) == 3 else 0
+
+
+def _split_base(spec: str) -> tuple[str, int]:
+    path, sep, base = spec.rpartition(":")
+    if sep and path and not os.path.exists(spec):
+        return path, int(base, 0)
+    return spec, 0
+
+
+def build_image(elfs: list[str], raws: list[str]):
+    from pt_decoder.image import Image
+    image = Image()
+    for spec in elfs:
+        path, base = _split_base(spec)
+        image.add_elf(path, base)
+    for spec in raws:
+        # ptxed syntax: file[:from[-to]]:base
+        parts = spec.split(":")
+        if len(parts) == 3:
+            path, rng, base = parts
+            lo, _, hi = rng.partition("-")
+            offset = int(lo, 0)
+            size = int(hi, 0) - offset if hi else None
+            image.add_raw(path, int(base, 0), offset, size)
+        else:
+            path, base = _split_base(spec)
+            image.add_raw(path, base)
+    return image
+
+
+def decoder_options(args, cpu_text: str | None, out) -> dict:
+    """InsnDecoder keyword arguments from the options; prints ptxed's config error for an unknown CPU."""
+    from pt_decoder.event import cpu_errata
+    opts = {}
+    if cpu_text:
+        family, model, stepping = parse_cpu(cpu_text)
+        try:
+            opts["errata"] = cpu_errata(family, model, stepping)
+        except PtError as e:
+            out.write("[0, 0: config error: %s]\n" % errstr(e.code))
+    for name, value in (("mtc_freq", args.mtc_freq), ("nom_freq", args.nom_freq),
+                        ("cpuid_0x15_eax", args.cpuid_eax), ("cpuid_0x15_ebx", args.cpuid_ebx)):
+        if value is not None:
+            opts[name] = value
+    if args.event_tick:
+        opts["tick"] = True
+    return opts
+
+
+def decode_stream(data: bytes, image, opts: dict, parallel: int = 1):
+    """The FlowResult of one stream (serial, or split at PSBs over `parallel` processes)."""
+    if parallel != 1:
+        from pt_decoder.parallel import decode_parallel
+        return decode_parallel(data, image, workers=parallel or None, **opts)
+    from pt_decoder.insn import InsnDecoder
+    return InsnDecoder(data, image, **opts).decode()
+
+
+def print_flow(flow, args, out) -> None:
+    from pt_decoder.tools import ptxed_format as fmt
+    if args.quiet:
+        return
+    if args.format == "ips":
+        lines = fmt.ips_lines(flow)
+    elif args.format == "jsonl":
+        lines = fmt.jsonl_lines(flow)
+    else:
+        lines = fmt.ptxed_lines(flow, event_ip=args.event_ip, event_time=args.event_time,
+                                insn_time=args.time)
+    out.writelines(line + "\n" for line in lines)
+
+
+def _bundle_streams(root: str, args):
+    """(label, data, image, cpu, timing) per stream of a bundle directory."""
+    from pt_decoder.image import Image
+    with open(os.path.join(root, "manifest.json")) as f:
+        manifest = json.load(f)
+    if manifest.get("format") != "ptdebug-bundle":
+        raise ValueError(f"{root}: not a ptdebug bundle (format={manifest.get('format')!r})")
+    image = Image()
+    for entry in manifest.get("images", []):
+        path = entry["file"] if os.path.isabs(entry["file"]) else os.path.join(root, entry["file"])
+        image.add_raw(path, entry["load_address"], entry.get("offset", 0), entry.get("size"))
+    cpu = manifest.get("cpu") or {}
+    cpu_text = "%d/%d/%d" % (cpu["family"], cpu["model"], cpu.get("stepping", 0)) \
+        if cpu.get("vendor", "GenuineIntel") == "GenuineIntel" and cpu.get("family") else None
+    timing = manifest.get("timing") or {}
+    for stream in manifest.get("streams", []):
+        path = stream["file"] if os.path.isabs(stream["file"]) else os.path.join(root, stream["file"])
+        with open(path, "rb") as f:
+            yield "tid %s" % stream.get("tid"), f.read(), image, cpu_text, timing
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = sys.stdout
+    try:
+        if os.path.isdir(args.trace):
+            jobs = list(_bundle_streams(args.trace, args))
+            for name, key in (("mtc_freq", "mtc_freq"), ("nom_freq", "nom_freq"),
+                              ("cpuid_eax", "cpuid_0x15_eax"), ("cpuid_ebx", "cpuid_0x15_ebx")):
+                for _, _, _, _, timing in jobs[:1]:
+                    if getattr(args, name) is None and timing.get(key) is not None:
+                        setattr(args, name, timing[key])
+        else:
+            with open(args.trace, "rb") as f:
+                data = f.read()
+            jobs = [(None, data, build_image(args.elf, args.raw), args.cpu, {})]
+    except (OSError, ValueError, PtError) as e:
+        sys.stderr.write("ptdebug decode: %s\n" % e)
+        return 2
+    total = 0
+    started = _time.perf_counter()
+    for label, data, image, cpu_text, _timing in jobs:
+        if label and not args.quiet:
+            out.write("[stream %s]\n" % label)
+        opts = decoder_options(args, args.cpu or cpu_text, out)
+        flow = decode_stream(data, image, opts, args.parallel)
+        print_flow(flow, args, out)
+        total += len(flow)
+    if args.stat or args.stat_insn:
+        out.write("insn: %d.\n" % total)
+    if args.stat and not args.stat_insn:
+        pass
+    out.flush()
+    if os.environ.get("PTDEBUG_DECODE_TIMING"):
+        sys.stderr.write("decoded %d instructions in %.3f s\n" % (total, _time.perf_counter() - started))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""`ptdebug decode --format ptxed` against every libipt 2.0.5 ptxed expectation.
+
+Layer: tests of pt_decoder (event + insn + timing layers through the tool).
+Each test of ../shared/traces/libipt-2.0.5-ptt (pttc output: .pt stream, .bin
+image loaded at `org`, per-CPU runs for errata) is decoded with the ptxed
+options of index.json and compared line by line (trailing spaces aside, as
+libipt's test script compares: runs of blanks are equal). Options without a ptdebug counterpart (the
+block decoder's own output, address filters) are listed, not silently passed.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import shlex
+
+import pytest
+
+# Parametrisation needs the index at collection time, before fixtures exist:
+# the same place tests/conftest.py's `traces_dir` points at.
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+PTT = (pathlib.Path(os.environ.get("PTDEBUG_SHARED", _ROOT.parent / "shared")) / "traces"
+       / "libipt-2.0.5-ptt")
+# ptxed options that select output ptdebug does not produce (block decoder's [block] lines,
+# its statistics) or a configuration it does not model (address filters).
+UNSUPPORTED = ("--block-decoder", "--block:", "--filter:")
+
+
+def _runs():
+    if not (PTT / "index.json").is_file():
+        return []
+    index = json.loads((PTT / "index.json").read_text())
+    runs = []
+    for name, test in sorted(index.items()):
+        for run in test["runs"]:
+            exps = [e for e in run["exp"] if "-ptxed" in e]
+            if not exps:
+                continue
+            runs.append(pytest.param(name, test, run, exps[0], id="%s-%s" % (name, run["cpu"] or "any")))
+    return runs
+
+
+RUNS = _runs()
+
+
+def test_index_has_the_expected_number_of_ptxed_runs(traces_dir):
+    assert len(RUNS) == 322
+
+
+def _argv(name: str, test: dict, run: dict) -> list[str]:
+    argv = [name + ".pt"]
+    opts = shlex.split(test["ptxed_opts"])
+    # libipt's test script always loads the test's .bin at `org`; options may add more.
+    if os.path.getsize(PTT / run["dir"] / (name + ".bin")):
+        argv += ["--raw", "%s.bin:%s" % (name, test["org"])]
+    if run["cpu"] and "--cpu" not in opts:
+        argv += ["--cpu", run["cpu"]]
+    return argv + opts
+
+
+def _supported(test: dict) -> bool:
+    return not any(o.startswith(UNSUPPORTED) for o in shlex.split(test["ptxed_opts"]))
+
+
+@pytest.mark.parametrize("name,test,run,exp", RUNS)
+def test_ptxed_expectation(traces_dir, name, test, run, exp, monkeypatch):
+    if not _supported(test):
+        pytest.skip("ptxed options %r select block-decoder output or address filters, "
+                    "which ptdebug decode does not produce" % test["ptxed_opts"])
+    from pt_decoder.tools import decode
+    directory = PTT / run["dir"]
+    monkeypatch.chdir(directory)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert decode.main(_argv(name, test, run)) == 0
+    want = [" ".join(line.split()) for line in (directory / exp).read_text().splitlines()]
+    got = [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    assert got == want
+
+
+def test_default_option_runs_are_all_supported(traces_dir):
+    default = [p for p in RUNS if not p.values[1]["ptxed_opts"]]
+    assert len(default) >= 180 and all(_supported(p.values[1]) for p in default)

@@ -117,7 +117,7 @@ cdef enum:
     PL_BBP_TYPE = 0x1F
     PL_CFE_IP = 0x80          # CFE byte 2: bit 7 IP, 4:0 type; byte 3 vector
     PL_CFE_TYPE = 0x1F
-    PL_EVD_TYPE = 0x1F
+    PL_EVD_TYPE = 0x3F        # EVD byte 2: bits 5:0 type (6 bits, as perf reads it)
     PL_TRIG_IP = 0x80         # TRIG byte 1: bit 7 IP, 6 ICNTV, 5 MULT; byte 2 TRBV
     PL_TRIG_ICNTV = 0x40
     PL_TRIG_MULT = 0x20

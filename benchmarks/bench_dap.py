@@ -1,0 +1,193 @@
+"""DAP request latency through `ptdebug dap` in front of debugpy, against debugpy alone.
+
+Both sessions run at once, on the same kind of debuggee stopped at the same breakpoint; the
+requests (a stackTrace, scopes, variables, evaluate mix) alternate between the two, one cycle
+each, so machine noise falls on both alike. Reported: median and p99 latency of each path and
+the added latency of ptdebug as a ratio (target: at most +10 % at the median and at p99).
+
+    .venv/bin/python -m benchmarks.bench_dap [--quick] [--json]
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+PROGRAM = '''
+import time
+def handler(request_id, payload):
+    tokens = list(range(64))
+    cache = {"k%d" % i: i * i for i in range(32)}
+    score = sum(tokens) / len(tokens)
+    time.sleep(0)  # @stop
+    return score, cache
+
+handler(7, b"x" * 100)
+'''
+
+CYCLE = ("stackTrace", "scopes", "variables", "evaluate")
+
+
+class _Session:
+    """A blocking, reader-thread-free DAP client: the least client overhead possible."""
+
+    def __init__(self, argv: list[str], program: str):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, cwd=ROOT)
+        self.rfile, self.wfile = self.proc.stdout, self.proc.stdin
+        self.seq = 0
+        self.events: list[dict] = []
+        self.call("initialize", {"clientID": "bench", "adapterID": "python",
+                                 "linesStartAt1": True, "columnsStartAt1": True,
+                                 "pathFormat": "path"})
+        launch = self.send("launch", {"program": program, "console": "internalConsole",
+                                      "justMyCode": True})
+        self.wait_event("initialized")
+        line = next(i for i, text in enumerate(open(program), 1) if text.rstrip()
+                    .endswith("# @stop"))
+        self.call("setBreakpoints", {"source": {"path": program}, "breakpoints": [{"line": line}]})
+        self.call("configurationDone", {})
+        self.wait_response(launch)
+        self.thread = self.wait_event("stopped")["body"]["threadId"]
+        frames = self.call("stackTrace", {"threadId": self.thread})["stackFrames"]
+        self.frame = frames[0]["id"]
+        scopes = self.call("scopes", {"frameId": self.frame})["scopes"]
+        self.locals = scopes[0]["variablesReference"]
+        self.arguments = {
+            "stackTrace": {"threadId": self.thread, "startFrame": 0, "levels": 20},
+            "scopes": {"frameId": self.frame},
+            "variables": {"variablesReference": self.locals},
+            "evaluate": {"expression": "score * 2 + len(cache)", "frameId": self.frame,
+                         "context": "repl"},
+        }
+
+    def send(self, command: str, arguments: dict) -> int:
+        self.seq += 1
+        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
+                           "arguments": arguments}).encode()
+        self.wfile.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.wfile.flush()
+        return self.seq
+
+    def _read(self) -> dict:
+        length = 0
+        while True:
+            line = self.rfile.readline()
+            if not line:
+                raise EOFError("the adapter closed the connection")
+            if line in (b"\r\n", b"\n"):
+                break
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        return json.loads(self.rfile.read(length))
+
+    def wait_response(self, seq: int) -> dict:
+        while True:
+            message = self._read()
+            if message["type"] == "response" and message["request_seq"] == seq:
+                if not message["success"]:
+                    raise RuntimeError(f"{message['command']} failed: {message}")
+                return message
+            if message["type"] == "event":
+                self.events.append(message)
+
+    def wait_event(self, name: str) -> dict:
+        for i, event in enumerate(self.events):
+            if event["event"] == name:
+                return self.events.pop(i)
+        while True:
+            message = self._read()
+            if message["type"] == "event":
+                if message["event"] == name:
+                    return message
+                self.events.append(message)
+
+    def call(self, command: str, arguments: dict) -> dict:
+        return self.wait_response(self.send(command, arguments)).get("body", {})
+
+    def timed(self, command: str) -> int:
+        start = time.perf_counter_ns()
+        self.wait_response(self.send(command, self.arguments[command]))
+        return time.perf_counter_ns() - start
+
+    def close(self) -> None:
+        try:
+            self.send("disconnect", {"terminateDebuggee": True})
+            self.wfile.close()
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _percentile(sorted_values: list[int], q: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index] / 1000.0  # microseconds
+
+
+def _stats(samples: list[int]) -> dict:
+    s = sorted(samples)
+    return {"n": len(s), "median_us": _percentile(s, 0.5), "p99_us": _percentile(s, 0.99)}
+
+
+def run(quick: bool = False) -> dict:
+    """10,000 requests per path (1,000 with quick); returns the figures as a dict."""
+    requests = 1_000 if quick else 10_000
+    with tempfile.TemporaryDirectory(prefix="bench_dap_") as tmp:
+        program = os.path.join(tmp, "service.py")
+        with open(program, "w") as f:
+            f.write(PROGRAM)
+        direct = _Session([sys.executable, "-m", "debugpy.adapter"], program)
+        proxied = _Session([sys.executable, "-m", "adapter.cli", "dap", "--log-level", "ERROR"],
+                           program)
+        samples = {"debugpy": {c: [] for c in CYCLE}, "ptdebug": {c: [] for c in CYCLE}}
+        try:
+            for _ in range(20):  # warm both paths up (imports, caches) before measuring
+                for command in CYCLE:
+                    direct.timed(command)
+                    proxied.timed(command)
+            for i in range(requests // len(CYCLE)):
+                order = (("debugpy", direct), ("ptdebug", proxied))
+                for name, session in (order if i % 2 == 0 else order[::-1]):
+                    for command in CYCLE:
+                        samples[name][command].append(session.timed(command))
+        finally:
+            direct.close()
+            proxied.close()
+    result: dict = {"requests_per_path": requests, "mix": list(CYCLE)}
+    for name in ("debugpy", "ptdebug"):
+        every = [v for values in samples[name].values() for v in values]
+        result[name] = _stats(every)
+        result[name]["per_command_median_us"] = {c: _stats(v)["median_us"]
+                                                 for c, v in samples[name].items()}
+    for q in ("median_us", "p99_us"):
+        key = "added_" + q.replace("_us", "")
+        result[key] = round(result["ptdebug"][q] / result["debugpy"][q] - 1.0, 4)
+    result["target_added_max"] = 0.10
+    result["meets_target"] = (result["added_median"] <= 0.10 and result["added_p99"] <= 0.10)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    result = run(quick="--quick" in argv)
+    if "--json" in argv:
+        print(json.dumps(result, indent=2))
+    else:
+        for name in ("debugpy", "ptdebug"):
+            r = result[name]
+            print(f"{name:8s} n={r['n']} median={r['median_us']:.0f} us p99={r['p99_us']:.0f} us "
+                  f"per command median: {r['per_command_median_us']}")
+        print(f"added latency: median {result['added_median']:+.1%}, "
+              f"p99 {result['added_p99']:+.1%} (target at most +10%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

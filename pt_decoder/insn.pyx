@@ -131,6 +131,10 @@ cdef class InsnDecoder:
     cdef uint8_t rs_top, rs_bottom
     cdef int tick
     cdef uint8_t cur_flags
+    cdef uint32_t filter_cfg[4]       # IA32_RTIT_CTL.ADDRn_CFG: 0 off, 1 filter, 2 stop
+    cdef uint64_t filter_a[4]
+    cdef uint64_t filter_b[4]
+    cdef int have_filter
     # output columns
     cdef uint64_t* o_ip
     cdef uint64_t* o_tsc
@@ -146,7 +150,7 @@ cdef class InsnDecoder:
     cdef public uint64_t blocks_built
 
     def __cinit__(self, data, image, *, int mtc_freq=0, int nom_freq=0, int cpuid_0x15_eax=0,
-                  int cpuid_0x15_ebx=0, errata=None, tick=False, sdm_packets=True):
+                  int cpuid_0x15_ebx=0, errata=None, tick=False, sdm_packets=True, addr_filters=None):
         cdef const uint8_t[:] mv
         cdef int i
         self.evd = EventDecoder(data, mtc_freq=mtc_freq, nom_freq=nom_freq, cpuid_0x15_eax=cpuid_0x15_eax,
@@ -181,6 +185,13 @@ cdef class InsnDecoder:
                 and self.o_flags and self.items):
             raise MemoryError()
         self.tick = 1 if tick else 0
+        memset(self.filter_cfg, 0, sizeof(self.filter_cfg))
+        for i, (cfg, a, b) in enumerate(addr_filters or ()):
+            if i >= 4:
+                raise ValueError("at most 4 address filters (ADDR0..ADDR3)")
+            self.filter_cfg[i], self.filter_a[i], self.filter_b[i] = cfg, a, b
+            if cfg:
+                self.have_filter = 1
         self.need_sync = 1
         self.last_sync = 0
         self._reset()
@@ -523,6 +534,13 @@ cdef class InsnDecoder:
         if ev.ip_suppressed:
             if _is_far(c) or _changes_cpl(insn.ext) or insn.ext == ILDX_MOV_CR3:
                 return 1
+            # SKL014: a direct call/jump out of the filtered range disables
+            # tracing without an IP.
+            if self.have_filter and self.evd.errata.skl014 and (c == ILD_CALL or c == ILD_JUMP) \
+                    and insn.is_direct:
+                ip = insn.ip + insn.size + <uint64_t><int64_t>insn.disp
+                if not self._filter_check(ip):
+                    return 1
             return 0
         if c == ILD_OTHER or c == ILD_PTWRITE:
             return 0
@@ -534,6 +552,20 @@ cdef class InsnDecoder:
         if c == ILD_ERROR:
             return -PTE_BAD_INSN
         return 1
+
+    cdef int _filter_check(self, uint64_t ip) noexcept nogil:
+        # 1 if `ip` would be traced under the address filters (SDM 33.2.4.3):
+        # not in a TraceStop range, and in a FilterEn range if there is one.
+        cdef int n, any_filter = 0
+        for n in range(4):
+            if self.filter_cfg[n] == 2 and self.filter_a[n] <= ip <= self.filter_b[n]:
+                return 0
+        for n in range(4):
+            if self.filter_cfg[n] == 1:
+                any_filter = 1
+                if self.filter_a[n] <= ip <= self.filter_b[n]:
+                    return 1
+        return 0 if any_filter else 1
 
     cdef int _postpone(self, const Insn* insn) noexcept nogil:
         if not self.process_insn:

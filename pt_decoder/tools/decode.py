@@ -51,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--quiet", action="store_true", help="print nothing of the flow")
     ap.add_argument("--stat", action="store_true", help="print statistics at the end")
     ap.add_argument("--stat:insn", dest="stat_insn", action="store_true", help="count instructions")
+    for n in range(4):
+        ap.add_argument("--filter:addr%d_cfg" % n, dest="filter%d_cfg" % n, type=_int, default=0,
+                        help=argparse.SUPPRESS if n else "address filter n configuration (1 filter, 2 stop)")
+        ap.add_argument("--filter:addr%d_a" % n, dest="filter%d_a" % n, type=_int, default=0,
+                        help=argparse.SUPPRESS if n else "address filter n start (inclusive)")
+        ap.add_argument("--filter:addr%d_b" % n, dest="filter%d_b" % n, type=_int, default=0,
+                        help=argparse.SUPPRESS if n else "address filter n end (inclusive)")
     ap.add_argument("--insn-decoder", dest="insn_decoder", action="store_true",
                     help="accepted for ptxed compatibility (the instruction flow is always used)")
     ap.add_argument("--parallel", type=int, default=1, metavar="N",
@@ -110,6 +117,10 @@ def decoder_options(args, cpu_text: str | None, out) -> dict:
             opts[name] = value
     if args.event_tick:
         opts["tick"] = True
+    filters = [(getattr(args, "filter%d_cfg" % n), getattr(args, "filter%d_a" % n),
+                getattr(args, "filter%d_b" % n)) for n in range(4)]
+    if any(cfg for cfg, _, _ in filters):
+        opts["addr_filters"] = filters
     return opts
 
 

@@ -24,8 +24,8 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 PTT = (pathlib.Path(os.environ.get("PTDEBUG_SHARED", _ROOT.parent / "shared")) / "traces"
        / "libipt-2.0.5-ptt")
 # ptxed options that select output ptdebug does not produce (block decoder's [block] lines,
-# its statistics) or a configuration it does not model (address filters).
-UNSUPPORTED = ("--block-decoder", "--block:", "--filter:")
+# its statistics).
+UNSUPPORTED = ("--block-decoder", "--block:")
 
 
 def _runs():
@@ -67,7 +67,7 @@ def _supported(test: dict) -> bool:
 @pytest.mark.parametrize("name,test,run,exp", RUNS)
 def test_ptxed_expectation(traces_dir, name, test, run, exp, monkeypatch):
     if not _supported(test):
-        pytest.skip("ptxed options %r select block-decoder output or address filters, "
+        pytest.skip("ptxed options %r select libipt's block-decoder output, "
                     "which ptdebug decode does not produce" % test["ptxed_opts"])
     from pt_decoder.tools import decode
     directory = PTT / run["dir"]

@@ -604,7 +604,10 @@ cdef int64_t _sync_backward_from(const uint8_t* buf, uint64_t size, uint64_t sta
         pos -= 8
         if _word_is_pattern(buf + pos):
             found = _find_psb(buf, size, nxt)
-            if found >= 0:
+            # A pattern run that continues into the PSB we stand on resolves
+            # to that PSB (or a later one): only one strictly before counts,
+            # so repeated calls always make progress.
+            if found >= 0 and <uint64_t>found < start:
                 return found
     return -1
 

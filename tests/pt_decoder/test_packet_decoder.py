@@ -437,3 +437,18 @@ def test_count_and_kinds_agree_with_decode_all_on_real_traces(traces_dir):
         assert PacketDecoder(data).count() == (len(pkts), len(errors))
         assert PacketDecoder(data).kinds() == bytes(p.kind_id for p in pkts)
         assert len(pkts) > 1000
+
+
+def test_sync_backward_always_moves_back_even_inside_a_pattern_run():
+    # A run of PSB pattern longer than one PSB: the search resolves runs to
+    # the PSB that ends them, which must not trap repeated backward syncs.
+    data = bytes(5) + bytes([0x02, 0x82] * 13) + PSBEND + PSB
+    dec = PacketDecoder(data)
+    seen = []
+    for _ in range(10):
+        off = dec.sync_backward()
+        if off is None:
+            break
+        assert not seen or off < seen[-1]
+        seen.append(off)
+    assert seen[0] == len(data) - 16 and off is None

@@ -1,0 +1,118 @@
+"""The multi-megabyte benchmark stream: a real program's instruction path, as timed PT.
+
+Shared by the packet benchmark (bench_packets.py) and the instruction-flow benchmark.
+The real recordings are too small to time a decoder on (the largest is 14 KB), so the
+stream is built from one of them: the 59,234-instruction path of DynamoRIO's static-glibc
+"hello", recorded with Intel PT on a real Skylake and decoded by libipt (the reference
+decode `pt.libipt-2.0.5.insn.txt.gz` beside it), re-encoded by ptdebug's FlowEncoder with
+timing on (TSC/TMA/CBR in PSB+, MTC, CYC before every TNT/TIP) and a PSB+ every 4 KiB, as
+perf's default `intel_pt/cyc/` recording does. Each pass gives every instruction its own
+cycle cost (a seeded mix of 1-3 cycle instructions, cache-miss stalls, rare long stalls),
+so the CYC and MTC payloads vary as on hardware; passes are appended (each one a trace
+window: PSB+, TIP.PGE ... TIP.PGD) until the stream reaches the requested size.
+
+Decode the stream with: its ELF `hello` (at its own addresses), cpu 6/85/7 (any works),
+mtc_freq 3, nom_freq 36, cpuid_0x15 (2, 300) -- `info["decode"]` has them.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pathlib
+import random
+import time
+from itertools import accumulate
+
+from pt_decoder.flow_encoder import FlowEncoder
+from pt_decoder.image import Image
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED = pathlib.Path(os.environ.get("PTDEBUG_SHARED", ROOT.parent / "shared")).resolve()
+SOURCE = "traces/dynamorio-drpt2trace/test_simple.tracedir-2022-06-22-static-glibc-hello"
+VERSION = 1            # bump when the stream's recipe changes (invalidates cached copies)
+DECODE = {"cpu": "6/85/7", "mtc_freq": 3, "nom_freq": 36, "cpuid_0x15": [2, 300]}
+CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "ptdebug"
+
+
+def source_dir() -> pathlib.Path:
+    folder = SHARED / SOURCE
+    if not (folder / "hello").is_file():
+        raise FileNotFoundError(f"the benchmark's source recording is missing: {folder} "
+                                f"(set PTDEBUG_SHARED to the shared data directory)")
+    return folder
+
+
+def recorded_path() -> tuple[list[int], pathlib.Path]:
+    """The real instruction path (one IP per retired instruction) and its ELF."""
+    folder = source_dir()
+    with gzip.open(folder / "pt.libipt-2.0.5.insn.txt.gz", "rt") as fh:
+        ips = [int(line.split()[0], 16) for line in fh if line[0] in "0123456789abcdef"]
+    return ips, folder / "hello"
+
+
+def _cycle_costs(rng: random.Random, n: int) -> list[int]:
+    """Per-instruction core cycles: mostly 1-3, L2/L3 misses, rare long stalls."""
+    common = (1, 1, 1, 1, 2, 2, 3, 4)
+    out = rng.choices(common, k=n)
+    for i in rng.sample(range(n), n // 40):
+        out[i] = rng.randrange(10, 60)
+    for i in rng.sample(range(n), n // 2000):
+        out[i] = rng.randrange(200, 3000)
+    return out
+
+
+def realistic_stream(path_out: str | os.PathLike, size_mb: float = 8.0, seed: int = 1) -> dict:
+    """Write the benchmark stream (at least size_mb MiB) to path_out; returns its info.
+
+    A stream already at path_out with a matching `path_out.json` (same recipe, size and
+    seed) is reused. info: bytes, instructions, passes, seconds to build, decode options,
+    source, elf."""
+    path_out = pathlib.Path(path_out)
+    want = {"version": VERSION, "size_mb": size_mb, "seed": seed}
+    meta = path_out.with_name(path_out.name + ".json")
+    if path_out.is_file() and meta.is_file():
+        info = json.loads(meta.read_text())
+        if {k: info.get(k) for k in want} == want and path_out.stat().st_size == info["bytes"]:
+            return info
+    ips, elf = recorded_path()
+    image = Image()
+    image.add_elf(str(elf))
+    fe = FlowEncoder(image.read, timing=True, cyc=True, psb_period=4096,
+                     mtc_freq=DECODE["mtc_freq"], nom_freq=DECODE["nom_freq"],
+                     cpuid_0x15=tuple(DECODE["cpuid_0x15"]))
+    rng = random.Random(seed)
+    target = int(size_mb * (1 << 20))
+    start = time.perf_counter()
+    tsc = 0x1_0000_0000
+    written = passes = 0
+    tmp = path_out.with_name(path_out.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        while written < target:
+            costs = _cycle_costs(rng, len(ips))
+            tscs = list(accumulate(costs, initial=tsc))[1:]
+            data = fe.encode(ips, tscs=tscs)
+            fh.write(data)
+            written += len(data)
+            passes += 1
+            tsc = tscs[-1] + rng.randrange(10_000, 1_000_000)   # time between windows
+    os.replace(tmp, path_out)
+    info = {**want, "bytes": written, "passes": passes, "instructions": passes * len(ips),
+            "build_s": round(time.perf_counter() - start, 2), "decode": DECODE,
+            "source": SOURCE, "elf": str(elf)}
+    meta.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def cached_stream(size_mb: float = 8.0, seed: int = 1) -> tuple[pathlib.Path, dict]:
+    """realistic_stream() in the user's cache directory (~/.cache/ptdebug)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"bench-stream-v{VERSION}-{size_mb:g}mb-s{seed}.pt"
+    return path, realistic_stream(path, size_mb, seed)
+
+
+if __name__ == "__main__":
+    import sys
+    out = sys.argv[1] if len(sys.argv) > 1 else "bench-stream.pt"
+    mb = float(sys.argv[2]) if len(sys.argv) > 2 else 8.0
+    print(json.dumps(realistic_stream(out, mb), indent=1))

@@ -513,15 +513,18 @@ def elf_sections(path: str | os.PathLike, base: int = 0) -> list[Section]:
 
 
 class _Image:
-    """pt_image (optionally through a pt_image_section_cache) over `sections`."""
+    """pt_image (optionally through a pt_image_section_cache) over `sections` (Section
+    objects or tuples (source, vaddr[, offset[, size]]))."""
 
-    def __init__(self, sections: Sequence[Section], cached: bool):
+    def __init__(self, sections: Sequence[Section | tuple], cached: bool):
         lib = self._lib = _lib()
         self._tmp = tempfile.TemporaryDirectory(prefix="ptdebug-oracle-")
         self.image = lib.pt_image_alloc(b"oracle")
         self.iscache = lib.pt_iscache_alloc(b"oracle") if cached else None
         asid = PtAsid(C.sizeof(PtAsid), 2**64 - 1, 2**64 - 1)     # pt_asid_init()
         for n, sec in enumerate(sections):
+            if not isinstance(sec, Section):
+                sec = Section(*sec)
             path = sec.source
             if isinstance(path, (bytes, bytearray)):
                 path = os.path.join(self._tmp.name, f"section{n}.bin")

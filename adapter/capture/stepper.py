@@ -1,0 +1,476 @@
+"""The ptrace recorder: records the instruction flow of one thread on machines
+without Intel PT, stopping the thread only where the flow cannot be known from
+the code.
+
+Layer: adapter.capture (a capture backend). It drives adapter.hw.ptrace and
+the debug registers, predicts paths with adapter.capture.blocks, and hands
+the executed instruction addresses to the PT writer (stepper_pt.py) that turns
+them into real Intel PT packets in a bundle. It knows nothing of DAP, sessions
+or how a trace is decoded.
+
+How it stays fast (docs/recording.md has the full argument):
+  * from a known state it walks the code (direct jumps and calls followed,
+    returns followed when its own shadow stack proves where they go) to the
+    first instruction whose outcome needs registers: a conditional branch, an
+    indirect branch, an unproven return, a system call;
+  * it arms a debug-register execute breakpoint there (SDM Vol. 3B §17.2.4:
+    an instruction breakpoint is a fault, taken before the instruction runs)
+    and lets the thread run: one stop per such instruction instead of one per
+    instruction;
+  * at the stop it *performs* the branch itself from the real registers
+    (blocks.perform: RFLAGS for Jcc, the stack for RET, the operand for
+    indirect JMP/CALL) instead of single-stepping it, and walks on.
+Debug registers are per thread, so the other threads of the process run free
+and untraced and no code byte is ever patched. Anything it cannot perform it
+single-steps. A signal arriving mid-path is located on the predicted path and
+recorded as an asynchronous transfer to the handler.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import signal
+import time
+from array import array
+
+from adapter.capture import blocks
+from adapter.hw import ptrace as pt
+
+SIGTRAP = signal.SIGTRAP
+# x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
+SYS_RT_SIGRETURN, SYS_EXECVE, SYS_EXIT, SYS_EXIT_GROUP, SYS_EXECVEAT = 15, 59, 60, 231, 322
+RF = 1 << 16   # RFLAGS.RF: suppresses an instruction breakpoint for one instruction
+DR7_EXEC_ALL = 0x55  # L0..L3 enabled, R/W and LEN fields 0 = instruction breakpoints
+MAX_WALK = 1 << 16   # a straight path longer than this ends in a stop anyway (jmp-only loops)
+
+
+class RecordError(Exception):
+    """Recording could not start or went wrong; the text says what and why."""
+
+
+@dataclasses.dataclass
+class EndCondition:
+    """When a recording stops (the first that holds wins)."""
+    count: int | None = None          # after this many instructions
+    until: int | None = None          # before executing this address
+    until_return: bool = False        # when the trigger function returns
+    duration_ms: float | None = None  # after this long (checked at stops and by a watchdog)
+
+
+@dataclasses.dataclass
+class Recording:
+    """What the recorder saw, before it becomes PT: every executed instruction
+    address in order, plus where the flow was interrupted and the clock."""
+    tid: int
+    ips: array = dataclasses.field(default_factory=lambda: array("Q"))
+    end_ip: int | None = None           # where execution continues after the last insn
+    # (index into ips of the first instruction after an asynchronous transfer,
+    #  the interrupted address): signal handlers entered mid-path
+    async_events: list = dataclasses.field(default_factory=list)
+    stamps: list = dataclasses.field(default_factory=list)   # (index, monotonic ns)
+    ptw: list = dataclasses.field(default_factory=list)      # (index, value)
+    stops: int = 0
+    single_steps: int = 0
+    reason: str = ""                    # why it ended
+    partial_reason: str | None = None   # set when it ended before the end condition
+    started_ns: int = 0
+    ended_ns: int = 0
+
+
+class _DebugRegisters:
+    """The four instruction-breakpoint slots of one thread, written through
+    PTRACE_POKEUSER (DRn at offsetof(struct user, u_debugreg) + 8n). Slots are
+    reused least-recently-armed first; an address already armed costs nothing,
+    which keeps loops free of register writes."""
+
+    def __init__(self, tid: int, reserved: int | None = None):
+        self.tid = tid
+        self.slots: list[int] = [0, 0, 0, 0]
+        self._order = [0, 1, 2, 3]
+        self.armed: set[int] = set()
+        self.writes = 0
+        self._enabled = False
+        if reserved is not None:  # the --until address keeps slot 3 for itself
+            self._write_slot(3, reserved)
+            self._order.remove(3)
+
+    def _write_slot(self, slot: int, addr: int) -> None:
+        old = self.slots[slot]
+        pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * slot, addr)
+        self.writes += 1
+        self.armed.discard(old)
+        self.slots[slot] = addr
+        self.armed.add(addr)
+        if not self._enabled:
+            pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * 7, DR7_EXEC_ALL)
+            self._enabled = True
+
+    def arm(self, addr: int) -> None:
+        if addr in self.armed:
+            return
+        slot = self._order.pop(0)
+        self._order.append(slot)
+        self._write_slot(slot, addr)
+
+    def clear(self) -> None:
+        """Disable all four (DR7 first, so no breakpoint is live while addresses change)."""
+        try:
+            pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
+            for slot in range(4):
+                pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * slot, 0)
+        except pt.PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+        self.slots = [0, 0, 0, 0]
+        self.armed = set()
+        self._enabled = False
+
+
+class _Watchdog:
+    """SIGALRM every `period` s while recording: if the thread has not stopped
+    since the last tick, waitpid is interrupted so the recorder can look at it
+    (a blocking system call, a path that left the prediction, a duration that
+    ran out while the thread sleeps)."""
+
+    class Tick(Exception):
+        pass
+
+    def __init__(self, period: float = 0.25):
+        self.period = period
+        self.stops_seen = 0
+        self._last = -1
+        self._old = None
+
+    def _handler(self, signum, frame):
+        if self.stops_seen == self._last:
+            raise self.Tick()
+        self._last = self.stops_seen
+
+    def __enter__(self):
+        self._old = signal.signal(signal.SIGALRM, self._handler)
+        signal.setitimer(signal.ITIMER_REAL, self.period, self.period)
+        return self
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
+
+
+def caught_signals(pid: int) -> int:
+    """The SigCgt mask of /proc/PID/status: signals with a handler installed."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+class ThreadRecorder:
+    """Records one ptrace-stopped thread from where it stands now until the end
+    condition. The thread must be stopped (in a ptrace-stop) when `run` is
+    called and is left stopped, with every debug register cleared, when it
+    returns (unless it exited)."""
+
+    def __init__(self, tid: int, pid: int, end: EndCondition, *,
+                 predict_returns: bool = True, ptw_probe=None, max_instructions: int = 50_000_000,
+                 entry_rsp: int | None = None, return_address: int | None = None):
+        self.tid = tid
+        self.pid = pid
+        self.end = end
+        self.mem = pt.Memory(tid)
+        self.code = blocks.CodeCache(self.mem.read)
+        self.walker = blocks.Walker(self.code, predict_returns)
+        self.ptw_probe = ptw_probe
+        self._last_ptw = None
+        self.budget_total = min(end.count if end.count is not None else max_instructions,
+                                max_instructions)
+        self.entry_rsp = entry_rsp
+        self.return_address = return_address
+        self.rec = Recording(tid)
+        self.alive = True
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _read_u64(self, addr: int) -> int:
+        return self.mem.read_u64(addr)
+
+    def _write_u64(self, addr: int, value: int) -> None:
+        self.mem.write(addr, value.to_bytes(8, "little"))
+
+    def _stamp(self, regs) -> None:
+        rec = self.rec
+        rec.stamps.append((len(rec.ips), time.monotonic_ns()))
+        if self.ptw_probe is not None:
+            value = self.ptw_probe(regs)
+            if value is not None and value != self._last_ptw:
+                rec.ptw.append((len(rec.ips), value))
+                self._last_ptw = value
+
+    def _wait(self) -> pt.WaitStatus:
+        return pt.waitpid(self.tid)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Recording:
+        rec = self.rec
+        end = self.end
+        rec.started_ns = time.monotonic_ns()
+        deadline = None if end.duration_ms is None else \
+            rec.started_ns + int(end.duration_ms * 1e6)
+        dregs = _DebugRegisters(self.tid, end.until)
+        shadow: list[blocks.ShadowEntry] = []
+        regs = pt.getregs(self.tid)
+        watchdog = _Watchdog()
+        try:
+            with watchdog:
+                self._loop(regs, dregs, shadow, deadline, watchdog)
+        finally:
+            rec.ended_ns = time.monotonic_ns()
+            if self.alive:
+                dregs.clear()
+            self.mem.close()
+        rec.stops = watchdog.stops_seen
+        return rec
+
+    def _finish(self, reason: str, end_ip: int | None, partial: str | None = None) -> None:
+        self.rec.reason = reason
+        self.rec.end_ip = end_ip
+        self.rec.partial_reason = partial
+
+    def _loop(self, regs, dregs, shadow, deadline, watchdog) -> None:
+        rec = self.rec
+        ips = rec.ips
+        end = self.end
+        tid = self.tid
+        Kind = blocks.Kind
+        pos = regs.rip
+        while True:
+            # -- at `pos` with `regs` exact: end conditions first --------------------------
+            if len(ips) >= self.budget_total:
+                return self._finish(f"recorded {len(ips)} instructions", pos,
+                                    None if end.count is not None else
+                                    f"stopped at the limit of {self.budget_total} instructions")
+            if end.until is not None and pos == end.until:
+                return self._finish(f"reached {pos:#x}", pos)
+            if deadline is not None and time.monotonic_ns() >= deadline:
+                return self._finish(f"recorded for {end.duration_ms:g} ms", pos)
+            self._stamp(regs)
+            # forget calls whose frames are gone (a longjmp, a Go stack switch)
+            while shadow and shadow[-1].slot is not None and shadow[-1].slot < regs.rsp:
+                shadow.pop()
+            ins = self.code.insn(pos)
+            kind = ins.kind
+            step = kind in (Kind.OTHER, Kind.UNDECODABLE)
+            start = None
+            if kind == Kind.SYSCALL:
+                nr = regs.rax
+                if nr in (SYS_EXIT, SYS_EXIT_GROUP):
+                    ips.append(pos)
+                    return self._finish("the target is exiting", None,
+                                        "the target called exit before the end condition")
+                if nr in (SYS_EXECVE, SYS_EXECVEAT):
+                    return self._finish("the target calls execve", pos,
+                                        "the target called execve before the end condition")
+                step = nr == SYS_RT_SIGRETURN  # the kernel restores the interrupted state
+                start = ins.next
+            elif not step:
+                old_rsp = regs.rsp
+                try:
+                    new = blocks.perform(ins, regs, self._read_u64, self._write_u64)
+                except (blocks.EmulationError, OSError):
+                    step = True
+                else:
+                    ips.append(pos)
+                    if kind == Kind.RET:
+                        if end.until_return and regs.rsp == self.entry_rsp + 8 \
+                                and new == self.return_address:
+                            pt.setregs(tid, regs)
+                            return self._finish("the trigger function returned", new)
+                        top = shadow[-1] if shadow else None
+                        if top is not None and (top.slot == old_rsp or
+                                                (top.slot is None and top.ret == new)):
+                            shadow.pop()
+                    elif kind == Kind.CALL_INDIRECT:
+                        shadow.append(blocks.ShadowEntry(ins.next, regs.rsp))
+                    regs.eflags &= ~RF  # an armed address at the target must fire
+                    pos = start = new
+            if start is not None and not step:
+                # walk to the next instruction that needs the registers
+                saved_shadow = list(shadow)
+                origin = (start, regs.rsp, regs.rbp)
+                walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, dregs.armed,
+                                        min(self.budget_total - len(ips), MAX_WALK))
+                if kind == Kind.SYSCALL:
+                    if not walk.ips:
+                        # RF stays set across the system call (the kernel returns with
+                        # IRET), which would hide a breakpoint right after it: step it
+                        shadow[:] = saved_shadow
+                        step = True
+                    else:
+                        ips.append(pos)
+                        regs.eflags |= RF  # resume at the syscall past its own breakpoint
+                elif not walk.ips and walk.stop == pos:
+                    continue  # the next stop is where we are: no need to run
+            if step:
+                regs.eflags |= RF
+                pt.setregs(tid, regs)
+                ips.append(pos)
+                if self._step_over(regs) is not None:
+                    return
+                pos = regs.rip
+                continue
+            dregs.arm(walk.stop)
+            pt.setregs(tid, regs)
+            if self._run_to(walk, origin, saved_shadow, shadow, regs, deadline,
+                            watchdog) is not None:
+                return
+            pos = regs.rip
+
+    def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, watchdog):
+        """Continue the thread until it stops at walk.stop, handling what comes
+        in between. Returns "gone" when recording must end (the reason is set)."""
+        rec = self.rec
+        tid = self.tid
+        pt.cont(tid)
+        while True:
+            try:
+                status = self._wait()
+            except _Watchdog.Tick:
+                # no stop for a while: interrupt the thread and look where it is
+                pt.interrupt(tid)
+                status = self._wait_for_interrupt()
+            watchdog.stops_seen += 1
+            if status.gone:
+                return self._gone(status)
+            pt.getregs(tid, regs)
+            sig = status.stop_signal
+            if sig == SIGTRAP and not status.event and regs.rip == walk.stop:
+                rec.ips.extend(walk.ips)
+                return None
+            where = self._locate(walk, regs.rip)
+            if where is None:
+                rec.ips.extend(walk.ips)
+                self._finish("lost the flow", regs.rip,
+                             f"the thread was found at {regs.rip:#x}, off the path the "
+                             f"recorder predicted to {walk.stop:#x}")
+                return "gone"
+            if status.event:
+                # our interrupt (or a group-stop): the thread is at ips[where]
+                if deadline is not None and time.monotonic_ns() >= deadline:
+                    rec.ips.extend(walk.ips[:where])
+                    self._finish(f"recorded for {self.end.duration_ms:g} ms", regs.rip)
+                    return "gone"
+                pt.cont(tid)
+                continue
+            # a signal arrived on the way
+            rec.ips.extend(walk.ips[:where])
+            shadow[:] = saved_shadow  # rebuild the shadow stack as it was at that point
+            if where:
+                self.walker.walk(*origin, shadow, frozenset(), where)
+            return self._deliver(sig, regs)
+
+    def _locate(self, walk, rip) -> int | None:
+        """Index in walk.ips of the instruction at `rip` (not yet executed), or
+        len(ips) when rip is the stop; None when rip is not on the path."""
+        if rip == walk.stop:
+            return len(walk.ips)
+        try:
+            return walk.ips.index(rip)
+        except ValueError:
+            return None
+
+    def _deliver(self, sig: int, regs):
+        """Deliver a signal that interrupted the path: with a handler installed,
+        a single step with the signal stops at the handler's first instruction
+        (the kernel builds the frame first), recorded as an asynchronous
+        transfer; otherwise the signal goes through and the loop continues."""
+        rec = self.rec
+        interrupted = regs.rip
+        if caught_signals(self.pid) & (1 << (sig - 1)):
+            pt.singlestep(self.tid, sig)
+            rec.single_steps += 1
+            status = self._wait()
+            if status.gone:
+                return self._gone(status)
+            pt.getregs(self.tid, regs)
+            rec.async_events.append((len(rec.ips), interrupted))
+            return None
+        pt.cont(self.tid, sig)
+        status = self._wait()
+        if status.gone:
+            return self._gone(status)
+        pt.getregs(self.tid, regs)
+        return None if regs.rip == interrupted else self._lost(regs, interrupted)
+
+    def _lost(self, regs, interrupted):
+        self._finish("lost the flow", regs.rip,
+                     f"after a signal at {interrupted:#x} the thread stopped at {regs.rip:#x}")
+        return "gone"
+
+    def _step_over(self, regs):
+        """Single-step one instruction; returns None to continue, else "gone"."""
+        rec = self.rec
+        pt.singlestep(self.tid)
+        rec.single_steps += 1
+        while True:
+            status = self._wait()
+            if status.gone:
+                return self._gone(status)
+            if status.event:
+                pt.singlestep(self.tid)
+                continue
+            break
+        pt.getregs(self.tid, regs)
+        if status.stop_signal != SIGTRAP:
+            # the instruction raised a signal (a fault) or one arrived: deliver it
+            rec.ips.pop()  # a faulting instruction did not complete
+            return self._deliver(status.stop_signal, regs)
+        return None
+
+    def _wait_for_interrupt(self) -> pt.WaitStatus:
+        while True:
+            status = self._wait()
+            if status.gone or status.event == pt.EVENT_STOP or status.stopped:
+                return status
+
+    def _gone(self, status: pt.WaitStatus) -> str:
+        self.alive = False
+        what = (f"exited with status {status.exit_code}" if status.exited
+                else f"was killed by signal {status.term_signal}")
+        self._finish(f"the target {what}", None,
+                     f"the target {what} before the end condition")
+        return "gone"
+
+
+def single_step_path(tid: int, *, count: int | None = None, until: int | None = None,
+                     until_rsp: int | None = None, collapse_rep=None) -> tuple[array, str]:
+    """The reference the recorder is checked and measured against: plain
+    PTRACE_SINGLESTEP of every instruction from where the stopped thread
+    stands, logging each RIP, until `count` instructions, or until RIP ==
+    `until` (and RSP == `until_rsp` when given). `collapse_rep(ip)` says
+    whether ip is a REP string instruction, whose iterations single-step as
+    separate steps but are one instruction in PT. Returns (ips, why it ended)."""
+    ips = array("Q")
+    regs = pt.Regs()
+    pt.getregs(tid, regs)
+    last = None
+    while True:
+        rip = regs.rip
+        if until is not None and rip == until and (until_rsp is None or regs.rsp == until_rsp):
+            return ips, "reached the end address"
+        if not (rip == last and collapse_rep is not None and collapse_rep(rip)):
+            if count is not None and len(ips) >= count:
+                return ips, "count"
+            ips.append(rip)
+        last = rip
+        pt.singlestep(tid)
+        status = pt.waitpid(tid)
+        if status.gone:
+            return ips, status.describe()
+        if status.stop_signal != SIGTRAP:
+            pt.singlestep(tid, status.stop_signal)
+            status = pt.waitpid(tid)
+            if status.gone:
+                return ips, status.describe()
+        pt.getregs(tid, regs)

@@ -1,0 +1,371 @@
+"""The process a recording traces: launched or attached, its threads, the
+trigger that starts the recording, and letting it go cleanly.
+
+Layer: adapter.capture (used by the stepper backend). It owns every ptrace
+attachment of a recording, so that whatever goes wrong, `release()` leaves
+every thread running, untraced and with its debug registers cleared. The
+trigger is a debug-register execute breakpoint armed in every thread (no
+code byte is patched, SDM Vol. 3B §17.2.4); the first thread that reaches it
+becomes the recorded thread. It knows nothing of PT or bundles.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import time
+
+from adapter.hw import ptrace as pt
+
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
+AT_ENTRY = 9  # auxv key of the program's entry point (getauxval(3))
+DR7_SLOT0_EXEC = 0x1  # L0 enabled, R/W0 = 00 (instruction), LEN0 = 00
+
+
+class TargetError(Exception):
+    """The target cannot be traced, found or resolved; the text says why and what to do."""
+
+
+def _describe_seize_error(exc: pt.PtraceError, pid: int) -> str:
+    if exc.errno == errno.ESRCH:
+        return f"no process or thread {pid} (it is not running)"
+    if exc.errno == errno.EPERM:
+        tracer = 0
+        try:
+            tracer = pt.tracer_of(pid)
+        except OSError:
+            pass
+        if tracer:
+            return (f"not permitted to trace {pid}: it is already traced by process {tracer} "
+                    "(a debugger or another recorder); detach that one first")
+        return (f"not permitted to trace {pid}: run ptdebug as the process's user with "
+                "kernel.yama.ptrace_scope <= 1 and the target as its descendant, or give "
+                "ptdebug CAP_SYS_PTRACE (see `ptdebug doctor`)")
+    return f"cannot trace {pid}: {os.strerror(exc.errno)}"
+
+
+class Target:
+    """The traced process. `threads` maps tid -> "stopped" | "running"."""
+
+    def __init__(self, pid: int, launched: "_Child | None"):
+        self.pid = pid
+        self.launched = launched
+        self.threads: dict[int, str] = {}
+        self.debugregs_armed: set[int] = set()
+        self.exit_status: pt.WaitStatus | None = None
+        self._pending: dict[int, int] = {}  # tid -> signal to deliver when it resumes
+
+    # -- getting hold of it -----------------------------------------------------------------
+
+    @classmethod
+    def launch(cls, argv: list[str], env: dict | None = None, cwd: str | None = None,
+               no_aslr: bool = False) -> "Target":
+        """Start `argv` stopped at its first instruction after execve, seized
+        (so PTRACE_INTERRUPT works) and killed if ptdebug dies (EXITKILL).
+        `no_aslr` starts it with address-space randomisation off
+        (personality(2) ADDR_NO_RANDOMIZE), so that two runs use the same addresses."""
+        # fork + exec by hand: the child stops itself before exec so that it can
+        # be seized (subprocess would wait for the exec that the stop delays).
+        child = os.fork()
+        if child == 0:  # the child: nothing here may return into the caller's code
+            try:
+                if cwd is not None:
+                    os.chdir(cwd)
+                if no_aslr:
+                    libc = ctypes.CDLL(None, use_errno=True)
+                    libc.personality(libc.personality(0xFFFFFFFF) | ADDR_NO_RANDOMIZE)
+                os.kill(os.getpid(), signal.SIGSTOP)
+                os.execvpe(argv[0], argv, env if env is not None else os.environ)
+            finally:
+                os._exit(127)
+        _, status = os.waitpid(child, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            raise TargetError(f"{argv[0]!r} ended before it could be traced")
+        proc = _Child(child)
+        target = cls(proc.pid, proc)
+        try:
+            pt.seize(proc.pid, pt.O_TRACEEXEC | pt.O_TRACECLONE | pt.O_EXITKILL)
+        except pt.PtraceError as exc:
+            os.kill(child, signal.SIGKILL)
+            proc.wait()
+            raise TargetError(_describe_seize_error(exc, proc.pid)) from None
+        target.threads[proc.pid] = "running"
+        os.kill(proc.pid, signal.SIGCONT)
+        while True:  # run to the exec stop
+            st = pt.waitpid(proc.pid)
+            if st.gone:
+                proc.status = st.raw
+                raise TargetError(f"{argv[0]!r} could not be executed "
+                                  f"({st.describe()}; is it a program on PATH?)")
+            if st.event == pt.EVENT_EXEC:
+                target.threads[proc.pid] = "stopped"
+                return target
+            pt.cont(proc.pid, 0 if st.event or st.stop_signal in
+                    (signal.SIGSTOP, signal.SIGCONT, signal.SIGTRAP) else st.stop_signal)
+
+    @classmethod
+    def attach(cls, pid: int | None = None, tid: int | None = None) -> "Target":
+        """Seize a running process (every thread, following new ones) or one
+        thread, and stop what was seized."""
+        if tid is not None:
+            tgid = _tgid_of(tid)
+            target = cls(tgid, None)
+            target._seize(tid, 0)
+            target._interrupt_and_wait(tid)
+            return target
+        if not os.path.isdir(f"/proc/{pid}"):
+            raise TargetError(f"no process {pid} (it is not running)")
+        if _tgid_of(pid) != pid:
+            raise TargetError(f"{pid} is a thread of process {_tgid_of(pid)}: use --tid {pid}")
+        target = cls(pid, None)
+        try:
+            seen = set()
+            while True:  # threads may start while we attach: repeat until none are new
+                new = [t for t in _threads(pid) if t not in seen]
+                if not new:
+                    break
+                for t in new:
+                    seen.add(t)
+                    try:
+                        target._seize(t, pt.O_TRACECLONE)
+                    except TargetError:
+                        if t == pid or os.path.isdir(f"/proc/{pid}/task/{t}"):
+                            raise
+            for t in list(target.threads):
+                target._interrupt_and_wait(t)
+        except BaseException:
+            target.release()
+            raise
+        return target
+
+    def _seize(self, tid: int, options: int) -> None:
+        try:
+            pt.seize(tid, options)
+        except pt.PtraceError as exc:
+            raise TargetError(_describe_seize_error(exc, tid)) from None
+        self.threads[tid] = "running"
+
+    def _interrupt_and_wait(self, tid: int) -> pt.WaitStatus | None:
+        """Stop a running traced thread; returns the stop (None if it is gone)."""
+        try:
+            pt.interrupt(tid)
+        except pt.PtraceError:
+            self.threads.pop(tid, None)
+            return None
+        while True:
+            st = pt.waitpid(tid)
+            if st.gone:
+                self.threads.pop(tid, None)
+                return None
+            self.threads[tid] = "stopped"
+            if st.event == pt.EVENT_STOP:
+                return st
+            # a signal-delivery stop raced the interrupt: keep the signal for later
+            self._pending[tid] = st.stop_signal if not st.event else 0
+            pt.cont(tid)
+
+    # -- addresses --------------------------------------------------------------------------
+
+    def resolve(self, spec: str) -> int:
+        """An address from `spec`: a number (0x...), or a function symbol of the
+        program or its libraries. For a launched program whose libraries are not
+        loaded yet, it runs to the program's entry point first."""
+        try:
+            return int(spec, 0)
+        except ValueError:
+            pass
+        found = self._find_symbol(spec)
+        if found is None and self.launched is not None:
+            self.run_to(self.entry_point())
+            found = self._find_symbol(spec)
+        if found is None:
+            raise TargetError(f"no function named {spec!r} in process {self.pid} or the "
+                              "libraries it has loaded (check the spelling; Go functions "
+                              "are package.Name, e.g. main.work)")
+        return found
+
+    def _find_symbol(self, name: str) -> int | None:
+        from pt_decoder.image import Image
+        found = Image.from_process(self.pid, perf_map=True).find_symbol(name)
+        return None if found is None else found[0]
+
+    def entry_point(self) -> int:
+        data = open(f"/proc/{self.pid}/auxv", "rb").read()
+        for i in range(0, len(data) - 15, 16):
+            key = int.from_bytes(data[i:i + 8], "little")
+            if key == AT_ENTRY:
+                return int.from_bytes(data[i + 8:i + 16], "little")
+        raise TargetError(f"process {self.pid} has no AT_ENTRY in its auxv")
+
+    # -- running to an address --------------------------------------------------------------
+
+    def _set_trigger(self, tid: int, addr: int | None) -> None:
+        try:
+            if addr is None:
+                pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
+                pt.pokeuser(tid, pt.DEBUGREG_OFFSET, 0)
+                self.debugregs_armed.discard(tid)
+            else:
+                pt.pokeuser(tid, pt.DEBUGREG_OFFSET, addr)
+                pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, DR7_SLOT0_EXEC)
+                self.debugregs_armed.add(tid)
+        except pt.PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+
+    def run_to(self, addr: int, timeout: float | None = None) -> int:
+        """Let every thread run until one reaches `addr`; returns that thread,
+        stopped there. The other threads keep running (traced). Raises
+        TargetError if the process ends first or `timeout` seconds pass."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for tid, state in list(self.threads.items()):
+            if state == "stopped":
+                self._set_trigger(tid, addr)
+                sig = self._pending.pop(tid, 0)
+                pt.cont(tid, sig)
+                self.threads[tid] = "running"
+        try:
+            while True:
+                st = pt.waitpid(-1, pt.WALL | pt.WNOHANG)
+                if st is None:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise TargetError(f"no thread reached {addr:#x} within {timeout:g} s")
+                    time.sleep(0.001)
+                    continue
+                tid = st.tid
+                if st.gone:
+                    self.threads.pop(tid, None)
+                    if tid == self.pid or not self.threads:
+                        self.exit_status = st
+                        self.threads.clear()
+                        raise TargetError(f"the target ended before reaching {addr:#x} "
+                                          f"({st.describe().replace(f'thread {tid}', 'it')})")
+                    continue
+                if tid not in self.threads:  # a new thread, reported before its creator's event
+                    self.threads[tid] = "stopped"
+                    self._set_trigger(tid, addr)
+                    pt.cont(tid)
+                    self.threads[tid] = "running"
+                    continue
+                if st.event == pt.EVENT_CLONE:
+                    new = pt.geteventmsg(tid)
+                    pt.cont(tid)
+                    if new not in self.threads:
+                        self.threads[new] = "new"
+                    continue
+                if st.event == pt.EVENT_STOP and self.threads.get(tid) == "new":
+                    self._set_trigger(tid, addr)
+                    pt.cont(tid)
+                    self.threads[tid] = "running"
+                    continue
+                if st.event:
+                    pt.cont(tid)
+                    continue
+                sig = st.stop_signal
+                if sig == signal.SIGTRAP and pt.getregs(tid).rip == addr:
+                    self.threads[tid] = "stopped"
+                    self._set_trigger(tid, None)
+                    return tid
+                pt.cont(tid, sig)
+        finally:
+            self._disarm_others()
+
+    def _disarm_others(self) -> None:
+        """Clear the trigger breakpoint in every thread still armed (stopping
+        running ones for the moment it takes)."""
+        for tid in list(self.debugregs_armed):
+            if tid not in self.threads:
+                self.debugregs_armed.discard(tid)
+                continue
+            if self.threads[tid] == "running":
+                if self._interrupt_and_wait(tid) is None:
+                    self.debugregs_armed.discard(tid)
+                    continue
+                self._set_trigger(tid, None)
+                pt.cont(tid, self._pending.pop(tid, 0))
+                self.threads[tid] = "running"
+            else:
+                self._set_trigger(tid, None)
+
+    # -- letting go -------------------------------------------------------------------------
+
+    def keep_only(self, keep: int) -> None:
+        """Detach every thread but `keep` (which stays stopped and traced, with
+        no options left that would attach its future threads)."""
+        for tid in list(self.threads):
+            if tid != keep:
+                self._detach(tid)
+        pt.setoptions(keep, pt.O_EXITKILL if self.launched else 0)
+
+    def _detach(self, tid: int) -> None:
+        state = self.threads.get(tid)
+        if state in ("running", "new"):
+            if self._interrupt_and_wait(tid) is None:
+                return
+        try:
+            pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
+            for slot in range(4):
+                pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * slot, 0)
+            pt.detach(tid, self._pending.pop(tid, 0))
+        except pt.PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+        self.threads.pop(tid, None)
+        self.debugregs_armed.discard(tid)
+
+    def release(self) -> None:
+        """Every traced thread: debug registers cleared, detached, running."""
+        for tid in list(self.threads):
+            try:
+                self._detach(tid)
+            except pt.PtraceError:
+                self.threads.pop(tid, None)
+
+    def wait_launched(self, timeout: float | None = None) -> int | None:
+        """For a launched program, wait for it to end; its exit code (or -signal)."""
+        if self.launched is None:
+            return None
+        return self.launched.wait(timeout)
+
+
+class _Child:
+    """A launched program, reaped by waitpid(2) (it is our child)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.status: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Exit code (or -signal) once it has ended; None on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid and (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+                self.status = status
+            elif deadline is not None:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.005)
+        return os.waitstatus_to_exitcode(self.status)
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return pt.threads_of(pid)
+    except FileNotFoundError:
+        raise TargetError(f"no process {pid} (it is not running)") from None
+
+
+def _tgid_of(tid: int) -> int:
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        raise TargetError(f"no process or thread {tid} (it is not running)") from None
+    raise TargetError(f"cannot read /proc/{tid}/status")

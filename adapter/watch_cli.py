@@ -304,36 +304,46 @@ _EXITED = object()
 
 
 def _run_ptrace(args, request: wp.WatchRequest, symbols: Symbolizer) -> int:
+    """A signal only raises while the session blocks in waitpid; anywhere else it
+    is noted and acted on after the current stop is handled, so that no thread
+    is left stopped, traced or with a register armed (a register left armed in
+    an untraced thread would kill it with SIGTRAP at the next hit)."""
     seen = 0
-    deadline = time.monotonic() + args.duration if args.duration else None
     session = wp.TracedWatchSession(args.pid)
-    alarm_set = False
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+        if session.interruptible:
+            raise _Stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
     try:
         watch = session.add(request)
         _armed_message(args, request, watch)
         session.start()
-        if deadline is not None:
-            signal.signal(signal.SIGALRM, _raise_stop)
+        if args.duration:
             signal.setitimer(signal.ITIMER_REAL, args.duration)
-            alarm_set = True
-        while True:
+        while not stop.is_set():
             hit = session.wait_hit()
             session.resume(hit)  # the values are read: let the thread go before printing
             _emit(hit, args, symbols)
             seen += 1
             if args.count and seen >= args.count:
-                return EXIT_OK
+                break
+        return EXIT_OK
     except wp.ProcessExited:
         print(f"ptdebug watch: process {args.pid} exited", file=sys.stderr)
         return EXIT_OK
-    except (_Stop, KeyboardInterrupt):
+    except _Stop:
         return EXIT_OK
     finally:
-        if alarm_set:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        # SIGTERM/SIGINT during cleanup would leave threads stopped: hold them off.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGALRM})
         try:
             session.close()
         finally:
+            # Unblock first: a signal that came meanwhile meets on_signal, which only notes it.
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -671,6 +671,9 @@ class TracedWatchSession:
         self.threads: set[int] = set()
         self._running: set[int] = set()
         self._new: set[int] = set()
+        self.interruptible = False
+        """True only while wait_hit blocks with no stop in hand: the one point where a
+        signal handler may raise without leaving a thread stopped and unaccounted."""
         try:
             self._attach_all()
         except BaseException:
@@ -777,7 +780,11 @@ class TracedWatchSession:
         while True:
             if not self.threads:
                 raise ProcessExited(f"process {self.pid} exited")
-            status = ptrace.waitpid(-1, ptrace.WALL)
+            self.interruptible = True
+            try:
+                status = ptrace.waitpid(-1, ptrace.WALL)
+            finally:
+                self.interruptible = False
             tid = status.tid
             if tid not in self.threads and tid not in self._new:
                 if status.stopped and status.event == ptrace.EVENT_STOP:

@@ -371,3 +371,44 @@ def scan_line(const uint32_t[:] ip_ids, const uint8_t[:] flags, const uint32_t[:
         accepted = q
         q -= 1
     return accepted, 0
+
+
+def scan_marked(const uint32_t[:] ip_ids, const uint8_t[:] marks, Py_ssize_t pos,
+                Py_ssize_t bound, int forward):
+    """The nearest position after (`forward`) or before `pos` whose IP id is marked
+    (marks[id] != 0), not crossing `bound` (lowest allowed backward, one past the
+    highest forward); -1 if none."""
+    cdef Py_ssize_t q
+    if forward:
+        q = pos + 1
+        while q < bound:
+            if marks[ip_ids[q]]:
+                return q
+            q += 1
+    else:
+        q = pos - 1
+        while q >= bound:
+            if marks[ip_ids[q]]:
+                return q
+            q -= 1
+    return -1
+
+
+def gather(const uint32_t[:] table, const uint32_t[:] ids):
+    """table[ids[i]] for every i, as array('I')."""
+    cdef Py_ssize_t n = ids.shape[0], i
+    out = _new(_U32, n)
+    cdef uint32_t[:] o = out
+    for i in range(n):
+        o[i] = table[ids[i]]
+    return out
+
+
+def gather64(const uint64_t[:] table, const uint32_t[:] ids):
+    """table[ids[i]] for every i, as array('Q')."""
+    cdef Py_ssize_t n = ids.shape[0], i
+    out = _new(_U64, n)
+    cdef uint64_t[:] o = out
+    for i in range(n):
+        o[i] = table[ids[i]]
+    return out

@@ -169,6 +169,7 @@ class CodeCache:
         self._read = read
         self._insns: dict[int, Insn] = {}
         self._runs: dict[int, tuple[list[int], Insn]] = {}
+        self._bytes: dict[int, bytes] = {}
 
     def insn(self, addr: int) -> Insn:
         cached = self._insns.get(addr)
@@ -179,6 +180,8 @@ class CodeCache:
         except OSError:
             code = b""
         ins = next(_MD.disasm(code, addr, 1), None) if code else None
+        if ins is not None:
+            self._bytes[addr] = bytes(code[:ins.size])
         if ins is None:
             result = Insn(addr, 1, Kind.UNDECODABLE, text="(bad)")
         else:
@@ -190,6 +193,14 @@ class CodeCache:
                           rep, f"{ins.mnemonic} {ins.op_str}".strip())
         self._insns[addr] = result
         return result
+
+    def read_code(self, addr: int, size: int) -> bytes:
+        """The bytes of the instruction decoded at `addr` (as they were when the
+        recorder decoded it; the target may be gone since), else read them now."""
+        code = self._bytes.get(addr)
+        if code is not None:
+            return code
+        return self._read(addr, size)
 
     def run(self, addr: int) -> tuple[list[int], Insn]:
         """The straight run from `addr`: the addresses of the plain instructions

@@ -54,6 +54,7 @@ class EndCondition:
     """When a recording stops (the first that holds wins)."""
     count: int | None = None          # after this many instructions
     until: int | None = None          # before executing this address
+    until_spec: str | None = None     # a symbol or address text for `until`, resolved in the target
     until_return: bool = False        # when the trigger function returns
     duration_ms: float | None = None  # after this long (checked at stops and by a watchdog)
 

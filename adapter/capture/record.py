@@ -1,0 +1,219 @@
+"""One stepper recording, end to end: get hold of the target, wait for the
+trigger, record the thread, turn the path into Intel PT, write the bundle,
+and let the target go whatever happened.
+
+Layer: adapter.capture (policy of the stepper backend). It strings together
+target.py (ptrace attachment), stepper.py (the recorder), pt_decoder's
+FlowEncoder (PT packets) and bundle.py (storage); the `ptdebug record`
+command line and the DAP recorder call `record_stepper`. Guarantees, in this
+order, on every exit path: the target is detached with its debug registers
+cleared (never left stopped or traced), the bundle directory exists with a
+manifest that says "complete" or "partial" and why.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+from array import array
+
+from adapter.capture import stepper as stepper_mod
+from adapter.capture.bundle import BundleWriter
+from adapter.capture.target import Target, TargetError
+from adapter.hw import cpu as cpu_mod
+from adapter.hw import ptrace as pt
+from pt_decoder.flow_encoder import FlowEncoder
+
+# The stepper's clock: CLOCK_MONOTONIC nanoseconds stand in for the TSC (1 GHz).
+# A 25 MHz crystal clock (CPUID 0x15 = 1/40 of the TSC) and a core clock equal to
+# the TSC (CBR = nom_freq = 10 x 100 MHz) make MTC and CYC consistent with it.
+TIMING = {"tsc_hz": 1_000_000_000,
+          "tsc_source": "CLOCK_MONOTONIC ns read by the stepper at each stop of the thread; "
+                        "instructions between two stops carry the earlier stop's time",
+          "mtc_freq": 6, "nom_freq": 10, "cpuid_0x15_eax": 1, "cpuid_0x15_ebx": 40,
+          "cyc": True, "cyc_thresh": 0, "cycles_per_unit": "1 CYC = 1 ns"}
+
+
+class RecordFailed(Exception):
+    """Recording failed; `bundle` is the (partial) bundle kept, or None."""
+
+    def __init__(self, message: str, bundle: str | None = None):
+        super().__init__(message)
+        self.bundle = bundle
+
+
+@dataclasses.dataclass
+class RecordResult:
+    bundle: str
+    manifest: dict
+    recording: stepper_mod.Recording | None
+    target_exit: int | None = None
+
+
+def _disk_message(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return f"the disk is full ({os.strerror(exc.errno)}) while writing the bundle"
+    return f"writing the bundle failed: {exc}"
+
+
+def _add_images(writer: BundleWriter, pid: int, known: set) -> list[str]:
+    """Every executable mapping of the process into the bundle (files copied or
+    referenced, anonymous code snapshotted); returns warnings."""
+    from pt_decoder.image import Image
+    try:
+        image = Image.from_process(pid, perf_map=True)
+    except Exception as exc:  # the process may have exited
+        return [f"cannot read the mappings of {pid}: {exc}"]
+    build_ids = {m.path: m.build_id for m in image.modules}
+    for section in image.sections:
+        key = (section.vaddr, len(section.data), section.name)
+        if key in known:
+            continue
+        known.add(key)
+        if section.name.startswith("/"):
+            writer.add_image(section.name, section.vaddr, section.offset, len(section.data),
+                             build_id=build_ids.get(section.name), kind="elf", pid=pid)
+        else:
+            label = section.name.strip("[]") or "anon"
+            writer.add_snapshot(f"{label}-{section.vaddr:x}.bin", section.vaddr,
+                                bytes(section.data), pid=pid, origin=section.name)
+    return list(image.warnings)
+
+
+def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
+    """The Recording as a PT stream (PSB+ every 4 KiB, timing from the stops)."""
+    n = len(rec.ips)
+    if n == 0:
+        return b""
+    tscs = array("Q", bytes(8 * n))
+    stamps = rec.stamps or [(0, rec.started_ns)]
+    for k, (index, ns) in enumerate(stamps):
+        stop = stamps[k + 1][0] if k + 1 < len(stamps) else n
+        for i in range(min(index, n), min(stop, n)):
+            tscs[i] = ns
+    first = stamps[0][1]
+    for i in range(min(stamps[0][0], n)):
+        tscs[i] = first
+    ptw = {i: v for i, v in rec.ptw if 0 <= i < n}
+    fe = FlowEncoder(read_code, psb_period=4096, timing=True, cyc=True,
+                     mtc_freq=TIMING["mtc_freq"], nom_freq=TIMING["nom_freq"],
+                     cpuid_0x15=(TIMING["cpuid_0x15_eax"], TIMING["cpuid_0x15_ebx"]))
+    return fe.encode(rec.ips, tscs=tscs, ptwrites=ptw, end_ip=rec.end_ip)
+
+
+def record_stepper(output: str, *, command: list[str] | None = None, pid: int | None = None,
+                   tid: int | None = None, start: str | None = None,
+                   end: stepper_mod.EndCondition | None = None, predict_returns: bool = True,
+                   copy_images: bool = True, ptw_probe=None, no_aslr: bool = False,
+                   trigger_timeout: float | None = None, env: dict | None = None,
+                   wait_for_exit: bool = True, log=lambda msg: None) -> RecordResult:
+    """Record with the ptrace stepper into the bundle directory `output`.
+    Raises RecordFailed (with the partial bundle's path when one was written)."""
+    end = end or stepper_mod.EndCondition(count=100_000)
+    if end.until_return and not start:
+        raise RecordFailed("--until-return needs --from (the function whose return ends it)")
+    cpu = cpu_mod.cpu_id().as_manifest()
+    try:
+        writer = BundleWriter(output, "stepper", cpu, timing=dict(TIMING), command=command,
+                              pid=pid, copy_images=copy_images)
+    except OSError as exc:
+        raise RecordFailed(_disk_message(exc)) from None
+    target = None
+    rec = None
+    partial = None
+    failure = None
+    try:
+        if command:
+            target = Target.launch(command, env=env, no_aslr=no_aslr)
+        else:
+            target = Target.attach(pid=pid, tid=tid)
+        writer.manifest["pid"] = target.pid
+        entry_rsp = return_address = None
+        if start:
+            addr = target.resolve(start)
+            log(f"waiting for a thread of {target.pid} to reach {start} ({addr:#x})")
+            rec_tid = target.run_to(addr, timeout=trigger_timeout)
+            regs = pt.getregs(rec_tid)
+            entry_rsp = regs.rsp
+            with pt.Memory(rec_tid) as mem:
+                return_address = mem.read_u64(regs.rsp)
+        else:
+            rec_tid = tid if tid is not None else target.pid
+            if rec_tid not in target.threads:
+                raise TargetError(f"thread {rec_tid} is not traced")
+        if end.until is None and end.until_spec:
+            end.until = target.resolve(end.until_spec)
+        target.keep_only(rec_tid)
+        comm = _comm(rec_tid)
+        writer.add_thread(rec_tid, target.pid, comm)
+        known: set = set()
+        for warning in _add_images(writer, target.pid, known):
+            log(f"warning: {warning}")
+        writer.write_manifest()
+        recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
+                                              predict_returns=predict_returns,
+                                              ptw_probe=ptw_probe, entry_rsp=entry_rsp,
+                                              return_address=return_address)
+        log(f"recording thread {rec_tid}")
+        try:
+            rec = recorder.run()
+        finally:
+            if not recorder.alive:
+                target.threads.pop(rec_tid, None)
+        partial = rec.partial_reason
+        if recorder.alive:
+            _add_images(writer, target.pid, known)  # code mapped during the recording
+        data = encode_recording(rec, recorder.code.read_code)
+        writer.add_stream_bytes(rec_tid, data, pid=target.pid)
+        writer.manifest["stats"] = {
+            "instructions": len(rec.ips), "stops": rec.stops,
+            "single_steps": rec.single_steps, "signals": len(rec.async_events),
+            "seconds": round((rec.ended_ns - rec.started_ns) / 1e9, 6),
+            "end_reason": rec.reason,
+            "end_ip": rec.end_ip,
+        }
+    except TargetError as exc:
+        failure = str(exc)
+        partial = failure
+    except pt.PtraceError as exc:
+        failure = f"tracing failed: {exc}"
+        partial = failure
+    except OSError as exc:
+        failure = _disk_message(exc)
+        partial = failure
+    except KeyboardInterrupt:
+        failure = "interrupted by the user"
+        partial = failure
+    finally:
+        if target is not None:
+            target.release()
+            if failure is not None and target.launched is not None and rec is None:
+                # a program we started for a recording that never began: end it
+                _kill_quietly(target.pid)
+                target.wait_launched()
+    try:
+        manifest = writer.finish(partial)
+    except OSError as exc:
+        raise RecordFailed(f"{_disk_message(exc)}; the bundle at {output} is marked partial",
+                           output) from None
+    if failure is not None:
+        raise RecordFailed(failure, output)
+    status = None
+    if target is not None and target.launched is not None and wait_for_exit:
+        status = target.wait_launched()
+    return RecordResult(output, manifest, rec, status)
+
+
+def _kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
+def _comm(tid: int) -> str | None:
+    try:
+        with open(f"/proc/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from adapter.backends import Backend, create_backend
 from adapter.protocol.channel import DEFERRED, Channel
@@ -79,6 +79,12 @@ class Session:
         """Reverse-execution feature (stepBack, reverseContinue); None until wired."""
         self.instruction_breakpoints = None
         """Instruction-breakpoint feature (setInstructionBreakpoints); None until wired."""
+        self.response_observers: dict[str, Callable[[dict, dict], None]] = {}
+        """command -> observe(request_raw, response_raw), called before a forwarded response is
+        relayed; how a feature learns from traffic it does not own (one observer a command)."""
+        self.event_filters: list[Callable[[dict], bool]] = []
+        """Called with each backend event before it is forwarded; one returning True has
+        consumed the event (e.g. data breakpoints turning their `pause` into their stop)."""
         self.terminated_sent = False
         """Whether the client has been sent `terminated` (by the backend or by us)."""
         self.backend_gone_at: float | None = None
@@ -160,7 +166,11 @@ class Session:
         if self.backend_gone_at is not None:
             raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
         if backend.handles(request.command) or request.command not in DAP_REQUESTS:
-            backend.forward(request)
+            observer = self.response_observers.get(request.command)
+            if observer is None:
+                backend.forward(request)
+            else:
+                backend.forward(request, lambda response: observer(request.raw, response))
             return DEFERRED
         raise UnsupportedRequest(f"{request.command!r} is not supported by ptdebug with the "
                                  f"{backend.name} backend")
@@ -194,6 +204,9 @@ class Session:
     def backend_event(self, event: Event) -> None:
         raw = event.raw
         name = raw["event"]
+        for event_filter in self.event_filters:
+            if event_filter(raw):
+                return
         if name == "terminated":
             self.terminated_sent = True
         elif name == "capabilities":
@@ -215,6 +228,21 @@ class Session:
         self.pid = pid
         self.memory = ProcessMemory(pid)
         self.disassembler = None
+        threading.Thread(target=self._start_features, args=(pid,), name="ptdebug-features",
+                         daemon=True).start()
+
+    def _start_features(self, pid: int) -> None:
+        """Probe and start the features that need the debuggee's pid, off the reader thread
+        (a probe may take a while and must never delay the backend's events)."""
+        from adapter.features.data_breakpoints import DataBreakpoints
+        try:
+            feature = DataBreakpoints.probe(self, pid)
+        except Exception:
+            log.exception("data breakpoints: probe failed")
+            return
+        if feature is not None and not self.finished.is_set():
+            self.data_breakpoints = feature
+            self.announce_capabilities(**feature.capabilities)
 
     def backend_gone(self, reason: str) -> None:
         log.warning("backend gone: %s", reason)

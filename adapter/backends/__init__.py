@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from adapter.protocol.errors import InvalidLaunchConfig, UnsupportedBackend
 
@@ -71,8 +71,12 @@ class Backend(abc.ABC):
         """True when forwarding `command` gets an answer (never a silent stall)."""
 
     @abc.abstractmethod
-    def forward(self, request: Request) -> None:
-        """Send a client request on unchanged; its response goes back to the client."""
+    def forward(self, request: Request,
+                observe: Callable[[dict], None] | None = None) -> None:
+        """Send a client request on unchanged; its response goes back to the client.
+
+        `observe(response)` sees the raw response first (a feature learning, say, which
+        frame a variablesReference belongs to); it must not change it."""
 
     @abc.abstractmethod
     def request(self, command: str, arguments: dict | None = None,

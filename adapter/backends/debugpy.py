@@ -119,8 +119,8 @@ class DebugpyBackend(Backend):
     def handles(self, command: str) -> bool:
         return command in FORWARDED
 
-    def forward(self, request: Request) -> None:
-        self._send_and_relay(request, request.command, request.raw.get("arguments"))
+    def forward(self, request: Request, observe=None) -> None:
+        self._send_and_relay(request, request.command, request.raw.get("arguments"), observe)
 
     def request(self, command: str, arguments: dict | None = None,
                 timeout: float = 10.0) -> Response:
@@ -128,11 +128,19 @@ class DebugpyBackend(Backend):
             raise BackendGone("debugpy is not running")
         return self.channel.request(command, arguments, timeout)
 
-    def _send_and_relay(self, request: Request, command: str, arguments: dict | None) -> None:
+    def _send_and_relay(self, request: Request, command: str, arguments: dict | None,
+                        observe=None) -> None:
         if self.channel is None:
             raise BackendGone("debugpy is not running")
-        self.channel.send_request(command, arguments,
-                                  lambda response: request.respond_like(response.raw))
+        if observe is None:
+            relay = lambda response: request.respond_like(response.raw)  # noqa: E731
+        else:
+            def relay(response: Response) -> None:
+                try:
+                    observe(response.raw)
+                finally:
+                    request.respond_like(response.raw)
+        self.channel.send_request(command, arguments, relay)
 
     def _common_arguments(self, request: Request) -> dict:
         arguments = dict(request.raw.get("arguments") or {})

@@ -1,0 +1,333 @@
+"""DAP data breakpoints ("Break on Value Change") for a Python debuggee behind debugpy, on the
+hardware watchpoint engine (adapter.watchpoints.PerfWatcher).
+
+Layer: features. Knows DAP and the Session's hooks; uses the watchpoint engine and, through
+the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pause`.
+
+- `dataBreakpointInfo`: the object named (a variable in a `variablesReference`, an expression
+  in a frame, or a raw address with `asAddress`) is probed in the debuggee (features.buffer_probe)
+  for the address and size of its buffer; a buffer larger than the debug registers cover is
+  watched on its first bytes, and the description says which. The `dataId` is
+  `ADDRESS/LENGTH` in hex/decimal, valid for the life of the object.
+- `setDataBreakpoints` arms a perf breakpoint event per watch on every thread of the debuggee
+  (the engine's job); the debuggee never stops for the hardware, so a hit is turned into a
+  stop here: debugpy is asked to `pause`, and its `stopped` event (reason `pause`) is replaced
+  by one with reason `data breakpoint`, the writing thread's id, and a description naming the
+  watched object, the thread, the native function that wrote, and the old and new values.
+  The Python stack is debugpy's; the writer stops at its next Python line (x86 data
+  breakpoints trap after the write, SDM Vol. 3B §17.3.1.2, and pydevd pauses at a line).
+- debugpy pauses every thread, so the other threads pause too.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import threading
+from dataclasses import dataclass
+
+from adapter.features.buffer_probe import (MAX_WATCH, Buffer, NotAnExpression, decode_value,
+                                           probe_expression, watch_range)
+from adapter.memory import parse_address
+from adapter.protocol.channel import DEFERRED
+from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
+from adapter.protocol.messages import Request
+from adapter.protocol.schema import DataBreakpointInfoArguments, SetDataBreakpointsArguments
+from adapter.watchpoints import Access, LostHits, PerfWatcher, WatchError, WatchRequest
+
+log = logging.getLogger("ptdebug.dap")
+
+ACCESS = {"write": Access.WRITE, "readWrite": Access.READ_WRITE}
+POLL_INTERVAL = 0.05
+STOP_TIMEOUT = 5.0
+_DATA_ID = re.compile(r"^(0x[0-9a-fA-F]+)/(\d+)$")
+
+
+@dataclass
+class Target:
+    """What a dataId watches: `length` bytes at `address`, and how to describe them."""
+    address: int
+    length: int
+    label: str
+    format: str = ""
+
+
+@dataclass
+class Armed:
+    """A data breakpoint in force: its DAP id, target, access and engine watch."""
+    id: int
+    target: Target
+    access: Access
+    watch: object
+
+
+class DataBreakpoints:
+    """The data-breakpoint feature of one session."""
+
+    capabilities = {"supportsDataBreakpoints": True, "supportsDataBreakpointBytes": True}
+
+    def __init__(self, session, watcher: PerfWatcher):
+        self.session = session
+        self.watcher = watcher
+        """The engine, on the debuggee's pid."""
+        self.targets: dict[str, Target] = {}
+        """dataId -> target, from dataBreakpointInfo answers."""
+        self.armed: dict[tuple[int, int, Access], Armed] = {}
+        """(address, length, access) -> the data breakpoint armed for it."""
+        self.frames: dict[int, int] = {}
+        """variablesReference -> frameId, learnt from scopes/variables responses."""
+        self._next_id = 1
+        self._lock = threading.Lock()
+        self._stops: queue.Queue = queue.Queue()
+        self._pending = None
+        self._closed = threading.Event()
+        self._poller: threading.Thread | None = None
+        session.response_observers["scopes"] = self._observe_scopes
+        session.response_observers["variables"] = self._observe_variables
+        session.event_filters.append(self._filter_event)
+
+    @classmethod
+    def probe(cls, session, pid: int) -> "DataBreakpoints | None":
+        """The feature if a hardware watchpoint can really be armed in `pid`, else None (logged).
+
+        Arms and removes a write watch on the first writable mapping of the process."""
+        try:
+            address = _first_writable(pid)
+            watcher = PerfWatcher(pid)
+        except (OSError, WatchError) as exc:
+            log.info("data breakpoints unavailable for process %d: %s", pid, exc)
+            return None
+        try:
+            watcher.remove(watcher.add(WatchRequest(address, 8, Access.WRITE)))
+        except (OSError, WatchError) as exc:
+            log.info("data breakpoints unavailable for process %d: %s", pid, exc)
+            watcher.close()
+            return None
+        return cls(session, watcher)
+
+    # --- requests -------------------------------------------------------------------------
+    def info(self, request: Request, args: DataBreakpointInfoArguments) -> dict:
+        if args.asAddress:
+            address = parse_address(args.name)
+            length = args.bytes or 8
+            return self._describe(Target(address, length, f"{length} bytes at {address:#x}"),
+                                  f"{length} bytes at {address:#x}")
+        expression, frame_id = args.name, args.frameId
+        if args.variablesReference is not None:
+            expression, frame_id = self._child_expression(args.variablesReference, args.name)
+            if expression is None:
+                return {"dataId": None, "description": f"{args.name!r} has no expression "
+                        "ptdebug can evaluate (debugpy gave no evaluateName)"}
+        try:
+            source = probe_expression(expression)
+        except NotAnExpression as exc:
+            return {"dataId": None, "description": str(exc)}
+        arguments = {"expression": source, "context": "repl"}
+        if frame_id is not None:
+            arguments["frameId"] = frame_id
+        response = self.session.backend.request("evaluate", arguments, timeout=10)
+        if not response.success:
+            text = response.error_text.strip().splitlines()[-1:] or ["failed"]
+            return {"dataId": None, "description": f"cannot watch {expression}: {text[0]}"}
+        buffer = Buffer.from_result(response.raw["body"]["result"])
+        if args.bytes:
+            start, length = buffer.address, min(args.bytes, buffer.nbytes)
+        else:
+            start, length = watch_range(buffer.address, buffer.nbytes)
+        whole = length == buffer.nbytes
+        where = (f"all {length} bytes" if whole else
+                 f"bytes 0..{length} of {buffer.nbytes} (the debug registers cover at most "
+                 f"{MAX_WATCH}; name an element such as {expression}[i] to watch another part)")
+        return self._describe(Target(start, length, expression, buffer.format),
+                              f"{expression}: {buffer.description}, {where} at {start:#x}")
+
+    def _describe(self, target: Target, description: str) -> dict:
+        data_id = f"{target.address:#x}/{target.length}"
+        self.targets[data_id] = target
+        return {"dataId": data_id, "description": description,
+                "accessTypes": ["write", "readWrite"], "canPersist": False}
+
+    def set(self, request: Request, args: SetDataBreakpointsArguments) -> dict:
+        results, keep = [], set()
+        with self._lock:
+            for bp in args.breakpoints:
+                target = self.targets.get(bp.dataId) or _target_from_id(bp.dataId)
+                if target is None:
+                    results.append({"verified": False, "message": f"unknown dataId "
+                                    f"{bp.dataId!r}: ask dataBreakpointInfo first"})
+                    continue
+                if bp.accessType not in ACCESS:
+                    results.append({"verified": False, "message": "x86 debug registers cannot "
+                                    "break on reads alone: use 'readWrite'"})
+                    continue
+                if bp.condition or bp.hitCondition:
+                    results.append({"verified": False, "message": "conditions on data "
+                                    "breakpoints are not supported"})
+                    continue
+                key = (target.address, target.length, ACCESS[bp.accessType])
+                armed = self.armed.get(key)
+                if armed is None:
+                    try:
+                        watch = self.watcher.add(WatchRequest(*key))
+                    except (WatchError, OSError) as exc:
+                        code = getattr(exc, "code", "os_error")
+                        results.append({"verified": False, "message": f"{exc} [{code}]"})
+                        continue
+                    armed = Armed(self._next_id, target, key[2], watch)
+                    self._next_id += 1
+                    self.armed[key] = armed
+                keep.add(key)
+                results.append({"id": armed.id, "verified": True,
+                                "message": f"watching {target.label} ({target.length} bytes at "
+                                           f"{target.address:#x}) for {bp.accessType}s"})
+            for key in [k for k in self.armed if k not in keep]:
+                self.watcher.remove(self.armed.pop(key).watch)
+        if self.armed and self._poller is None:
+            self._poller = threading.Thread(target=self._poll_loop, name="ptdebug-watch",
+                                            daemon=True)
+            self._poller.start()
+        return {"breakpoints": results}
+
+    # --- learning frames of variablesReferences -------------------------------------------
+    def _observe_scopes(self, request: dict, response: dict) -> None:
+        frame_id = (request.get("arguments") or {}).get("frameId")
+        for scope in (response.get("body") or {}).get("scopes", ()):
+            if scope.get("variablesReference"):
+                self.frames[scope["variablesReference"]] = frame_id
+
+    def _observe_variables(self, request: dict, response: dict) -> None:
+        parent = (request.get("arguments") or {}).get("variablesReference")
+        frame_id = self.frames.get(parent)
+        for variable in (response.get("body") or {}).get("variables", ()):
+            if variable.get("variablesReference"):
+                self.frames[variable["variablesReference"]] = frame_id
+
+    def _child_expression(self, reference: int, name: str) -> tuple[str | None, int | None]:
+        response = self.session.backend.request("variables", {"variablesReference": reference},
+                                                timeout=10)
+        if not response.success:
+            raise InvalidRequest(f"variablesReference {reference} is not valid now: "
+                                 f"{response.error_text}")
+        for variable in response.raw.get("body", {}).get("variables", ()):
+            if variable.get("name") == name:
+                return variable.get("evaluateName"), self.frames.get(reference)
+        raise InvalidRequest(f"no variable {name!r} in variablesReference {reference}")
+
+    # --- hits -----------------------------------------------------------------------------
+    def _poll_loop(self) -> None:
+        while not self._closed.is_set():
+            with self._lock:
+                if not self.armed:
+                    events = []
+                else:
+                    try:
+                        events = self.watcher.poll(POLL_INTERVAL)
+                    except (OSError, WatchError) as exc:
+                        log.warning("data breakpoints: polling failed: %s", exc)
+                        events = []
+            if not self.armed:
+                self._closed.wait(POLL_INTERVAL)
+            hits = [e for e in events if not isinstance(e, LostHits)]
+            lost = sum(e.count for e in events if isinstance(e, LostHits))
+            if lost:
+                self.session.client.send_event("output", {"category": "important", "output":
+                                               f"ptdebug: {lost} watchpoint hits were lost\n"})
+            if hits and not self._closed.is_set():
+                try:
+                    self._stop_for(hits[0], len(hits))
+                except AdapterError as exc:
+                    log.warning("data breakpoint hit not turned into a stop: %s", exc.message)
+                except Exception:
+                    log.exception("data breakpoint hit failed")
+
+    def _stop_for(self, hit, count: int) -> None:
+        armed = next((a for a in self.armed.values() if a.watch is hit.watch), None)
+        if armed is None:
+            return
+        while not self._stops.empty():
+            self._stops.get_nowait()
+        self._pending = hit
+        try:
+            self.session.backend.request("pause", {"threadId": 0}, timeout=STOP_TIMEOUT)
+            try:
+                stopped = self._stops.get(timeout=STOP_TIMEOUT)
+            except queue.Empty:
+                raise BackendTimeout("debugpy did not pause after a data breakpoint hit") from None
+        finally:
+            self._pending = None
+        thread_id, thread_name = self._dap_thread_of(hit.tid)
+        old = decode_value(hit.old, armed.target.format)
+        new = decode_value(hit.new, armed.target.format)
+        symbol = self._symbol(hit.ip)
+        text = (f"{armed.target.label} changed from {old} to {new}: written by thread "
+                f"{thread_name!r} (tid {hit.tid}) in {symbol}"
+                + (f"; {count} writes seen" if count > 1 else ""))
+        body = dict(stopped.get("body") or {})
+        body.update({"reason": "data breakpoint", "description": text, "text": text,
+                     "hitBreakpointIds": [armed.id], "preserveFocusHint": False})
+        if thread_id is not None:
+            body["threadId"] = thread_id
+        self.session.client.send_event("stopped", body)
+
+    def _filter_event(self, raw: dict) -> bool:
+        name = raw.get("event")
+        if name == "continued":
+            self.frames.clear()
+        elif name == "stopped" and self._pending is not None and \
+                (raw.get("body") or {}).get("reason") == "pause":
+            self._stops.put(raw)
+            return True
+        return False
+
+    def _dap_thread_of(self, tid: int) -> tuple[int | None, str]:
+        """debugpy's thread id and name for OS thread `tid` (asked of each stopped thread)."""
+        backend = self.session.backend
+        threads = backend.request("threads", {}, timeout=10).raw.get("body", {}).get("threads", [])
+        for thread in threads:
+            frames = backend.request("stackTrace", {"threadId": thread["id"], "levels": 1},
+                                     timeout=10)
+            stack = frames.raw.get("body", {}).get("stackFrames", []) if frames.success else []
+            if not stack:
+                continue
+            native = backend.request("evaluate", {
+                "expression": "__import__('threading').get_native_id()",
+                "frameId": stack[0]["id"], "context": "repl"}, timeout=10)
+            if native.success and native.raw["body"].get("result") == str(tid):
+                return thread["id"], thread.get("name", "")
+        return None, f"tid {tid}"
+
+    def _symbol(self, ip: int) -> str:
+        from pt_decoder.image import Image
+        try:
+            symbol = Image.from_process(self.watcher.pid).symbolize(ip)
+        except Exception as exc:  # a vanished process or unreadable mapping: say so
+            return f"{ip:#x} ({exc})"
+        if symbol is None:
+            return f"{ip:#x}"
+        module = symbol.module.rsplit("/", 1)[-1]
+        return f"{symbol.name}+{symbol.offset:#x} ({module}, ip {ip:#x})"
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._poller is not None:
+            self._poller.join(1.0)
+        with self._lock:
+            self.watcher.close()
+            self.armed.clear()
+
+
+def _target_from_id(data_id: str) -> Target | None:
+    match = _DATA_ID.match(data_id.strip())
+    if match is None:
+        return None
+    address, length = int(match.group(1), 16), int(match.group(2))
+    return Target(address, length, f"{length} bytes at {address:#x}")
+
+
+def _first_writable(pid: int) -> int:
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if perms.startswith("rw"):
+                return int(span.split("-")[0], 16)
+    raise OSError(f"process {pid} has no writable mapping")

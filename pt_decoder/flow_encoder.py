@@ -45,7 +45,8 @@ Tracing", "Packet Generation" and the packet tables):
               followed by TMA (as the SDM says when MTC is on); MTC each time the crystal clock counter (CTC = TSC * eax /
               ebx of CPUID leaf 0x15) enters a new 2^mtc_freq period; CBR in PSB+.
               With cyc=True also CYC(core cycles since the last CYC) before every TNT,
-              TIP*, FUP, PTW and MTC. Core cycles = TSC ticks (CBR == nom_freq).
+              TIP*, FUP, PTW and MTC, from the caller's cycle counts or else TSC ticks
+              (CBR == nom_freq: the core runs at the TSC's rate).
   end         the last instruction's outcome (towards end_ip if given), FUP(end_ip) +
               TIP.PGD(suppressed) -- or TIP.PGD(end_ip) when the last instruction is an
               indirect branch or an uncompressed ret.
@@ -157,6 +158,7 @@ class FlowEncoder:
 
     # ---- encoding ----------------------------------------------------------------------
     def encode(self, ips: Sequence[int], *, tscs: Sequence[int] | None = None,
+               cycles: Sequence[int] | None = None,
                ptwrites: Mapping[int, int] | None = None,
                end_ip: int | None = None, tsc_start: int = 1 << 40,
                cycles_per_insn: int = 1) -> bytes:
@@ -164,18 +166,22 @@ class FlowEncoder:
 
         tscs: the TSC of each instruction (monotonic); without it, with timing on, the
         clock advances `cycles_per_insn` ticks per instruction from `tsc_start`.
+        cycles: a running core-cycle count per instruction (monotonic), for CYC; without
+        it core cycles are TSC ticks.
         ptwrites: instruction index -> the 64-bit value to report as a PTWRITE there (one
         per instruction, as one PTWRITE instruction writes one packet).
         end_ip: where execution went after the last instruction, if known."""
         if tscs is not None and len(tscs) != len(ips):
             raise ValueError(f"tscs has {len(tscs)} stamps for {len(ips)} instructions")
+        if cycles is not None and len(cycles) != len(ips):
+            raise ValueError(f"cycles has {len(cycles)} counts for {len(ips)} instructions")
         for index, value in (ptwrites or {}).items():
             if not 0 <= index < len(ips):
                 raise ValueError(f"ptwrites index {index} is outside the path "
                                  f"(0..{len(ips) - 1})")
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
                 raise ValueError(f"ptwrites[{index}] must be one 64-bit value, got {value!r}")
-        run = _Run(self, tscs, tsc_start, cycles_per_insn, ptwrites or {})
+        run = _Run(self, tscs, cycles, tsc_start, cycles_per_insn, ptwrites or {})
         return run.encode(ips, end_ip)
 
     def stats(self) -> dict:
@@ -185,7 +191,7 @@ class FlowEncoder:
 class _Run:
     """State of one encode() call: the encoder, pending TNT bits, return stack, clocks."""
 
-    def __init__(self, fe: FlowEncoder, tscs, tsc_start, cycles_per_insn, ptwrites):
+    def __init__(self, fe: FlowEncoder, tscs, cycles, tsc_start, cycles_per_insn, ptwrites):
         self.fe = fe
         self.enc = Encoder()
         self.out = self.enc._out                  # TNT-8 bytes go straight in (hot path)
@@ -197,7 +203,8 @@ class _Run:
         self.cycles_per_insn = cycles_per_insn
         self.ptwrites = ptwrites
         self.now = tsc_start
-        self.last_cyc = tsc_start
+        self.cycles = cycles
+        self.cyc_now = self.last_cyc = tsc_start if cycles is None else cycles[0]
         eax, ebx = fe.cpuid_0x15
         self.eax, self.ebx = eax, ebx
         self.next_mtc_tsc = 0
@@ -214,9 +221,9 @@ class _Run:
         self.next_mtc_tsc = -(-next_ctc * self.ebx // self.eax)      # ceil
 
     def _cyc(self) -> None:
-        if self.fe.cyc and self.now > self.last_cyc:
-            self.enc.cyc(self.now - self.last_cyc)
-            self.last_cyc = self.now
+        if self.fe.cyc and self.cyc_now > self.last_cyc:
+            self.enc.cyc(self.cyc_now - self.last_cyc)
+            self.last_cyc = self.cyc_now
 
     def _mtc(self) -> None:
         self.flush()
@@ -228,7 +235,7 @@ class _Run:
         """TSC, and TMA right after it (SDM: TMA follows TSC when MTC is enabled; libipt
         ignores MTCs between a TSC and its TMA)."""
         self.enc.tsc(self.now & ((1 << 56) - 1))
-        self.last_cyc = self.now
+        self.last_cyc = self.cyc_now
         self._tma()
 
     def _tma(self) -> None:
@@ -341,7 +348,9 @@ class _Run:
         out = self.out
         stack = self.stack
         if tscs is not None:
-            self.now = self.last_cyc = tscs[0]
+            self.now = tscs[0]
+            if self.cycles is None:
+                self.cyc_now = self.last_cyc = tscs[0]
         self._psb_plus(None)
         self._enable(ips[0])
         ip = ips[0]
@@ -352,6 +361,7 @@ class _Run:
             if timing:
                 self.now = tscs[k] if tscs is not None else (
                     self.tsc_start + k * self.cycles_per_insn)
+                self.cyc_now = self.now if self.cycles is None else self.cycles[k]
                 if self.now >= self.next_mtc_tsc:
                     self._mtc()
             if ptwrites and k in ptwrites:

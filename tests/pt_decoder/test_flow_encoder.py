@@ -97,6 +97,21 @@ def test_work_path_with_timing_ptwrite_and_frequent_psb(work):
     assert all(tscs[0] <= t <= tscs[-1] + 64 for t in times)
 
 
+def test_cycle_counts_drive_cyc_packets(work):
+    """With per-instruction cycle counts, the CYC payloads add up to the cycles between
+    the first and the last instruction (no TSC after the start in this short path)."""
+    ips, ret, image, elf = work
+    tscs = _stamps(len(ips), 3)
+    cycles = [2 * (t - tscs[0]) + 1000 for t in tscs]          # core at twice the TSC rate
+    data = FlowEncoder(image.read, timing=True, cyc=True, psb_period=0).encode(
+        ips, tscs=tscs, cycles=cycles)
+    packets = libipt.libipt_packets(data)
+    total = sum(p["value"] for p in packets if p["kind"] == "cyc")
+    assert 0 < total <= cycles[-1] - cycles[0]
+    assert total >= cycles[-2] - cycles[0] - 2 * max(b - a for a, b in zip(tscs, tscs[1:]))
+    assert libipt.ips(_decode(data, elf, time=False)) == ips
+
+
 def test_end_ip_closes_with_the_last_return(work):
     ips, ret, image, elf = work
     fe = FlowEncoder(image.read)
@@ -148,6 +163,8 @@ def test_bad_input_is_named():
         fe.encode([0x1000, 0x2000])
     with pytest.raises(ValueError, match="tscs has 1 stamps for 2"):
         fe.encode([0x1000, 0x1001], tscs=[5])
+    with pytest.raises(ValueError, match="cycles has 3 counts for 2"):
+        fe.encode([0x1000, 0x1001], cycles=[5, 6, 7])
     with pytest.raises(ValueError, match="ptwrites index 9"):
         fe.encode([0x1000], ptwrites={9: 1})
     with pytest.raises(ValueError, match="ptwrites.0. must be one 64-bit value"):

@@ -44,6 +44,7 @@ ctypedef struct Block:
     uint32_t ninsn          # instructions; 0: an error block (err says why)
     int32_t next            # hash chain
     int32_t err             # -PTE_NOMAP / -PTE_BAD_INSN for ninsn == 0
+    int32_t succ[2]         # cached successors: [0] fall-through, [1] taken/direct target; -1 none
     uint8_t mode
     Insn last               # the last instruction, with its branch class
 

@@ -197,3 +197,60 @@ def test_bad_arguments_name_the_field_and_write_nothing(call, field):
 def test_encode_rejects_unknown_kinds():
     with pytest.raises(ValueError, match="kind 0"):
         Encoder().encode({"kind": 0})
+
+
+# ---- property: any valid sequence, including packets newer than libipt 2.0.5 ----------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_U = lambda bits: st.integers(0, (1 << bits) - 1)  # noqa: E731
+_CALLS = st.one_of(
+    st.tuples(st.just("tnt8"), st.integers(1, 6)).map(lambda t: (t[0], ((1 << t[1]) - 1, t[1]))),
+    st.tuples(st.just("tnt64"), st.integers(1, 47)).map(lambda t: (t[0], (1, t[1]))),
+    st.tuples(st.sampled_from(["tip", "fup", "tip_pge", "tip_pgd"]),
+              st.one_of(_U(16), _U(48), _U(64))).map(lambda t: (t[0], (t[1],))),
+    st.just(("psb", ())), st.just(("psbend", ())), st.just(("ovf", ())),
+    _U(61).map(lambda v: ("cyc", (v,))), _U(8).map(lambda v: ("mtc", (v,))),
+    st.tuples(_U(5), st.sampled_from([4, 8])).map(lambda t: ("bbp", t)),
+    st.tuples(_U(5), _U(32)).map(lambda t: ("bip", (t[0], t[1], 4))),
+    st.booleans().map(lambda b: ("bep", (b,))),
+    st.tuples(_U(5), _U(8), st.booleans()).map(lambda t: ("cfe", t)),
+    st.tuples(_U(6), _U(64)).map(lambda t: ("evd", t)),
+    st.tuples(_U(8), st.one_of(st.none(), _U(16)), st.booleans(), st.booleans()).map(
+        lambda t: ("trig", t)),
+    st.tuples(_U(4), _U(4), _U(4)).map(lambda t: ("pwrx", t)),
+    st.booleans().map(lambda b: ("mode_exec", (64,), {"iflag": b})),
+)
+
+
+_KIND_OF = {"tnt8": Kind.TNT8, "tnt64": Kind.TNT64, "tip": Kind.TIP, "fup": Kind.FUP,
+            "tip_pge": Kind.TIP_PGE, "tip_pgd": Kind.TIP_PGD, "psb": Kind.PSB,
+            "psbend": Kind.PSBEND, "ovf": Kind.OVF, "cyc": Kind.CYC, "mtc": Kind.MTC,
+            "bbp": Kind.BBP, "bip": Kind.BIP, "bep": Kind.BEP, "cfe": Kind.CFE,
+            "evd": Kind.EVD, "trig": Kind.TRIG, "pwrx": Kind.PWRX, "mode_exec": Kind.MODE_EXEC}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_CALLS, min_size=1, max_size=30))
+def test_any_sequence_decodes_to_its_calls_and_reencodes_identically(calls):
+    """Each call writes one packet: the decoder finds them at the offsets the encoder
+    returned, of the kinds called, with the IPs the encoder compressed; re-encoding the
+    decoded packets gives the same bytes."""
+    enc = Encoder()
+    written = []                                    # (offset, kind, ip or None)
+    for call in calls:
+        name, args = call[0], call[1]
+        if name == "bip":                           # a BIP only exists inside its block
+            written.append((enc.bbp(0, 4), Kind.BBP, None))
+        offset = getattr(enc, name)(*args, **(call[2] if len(call) > 2 else {}))
+        ip = args[0] if name in ("tip", "fup", "tip_pge", "tip_pgd") else None
+        written.append((offset, _KIND_OF[name], ip))
+    data = enc.getvalue()
+    pkts = _decode(data)
+    assert [(p.offset, p.kind) for p in pkts] == [(o, k) for o, k, _ in written]
+    assert [p.ip for p in pkts if p.ipc] == [ip for _, _, ip in written if ip is not None]
+    assert sum(p.size for p in pkts) == len(data)
+    again = Encoder()
+    for p in pkts:
+        again.encode(p)
+    assert again.getvalue() == data

@@ -1,0 +1,131 @@
+"""`ptdebug record`: record a command or a running process into a trace bundle.
+
+Layer: adapter.capture (command line). Parses and checks the arguments once,
+picks the backend (`auto`: Intel PT where `ptdebug doctor` says it works,
+else the ptrace stepper), calls it and prints where the bundle is and
+whether it is complete. Exit status: 0 complete, 1 partial or failed (the
+bundle kept says why), 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from adapter.capture import stepper as stepper_mod
+
+USAGE = ("ptdebug record [--backend auto|intel_pt|stepper] [--pid PID | --tid TID] "
+         "[--from SYMBOL|ADDR] [--until-return | --count N | --until SYMBOL|ADDR | "
+         "--duration MS] -o BUNDLE [-- CMD ARGS...]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ptdebug record", usage=USAGE,
+                                description="Record the instruction flow of a command or a "
+                                            "running process into a trace bundle.")
+    p.add_argument("--backend", choices=("auto", "intel_pt", "stepper"), default="auto")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--pid", type=int, help="attach to this running process")
+    who.add_argument("--tid", type=int, help="attach to this one thread")
+    p.add_argument("--from", dest="start", metavar="SYMBOL|ADDR",
+                   help="start when a thread reaches this function or address "
+                        "(default: at once)")
+    end = p.add_mutually_exclusive_group()
+    end.add_argument("--until-return", action="store_true",
+                     help="stop when the --from function returns")
+    end.add_argument("--count", type=int, metavar="N", help="stop after N instructions")
+    end.add_argument("--until", metavar="SYMBOL|ADDR", help="stop before this address runs")
+    p.add_argument("--duration", type=float, metavar="MS",
+                   help="stop after MS milliseconds (also a limit on the other conditions)")
+    p.add_argument("-o", "--output", required=True, metavar="BUNDLE",
+                   help="the bundle directory to write")
+    p.add_argument("--no-copy-images", action="store_true",
+                   help="reference the program's files by path instead of copying them")
+    p.add_argument("--no-aslr", action="store_true",
+                   help="launch the command with address randomisation off (repeatable runs)")
+    p.add_argument("--exact-returns", action="store_true",
+                   help="stepper: stop at every return instead of following proven ones")
+    p.add_argument("--max-instructions", type=int, default=10_000_000,
+                   help="stepper: never record more than this (default 10,000,000)")
+    p.add_argument("--trigger-timeout", type=float, metavar="S",
+                   help="give up if no thread reaches --from within S seconds")
+    p.add_argument("--snapshot", action="store_true",
+                   help="intel_pt: snapshot (overwrite) mode, written when the recording ends")
+    p.add_argument("--filter", action="append", default=[], metavar="FILTER",
+                   help="intel_pt: address filter, perf syntax (e.g. 'filter main @ /bin/prog')")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    args.command = command
+    if not command and args.pid is None and args.tid is None:
+        parser.error("give a command after --, or --pid PID, or --tid TID")
+    if command and (args.pid is not None or args.tid is not None):
+        parser.error("give either a command or --pid/--tid, not both")
+    if args.until_return and not args.start:
+        parser.error("--until-return needs --from FUNCTION")
+    if args.count is not None and args.count <= 0:
+        parser.error("--count must be a positive number of instructions")
+    if args.duration is not None and args.duration <= 0:
+        parser.error("--duration must be a positive number of milliseconds")
+    if not (args.until_return or args.count or args.until or args.duration):
+        args.count = 100_000  # a bounded default: the stepper is slow on purpose-free runs
+    return args
+
+
+def choose_backend(requested: str) -> tuple[str, str]:
+    from adapter.hw import doctor
+    if requested != "auto":
+        return requested, f"--backend {requested}"
+    choice = doctor.recorder_backend()
+    if choice["backend"] is None:
+        raise SystemExit(f"ptdebug record: no backend can record here: {choice['why']} "
+                         "(see `ptdebug doctor`)")
+    return choice["backend"], choice["why"]
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    backend, why = choose_backend(args.backend)
+    log = (lambda msg: print(f"ptdebug record: {msg}", file=sys.stderr))
+    log(f"backend {backend} ({why})")
+    if backend == "intel_pt":
+        from adapter.capture import intel_pt
+        try:
+            result = intel_pt.record_cli(args, log)
+        except intel_pt.IntelPtError as exc:
+            print(f"ptdebug record: {exc}", file=sys.stderr)
+            return 1
+        return 0 if result["status"] == "complete" else 1
+    from adapter.capture import record
+    end = stepper_mod.EndCondition(count=args.count, until_return=args.until_return,
+                                   duration_ms=args.duration)
+    if args.until:
+        try:
+            end.until = int(args.until, 0)
+        except ValueError:
+            end.until_spec = args.until
+    try:
+        result = record.record_stepper(
+            args.output, command=args.command or None, pid=args.pid, tid=args.tid,
+            start=args.start, end=end, predict_returns=not args.exact_returns,
+            copy_images=not args.no_copy_images, no_aslr=args.no_aslr,
+            trigger_timeout=args.trigger_timeout, log=log,
+            wait_for_exit=True)
+    except record.RecordFailed as exc:
+        print(f"ptdebug record: {exc}", file=sys.stderr)
+        if exc.bundle:
+            print(f"ptdebug record: partial bundle kept at {exc.bundle}", file=sys.stderr)
+        return 1
+    m = result.manifest
+    stats = m.get("stats", {})
+    print(f"{m['status']}: {stats.get('instructions', 0)} instructions of thread "
+          f"{m['threads'][0]['tid'] if m['threads'] else '?'} in {result.bundle} "
+          f"({stats.get('end_reason', '')})")
+    if m["status"] != "complete":
+        print(f"ptdebug record: partial: {m['partial_reason']}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,233 @@
+"""`ptdebug doctor [--json]`: what this machine can record and watch, and for
+every "no", why and how to fix it.
+
+Layer: adapter.hw (probes only; it opens and closes perf events on its own
+process and reads /proc and /sys, it never touches another process). The
+`record --backend auto` choice reads `recorder_backend()` from here.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import json
+import os
+
+from adapter.hw import cpu as cpu_mod
+
+_libc = ctypes.CDLL(None, use_errno=True)
+SYS_perf_event_open = 298  # x86-64
+PERF_TYPE_BREAKPOINT = 5
+HW_BREAKPOINT_X = 4
+CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_PERFMON = 21, 19, 38  # linux/capability.h
+
+
+class _BreakpointAttr(ctypes.Structure):
+    """The head of struct perf_event_attr (PERF_ATTR_SIZE_VER1, 72 bytes) a
+    breakpoint needs (perf_event_open(2))."""
+    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32),
+                ("config", ctypes.c_uint64), ("sample_period", ctypes.c_uint64),
+                ("sample_type", ctypes.c_uint64), ("read_format", ctypes.c_uint64),
+                ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
+                ("bp_type", ctypes.c_uint32), ("bp_addr", ctypes.c_uint64),
+                ("bp_len", ctypes.c_uint64)]
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def probe_breakpoints() -> dict:
+    """Open up to 5 execute breakpoints on this process (a dummy address that
+    never runs): how many the hardware gives (x86 has 4 address registers,
+    SDM Vol. 3B §17.2), and the errno that stopped the count."""
+    target = ctypes.c_char(0)
+    attr = _BreakpointAttr()
+    attr.type = PERF_TYPE_BREAKPOINT
+    attr.size = ctypes.sizeof(_BreakpointAttr)
+    attr.bp_type = HW_BREAKPOINT_X
+    attr.bp_addr = ctypes.addressof(target)
+    attr.bp_len = ctypes.sizeof(ctypes.c_long)
+    attr.sample_period = 1
+    attr.flags = (1 << 0) | (1 << 5) | (1 << 6)  # disabled, exclude_kernel, exclude_hv
+    fds, err = [], 0
+    try:
+        for _ in range(5):
+            fd = _libc.syscall(SYS_perf_event_open, ctypes.byref(attr), 0, -1, -1, 0)
+            if fd < 0:
+                err = ctypes.get_errno()
+                break
+            fds.append(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return {"count": len(fds), "errno": err, "error": os.strerror(err) if err else None}
+
+
+def capabilities() -> dict:
+    eff = 0
+    for line in (_read("/proc/self/status") or "").splitlines():
+        if line.startswith("CapEff:"):
+            eff = int(line.split()[1], 16)
+    return {"CAP_PERFMON": bool(eff >> CAP_PERFMON & 1),
+            "CAP_SYS_PTRACE": bool(eff >> CAP_SYS_PTRACE & 1),
+            "CAP_SYS_ADMIN": bool(eff >> CAP_SYS_ADMIN & 1), "uid": os.geteuid()}
+
+
+def check(root=cpu_mod.PMU_ROOT) -> dict:
+    """Every fact and verdict `doctor` prints, as a dict (the --json output)."""
+    ident = cpu_mod.cpu_id()
+    vm = cpu_mod.virtualization()
+    caps = capabilities()
+    paranoid = _read("/proc/sys/kernel/perf_event_paranoid")
+    scope = _read("/proc/sys/kernel/yama/ptrace_scope")
+    privileged = caps["CAP_PERFMON"] or caps["CAP_SYS_ADMIN"]
+    report: dict = {
+        "kernel": cpu_mod.kernel_release(),
+        "cpu": ident.as_manifest(),
+        "virtual_machine": vm,
+        "perf_event_paranoid": None if paranoid is None else int(paranoid),
+        "ptrace_scope": None if scope is None else int(scope),
+        "capabilities": caps,
+    }
+    # -- Intel PT --------------------------------------------------------------------
+    pt_type = cpu_mod.pmu_type("intel_pt", root)
+    intel_pt = {"available": pt_type is not None, "type": pt_type,
+                "caps": cpu_mod.pmu_caps("intel_pt", root),
+                "format": cpu_mod.pmu_formats("intel_pt", root)}
+    if pt_type is None:
+        why = [f"{root}/intel_pt does not exist: the kernel exposes no Intel PT PMU"]
+        if ident.vendor != "GenuineIntel":
+            why.append(f"this CPU is {ident.vendor} ({ident.model_name}); Intel Processor "
+                       "Trace exists only on Intel CPUs (Broadwell and later)")
+        elif vm["vm"]:
+            why.append("this is a virtual machine and the hypervisor does not pass Intel PT "
+                       "through (KVM needs pt_mode=1 in kvm_intel on the host; most clouds "
+                       "offer it on no instance type)")
+        else:
+            why.append("the intel_pt driver is not loaded or the CPU predates Intel PT "
+                       "(check `grep -o intel_pt /proc/cpuinfo`)")
+        intel_pt["why_not"] = why
+        intel_pt["fix"] = ("run on a bare-metal Intel host (or a VM with PT passed through); "
+                           "here ptdebug records with the ptrace stepper instead")
+    else:
+        kv = cpu_mod.kernel_version()
+        intel_pt["aux_pause_resume"] = kv >= (6, 13)
+        if paranoid is not None and int(paranoid) > 1 and not privileged:
+            intel_pt["usable"] = False
+            intel_pt["why_not"] = [f"perf_event_paranoid is {paranoid} and this process has "
+                                   "neither CAP_PERFMON nor CAP_SYS_ADMIN"]
+            intel_pt["fix"] = ("sudo sysctl kernel.perf_event_paranoid=1, or "
+                               "sudo setcap cap_perfmon+ep on the Python interpreter")
+        else:
+            intel_pt["usable"] = True
+    report["intel_pt"] = intel_pt
+    # -- hardware breakpoints --------------------------------------------------------
+    bp_type = cpu_mod.pmu_type("breakpoint", root)
+    bp = {"available": bp_type is not None, "type": bp_type}
+    if bp_type is not None:
+        probe = probe_breakpoints()
+        bp["debug_registers"] = probe["count"]
+        bp["probe"] = probe
+        if probe["count"] == 0:
+            bp["why_not"] = [f"perf_event_open(PERF_TYPE_BREAKPOINT) failed: {probe['error']}"]
+            bp["fix"] = ("lower kernel.perf_event_paranoid to 2 or less (it allows "
+                         "user-space breakpoints on own processes) or grant CAP_PERFMON")
+            if probe["errno"] == errno.ENODEV:
+                bp["why_not"].append("the hypervisor does not virtualise debug registers")
+    else:
+        bp["why_not"] = ["the kernel has no breakpoint PMU (CONFIG_HAVE_HW_BREAKPOINT off)"]
+        bp["fix"] = "use a kernel built with hardware breakpoint support"
+    report["breakpoints"] = bp
+    # -- ptrace ----------------------------------------------------------------------
+    ptrace = {"usable": True}
+    if scope is not None and int(scope) >= 3:
+        ptrace = {"usable": False, "why_not": ["kernel.yama.ptrace_scope is 3: no ptrace at all"],
+                  "fix": "reboot with kernel.yama.ptrace_scope <= 2"}
+    elif scope is not None and int(scope) >= 1 and not caps["CAP_SYS_PTRACE"]:
+        ptrace["limits"] = (f"ptrace_scope is {scope}: ptdebug can record programs it "
+                            "launches; to attach to a running PID, run as root, grant "
+                            "CAP_SYS_PTRACE, or sudo sysctl kernel.yama.ptrace_scope=0")
+    report["ptrace"] = ptrace
+    report["recorder"] = recorder_backend(report)
+    return report
+
+
+def recorder_backend(report: dict | None = None) -> dict:
+    """Which backend `record --backend auto` uses, and why."""
+    report = report or check()
+    ipt = report["intel_pt"]
+    if ipt["available"] and ipt.get("usable"):
+        return {"backend": "intel_pt", "why": "the intel_pt PMU is present and usable"}
+    if report["ptrace"]["usable"]:
+        why = "no usable Intel PT here; the ptrace stepper records instead"
+        if report["breakpoints"].get("debug_registers", 0) == 0:
+            why += " (without debug registers it cannot run: see breakpoints)"
+            return {"backend": None, "why": why}
+        return {"backend": "stepper", "why": why}
+    return {"backend": None, "why": "neither Intel PT nor ptrace is usable here"}
+
+
+def _yes(flag) -> str:
+    return "yes" if flag else "no"
+
+
+def format_report(r: dict) -> str:
+    c = r["cpu"]
+    lines = [f"kernel            {r['kernel']}",
+             f"cpu               {c['vendor']} family {c['family']} model {c['model']} "
+             f"stepping {c['stepping']} ({c['model_name']})",
+             f"virtual machine   {_yes(r['virtual_machine']['vm'])}"
+             + (f" ({'; '.join(r['virtual_machine']['evidence'])})"
+                if r['virtual_machine']['evidence'] else ""),
+             f"perf_event_paranoid {r['perf_event_paranoid']}",
+             f"ptrace_scope      {r['ptrace_scope'] if r['ptrace_scope'] is not None else 'n/a (no Yama)'}",
+             "capabilities      " + ", ".join(f"{k} {_yes(v)}" for k, v in
+                                             r["capabilities"].items() if k != "uid")
+             + f" (uid {r['capabilities']['uid']})"]
+    ipt = r["intel_pt"]
+    if ipt["available"] and ipt.get("usable"):
+        caps = ", ".join(f"{k}={v}" for k, v in ipt["caps"].items())
+        lines.append(f"intel_pt          yes (type {ipt['type']}; caps: {caps})")
+        lines.append(f"  aux pause/resume {_yes(ipt.get('aux_pause_resume'))} (Linux 6.13+)")
+    else:
+        lines.append("intel_pt          no")
+    for why in ipt.get("why_not", []):
+        lines.append(f"  why: {why}")
+    if "fix" in ipt:
+        lines.append(f"  fix: {ipt['fix']}")
+    bp = r["breakpoints"]
+    if bp.get("debug_registers"):
+        lines.append(f"hw breakpoints    yes ({bp['debug_registers']} debug registers; "
+                     f"a fifth gives {bp['probe']['error'] or 'no error'})")
+    else:
+        lines.append("hw breakpoints    no")
+        for why in bp.get("why_not", []):
+            lines.append(f"  why: {why}")
+        if "fix" in bp:
+            lines.append(f"  fix: {bp['fix']}")
+    p = r["ptrace"]
+    lines.append(f"ptrace            {_yes(p['usable'])}")
+    for why in p.get("why_not", []):
+        lines.append(f"  why: {why}")
+    if "limits" in p:
+        lines.append(f"  note: {p['limits']}")
+    if "fix" in p:
+        lines.append(f"  fix: {p['fix']}")
+    rec = r["recorder"]
+    lines.append(f"recorder          {rec['backend'] or 'none'}: {rec['why']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ptdebug doctor",
+                                     description="What this machine can record and watch.")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = check()
+    print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0

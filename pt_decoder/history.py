@@ -30,11 +30,20 @@ import struct
 import sys
 import weakref
 from array import array
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from . import insn_flags
-from ._history import (call_return_events, gather, gather64, intern_ips, pack_column, scan_line,
-                       scan_marked, unpack_column)
+from ._history import (
+    call_return_events,
+    gather,
+    gather64,
+    intern_ips,
+    pack_column,
+    scan_line,
+    scan_marked,
+    unpack_column,
+)
 from .errors import ErrorCode, PtError
 
 __all__ = ["FORMAT_VERSION", "Gap", "History", "Insn", "Step"]
@@ -79,14 +88,14 @@ class Step(NamedTuple):
 class _Packed:
     """A uint64 column in chunks of 2**shift values: base + a per-chunk byte width."""
 
-    __slots__ = ("bases", "widths", "offsets", "data", "prefix_max", "shift", "count")
+    __slots__ = ("bases", "count", "data", "offsets", "prefix_max", "shift", "widths")
 
     def __init__(self, bases, widths, offsets, data, prefix_max, shift, count):
         self.bases, self.widths, self.offsets, self.data = bases, widths, offsets, data
         self.prefix_max, self.shift, self.count = prefix_max, shift, count
 
     @classmethod
-    def pack(cls, values: array, shift: int) -> "_Packed":
+    def pack(cls, values: array, shift: int) -> _Packed:
         return cls(*pack_column(values, shift), shift, len(values))
 
     def get(self, i: int) -> int:
@@ -149,12 +158,12 @@ class History:
         self.meta = meta
         """Free-form JSON-able facts about the history (thread, CPU, source trace), saved with it."""
         self._events = None
-        self._lines: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # -- construction ----------------------------------------------------
 
     @classmethod
-    def from_columns(cls, ip, time, cycles, flags, gaps: Iterable[Gap] = (), meta: dict | None = None) -> "History":
+    def from_columns(cls, ip, time, cycles, flags, gaps: Iterable[Gap] = (), meta: dict | None = None) -> History:
         """Build from equal-length columns: `ip`, `time` (TSC-based time of each
         instruction), `cycles` (cumulative) as array('Q'), `flags` as array('B')
         with insn_flags bits. `gaps` in any order; `meta` a JSON-able dict.
@@ -175,6 +184,10 @@ class History:
                 f"cycles {len(cycles)}, flags {len(flags)}"))
         if n > MAX_INSTRUCTIONS:
             raise PtError(ErrorCode.INVALID, detail=f"{n} instructions: a history holds fewer than 2**32")
+        try:
+            json.dumps(meta or {})
+        except (TypeError, ValueError) as e:
+            raise PtError(ErrorCode.INVALID, detail=f"history meta must be JSON-able: {e}")
         gaps = sorted((Gap(*g) for g in gaps), key=lambda g: g.position)
         for g in gaps:
             if not 0 <= g.position <= n:
@@ -490,13 +503,12 @@ class History:
         try:
             with open(path, "wb") as f:
                 f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(blob)) + blob)
-                for _, b in buffers:
-                    f.write(_little_endian(b) if sys.byteorder == "big" else b)
+                f.writelines(_little_endian(b) if sys.byteorder == "big" else b for _, b in buffers)
         except OSError as e:
             raise PtError(ErrorCode.BAD_FILE, detail=f"cannot write history {path}: {e.strerror}")
 
     @classmethod
-    def load(cls, path: str) -> "History":
+    def load(cls, path: str) -> History:
         """Read a history written by `save`. Raises PtError(BAD_FILE) if the file cannot
         be read, is not a history, has another format version, or is truncated."""
         try:

@@ -17,7 +17,6 @@ import bisect
 import io
 import os
 from dataclasses import dataclass
-from typing import Union
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -36,7 +35,7 @@ class Section:
     "[vdso]", "[anon]"...) and `offset` is the file offset of `data[0]` (0 for memory)."""
 
     vaddr: int
-    data: Union[bytes, memoryview]
+    data: bytes | memoryview
     name: str
     offset: int
 
@@ -103,6 +102,9 @@ class Image:
         self._starts: list[int] = []
         self.modules: list[Module] = []
         self.warnings: list[str] = []
+        self.generation = 0
+        """Incremented by every change of `sections`: a decoder's cache of decoded
+        blocks is valid while the generation it was built at is current."""
         # (module, loader) pairs; a loader builds the SymbolTable on first use,
         # since reading a large .symtab with pyelftools takes a while.
         self._symbol_sources: list[tuple[Module, object]] = []
@@ -111,7 +113,7 @@ class Image:
 
     # -- bytes -----------------------------------------------------------
 
-    def add_section(self, vaddr: int, data: Union[bytes, memoryview], name: str,
+    def add_section(self, vaddr: int, data: bytes | memoryview, name: str,
                     offset: int = 0) -> None:
         """Map `data` at `vaddr`, overriding any earlier bytes it overlaps.
 
@@ -139,6 +141,7 @@ class Image:
             j += 1
         self.sections[i:j] = pieces
         self._starts[i:j] = [s.vaddr for s in pieces]
+        self.generation += 1
 
     def section_at(self, addr: int) -> Section | None:
         """The section holding `addr`, or None if nothing is mapped there."""
@@ -170,7 +173,7 @@ class Image:
 
     # -- sources ---------------------------------------------------------
 
-    def add_raw(self, source: Union[str, bytes, bytearray, memoryview], vaddr: int,
+    def add_raw(self, source: str | bytes | bytearray | memoryview, vaddr: int,
                 offset: int = 0, size: int | None = None) -> Module:
         """Map `size` bytes (default: all) from `offset` of a file or buffer at `vaddr`.
 
@@ -235,7 +238,7 @@ class Image:
         return len(entries)
 
     @classmethod
-    def from_process(cls, pid: int, perf_map: bool = True) -> "Image":
+    def from_process(cls, pid: int, perf_map: bool = True) -> Image:
         """The code of a live process, which should be stopped while this runs.
 
         Every executable mapping in /proc/PID/maps is added: a file-backed one

@@ -25,7 +25,8 @@ import bisect
 import os
 import struct
 from array import array
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -60,7 +61,7 @@ class LineTable:
     """
 
     def __init__(self, files: list[str], rows: Iterable[tuple[int, int, int, int, int]],
-                 functions: "_GoFunctions | None" = None):
+                 functions: _GoFunctions | None = None):
         """`rows`: (address, file id, line, column, flags) with flags IS_STMT/END_SEQUENCE,
         in sequence order. Use the classmethods; this is the common end of them."""
         self.files = list(files)
@@ -108,7 +109,7 @@ class LineTable:
     # -- construction ----------------------------------------------------
 
     @classmethod
-    def for_elf(cls, path: str, base: int = 0, source: str = "auto") -> "LineTable":
+    def for_elf(cls, path: str, base: int = 0, source: str = "auto") -> LineTable:
         """The line table of an ELF file loaded with bias `base`.
 
         `source`: "dwarf" (.debug_line, or the separate debug file named by the
@@ -141,7 +142,7 @@ class LineTable:
             return cls._from_dwarf(elf, base)
 
     @classmethod
-    def for_image(cls, image) -> "LineTable":
+    def for_image(cls, image) -> LineTable:
         """One table for every ELF module of a pt_decoder.image.Image that has line
         information, each at its load bias; modules without any are left out."""
         tables = []
@@ -155,7 +156,7 @@ class LineTable:
         return cls.merge(tables)
 
     @classmethod
-    def merge(cls, tables: list["LineTable"]) -> "LineTable":
+    def merge(cls, tables: list[LineTable]) -> LineTable:
         """One table holding the rows of all `tables` (their modules must not overlap)."""
         files: list[str] = []
         file_index: dict[str, int] = {}
@@ -175,7 +176,7 @@ class LineTable:
         return cls(files, rows, functions)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[LineRow | tuple], end: int | None = None) -> "LineTable":
+    def from_rows(cls, rows: Iterable[LineRow | tuple], end: int | None = None) -> LineTable:
         """A one-sequence table from (address, file, line[, column, is_stmt]) rows in
         address order, ending at `end` (default: one past the last address)."""
         files: list[str] = []
@@ -195,7 +196,7 @@ class LineTable:
         return cls(files or [""], out)
 
     @classmethod
-    def _from_dwarf(cls, elf: ELFFile, base: int) -> "LineTable":
+    def _from_dwarf(cls, elf: ELFFile, base: int) -> LineTable:
         dwarf = elf.get_dwarf_info()
         files: list[str] = []
         file_index: dict[str, int] = {}
@@ -227,7 +228,7 @@ class LineTable:
         return cls(files or [""], rows)
 
     @classmethod
-    def _from_pclntab(cls, elf: ELFFile, data: bytes, base: int, path: str) -> "LineTable":
+    def _from_pclntab(cls, elf: ELFFile, data: bytes, base: int, path: str) -> LineTable:
         text_start = 0
         symtab = elf.get_section_by_name(".symtab")
         if symtab is not None and hasattr(symtab, "get_symbol_by_name"):
@@ -412,7 +413,7 @@ class _GoFunctions:
         self.func_offsets = [ftab[2 * i + 1] for i in range(nfunc)]
         self._name_cache: dict[int, str] = {}
 
-    def merged(self, other: "_GoFunctions") -> "_GoFunctions":
+    def merged(self, other: _GoFunctions) -> _GoFunctions:
         raise PtError(ErrorCode.NOT_SUPPORTED, detail="merging the tables of two Go binaries")
 
     def _cstring(self, buf: bytes, off: int) -> str:
@@ -483,7 +484,7 @@ class _GoFunctions:
                         fid = file_ids[name_at] = len(files)
                         files.append(self._cstring(self.filetab, name_at))
                 line = lines[li][1]
-                rows.append((pc, fid, line if line > 0 else 0, 0, IS_STMT))
+                rows.append((pc, fid, max(0, line), 0, IS_STMT))
                 nxt = min(lines[li + 1][0] if li + 1 < len(lines) else end,
                           fnos[fi + 1][0] if fi + 1 < len(fnos) else end)
                 pc = nxt

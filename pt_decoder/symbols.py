@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from elftools.elf.elffile import ELFFile
 

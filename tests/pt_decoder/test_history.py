@@ -7,6 +7,7 @@ restatement of their contract over explicit depth and line lists.
 """
 from __future__ import annotations
 
+import pathlib
 import random
 import subprocess
 import time
@@ -14,9 +15,9 @@ from array import array
 
 import capstone
 import pytest
+from fixture_builds import build_c, marker_line
 
 from adapter.hw import ptrace
-from fixture_builds import build_c, marker_line
 from pt_decoder import insn_flags as F
 from pt_decoder.errors import ErrorCode, PtError
 from pt_decoder.history import FORMAT_VERSION, Gap, History, Insn, Step
@@ -329,6 +330,9 @@ def test_empty_history_and_bad_columns(tmp_path):
     with pytest.raises(PtError) as err:
         History.from_columns([1], [-1], [0], [0])
     assert err.value.code == ErrorCode.INVALID and "time" in str(err.value)
+    with pytest.raises(PtError) as err:
+        History.from_columns([1], [1], [0], [0], [], {"when": object()})
+    assert err.value.code == ErrorCode.INVALID and "meta" in str(err.value)
 
 
 @pytest.mark.live
@@ -341,7 +345,7 @@ def test_save_and_load(rec, hist, lines, tmp_path):
     assert back.ips() == rec.ips and back.times() == rec.times and back.cycles_range() == rec.cycles
     assert back.flags_range() == rec.flags and back.gaps == [gap] and back.meta == {"tid": 42, "cpu": "6/85"}
     assert back.prev_line(len(back) - 2, lines) == h.prev_line(len(h) - 2, lines)
-    raw = open(path, "rb").read()
+    raw = pathlib.Path(path).read_bytes()
     bad = tmp_path / "bad.hist"
     for damaged, words in ((b"NOTAHIST" + raw[8:], "not a ptdebug history"),
                            (raw[:8] + (FORMAT_VERSION + 1).to_bytes(4, "little") + raw[12:], "format"),

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
-
 from fixture_builds import build_c
+
 from pt_decoder.errors import ErrorCode, PtError
 from pt_decoder.image import Image, Section, Symbol
 
@@ -65,7 +65,9 @@ def test_add_elf_maps_code_at_base_and_symbolizes(demo):
 def test_later_add_overrides_overlapped_bytes():
     image = Image()
     image.add_raw(b"A" * 32, 0x1000)
+    generation = image.generation
     image.add_raw(b"B" * 8, 0x1008)          # inside: splits A in two
+    assert image.generation > generation
     image.add_raw(b"C" * 16, 0x1018)         # straddles A's end
     image.add_raw(b"D" * 4, 0x0ffe)          # straddles A's start
     assert_well_formed(image)

@@ -12,8 +12,8 @@ import subprocess
 from array import array
 
 import pytest
-
 from fixture_builds import build_c, build_go, marker_line
+
 from pt_decoder.errors import ErrorCode, PtError
 from pt_decoder.image import Image
 from pt_decoder.lines import LineRow, LineTable

@@ -167,14 +167,15 @@ cdef inline uint64_t _le64(const uint8_t* p) noexcept nogil:
     return _le32(p) | (_le32(p + 4) << 32)
 
 
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
+
 cdef inline int _tnt_bits(uint64_t payload) noexcept nogil:
     # Index of the stop bit (the highest set bit) = number of TNT bits.
-    cdef int n = 0
-    payload >>= 1
-    while payload:
-        n += 1
-        payload >>= 1
-    return n
+    if payload == 0:
+        return 0
+    return 63 - __builtin_clzll(payload)
 
 
 cdef inline int _is_psb(const uint8_t* p) noexcept nogil:
@@ -243,179 +244,140 @@ cdef inline int _ip_packet(PacketDecoder d, PtPacket* pkt, const uint8_t* p,
     return 0
 
 
+# Two-byte opcodes (0x02, ext): the kind and full size per ext byte; 0 =
+# unknown. PTW (masked) and MNT (a third opcode byte) are handled apart.
+cdef uint8_t _EXT_KIND[256]
+cdef uint8_t _EXT_SIZE[256]
+# Packets that end a PEBS-via-PT block (perf's intel_pt_upd_pkt_ctx).
+cdef uint8_t _ENDS_BLOCK[PK__COUNT]
+
+
+cdef void _init_ext_tables() noexcept:
+    cdef int i
+    for i in range(256):
+        _EXT_KIND[i] = PK_INVALID
+        _EXT_SIZE[i] = 0
+    for i, kind, size in ((EXT_PSB, PK_PSB, PS_PSB), (EXT_TNT64, PK_TNT64, PS_TNT64),
+                          (EXT_PIP, PK_PIP, PS_PIP), (EXT_OVF, PK_OVF, PS_OVF),
+                          (EXT_PSBEND, PK_PSBEND, PS_PSBEND), (EXT_CBR, PK_CBR, PS_CBR),
+                          (EXT_TMA, PK_TMA, PS_TMA), (EXT_STOP, PK_STOP, PS_STOP),
+                          (EXT_VMCS, PK_VMCS, PS_VMCS), (EXT_EXT2, PK_MNT, 3),
+                          (EXT_EXSTOP, PK_EXSTOP, PS_EXSTOP), (EXT_EXSTOP_IP, PK_EXSTOP, PS_EXSTOP),
+                          (EXT_MWAIT, PK_MWAIT, PS_MWAIT), (EXT_PWRE, PK_PWRE, PS_PWRE),
+                          (EXT_PWRX, PK_PWRX, PS_PWRX), (EXT_BBP, PK_BBP, PS_BBP),
+                          (EXT_BEP, PK_BEP, PS_BEP), (EXT_BEP_IP, PK_BEP, PS_BEP),
+                          (EXT_CFE, PK_CFE, PS_CFE), (EXT_EVD, PK_EVD, PS_EVD)):
+        _EXT_KIND[i] = kind
+        _EXT_SIZE[i] = size
+    for i in range(PK__COUNT):
+        _ENDS_BLOCK[i] = 0
+    for i in (PK_TNT8, PK_TNT64, PK_TIP, PK_TIP_PGE, PK_TIP_PGD, PK_MODE_EXEC, PK_MODE_TSX,
+              PK_PIP, PK_OVF, PK_VMCS, PK_STOP, PK_PSB, PK_PSBEND, PK_PTW, PK_MWAIT, PK_BEP):
+        _ENDS_BLOCK[i] = 1
+
+
+_init_ext_tables()
+
+
 cdef int _ext_packet(PacketDecoder d, PtPacket* pkt, const uint8_t* p,
                      uint64_t left) noexcept nogil:
-    cdef uint8_t ext
+    cdef uint8_t ext, kind
     cdef uint64_t v
     cdef int n
     if left < 2:
         return _fail(pkt, d._pos, PTE_EOS)
     ext = p[1]
-    if (ext & EXTM_PTW) == EXT_PTW:
+    kind = _EXT_KIND[ext]
+    n = _EXT_SIZE[ext]
+    if kind == PK_INVALID:
+        if (ext & EXTM_PTW) != EXT_PTW:
+            return _fail(pkt, d._pos, PTE_BAD_OPC)
+        # PTWRITE: PayloadBytes 00b = 4 bytes, 01b = 8 bytes, others reserved.
         n = (ext >> EXT_PTW_PB_SHR) & 3
         if n > 1:
             return _fail(pkt, d._pos, PTE_BAD_PACKET)
-        n = 4 if n == 0 else 8
-        if left < <uint64_t>(2 + n):
-            return _fail(pkt, d._pos, PTE_EOS)
-        pkt.kind = PK_PTW
-        pkt.size = <uint8_t>(2 + n)
-        pkt.payload = _le32(p + 2) if n == 4 else _le64(p + 2)
-        pkt.aux = <uint64_t>n
+        kind = PK_PTW
+        n = PS_PTW32 if n == 0 else PS_PTW64
+        pkt.aux = <uint64_t>(n - 2)
         pkt.flags = 1 if ext & EXT_PTW_IP else 0
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_PSB:
-        if left < PS_PSB:
-            return _fail(pkt, d._pos, PTE_EOS)
-        if not _is_psb(p):
-            return _fail(pkt, d._pos, PTE_BAD_PACKET)
-        pkt.kind = PK_PSB
-        pkt.size = PS_PSB
-        # PSB resets last-IP decompression (SDM "IP Compression": the last
-        # IP is cleared to zero at PSB).
-        d._last_ip = 0
-        d._last_ip_valid = 1
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_TNT64:
-        if left < PS_TNT64:
-            return _fail(pkt, d._pos, PTE_EOS)
-        v = _le48(p + 2)
-        n = _tnt_bits(v)
-        if n == 0:
-            return _fail(pkt, d._pos, PTE_BAD_PACKET)
-        pkt.kind = PK_TNT64
-        pkt.size = PS_TNT64
-        pkt.count = <uint8_t>n
-        pkt.payload = v & ~((<uint64_t>1) << n)
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_PSBEND or ext == EXT_OVF or ext == EXT_STOP:
-        pkt.kind = PK_PSBEND if ext == EXT_PSBEND else (PK_OVF if ext == EXT_OVF else PK_STOP)
-        pkt.size = 2
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_CBR:
-        if left < PS_CBR:
-            return _fail(pkt, d._pos, PTE_EOS)
-        pkt.kind = PK_CBR
-        pkt.size = PS_CBR
-        pkt.payload = p[2]
-        return 0
-    if ext == EXT_TMA:
-        if left < PS_TMA:
-            return _fail(pkt, d._pos, PTE_EOS)
-        v = _le16(p + 5)
-        if (v & ~(<uint64_t>PL_TMA_FC_MASK)) or p[4]:
-            if d._errata_skz84:
-                # SKZ84 (VMX TSC scaling corrupts TMA): report an invalid
-                # packet of TMA size + 1 and go on, as libipt does.
-                pkt.kind = PK_INVALID
-                pkt.size = <uint8_t>(PS_TMA + 1 if left >= PS_TMA + 1 else PS_TMA)
-                return 0
-            return _fail(pkt, d._pos, PTE_BAD_PACKET)
-        pkt.kind = PK_TMA
-        pkt.size = PS_TMA
-        pkt.payload = _le16(p + 2)
-        pkt.aux = v
-        return 0
-    if ext == EXT_PIP:
-        if left < PS_PIP:
-            return _fail(pkt, d._pos, PTE_EOS)
-        v = _le48(p + 2)
-        pkt.kind = PK_PIP
-        pkt.size = PS_PIP
-        pkt.aux = v & PL_PIP_NR
-        pkt.payload = (v >> PL_PIP_SHR) << PL_PIP_SHL
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_VMCS:
-        if left < PS_VMCS:
-            return _fail(pkt, d._pos, PTE_EOS)
-        pkt.kind = PK_VMCS
-        pkt.size = PS_VMCS
-        pkt.payload = _le(p + 2, 5) << PL_VMCS_SHL
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_EXT2:
-        if left < 3:
-            return _fail(pkt, d._pos, PTE_EOS)
+    elif kind >= PK_BBP and not d._sdm_packets:
+        return _fail(pkt, d._pos, PTE_BAD_OPC)
+    if left < <uint64_t>n:
+        return _fail(pkt, d._pos, PTE_EOS)
+    if kind == PK_MNT:
         if p[2] != EXT2_MNT:
             return _fail(pkt, d._pos, PTE_BAD_OPC)
-        if left < PS_MNT:
+        n = PS_MNT
+        if left < <uint64_t>n:
             return _fail(pkt, d._pos, PTE_EOS)
-        pkt.kind = PK_MNT
-        pkt.size = PS_MNT
         pkt.payload = _le64(p + 3)
-        return 0
-    if ext == EXT_EXSTOP or ext == EXT_EXSTOP_IP:
-        pkt.kind = PK_EXSTOP
-        pkt.size = PS_EXSTOP
+    elif kind == PK_PSB:
+        if not _is_psb(p):
+            return _fail(pkt, d._pos, PTE_BAD_PACKET)
+        # PSB clears the last IP to zero (SDM "IP Compression").
+        d._last_ip = 0
+        d._last_ip_valid = 1
+    elif kind == PK_TNT64:
+        v = _le48(p + 2)
+        pkt.count = <uint8_t>_tnt_bits(v)
+        if pkt.count == 0:
+            return _fail(pkt, d._pos, PTE_BAD_PACKET)
+        pkt.payload = v & ~((<uint64_t>1) << pkt.count)
+    elif kind == PK_TMA:
+        v = _le16(p + 5)
+        if (v & ~(<uint64_t>PL_TMA_FC_MASK)) or p[4]:
+            if not d._errata_skz84:
+                return _fail(pkt, d._pos, PTE_BAD_PACKET)
+            # SKZ84 (VMX TSC scaling corrupts TMA): an invalid packet of TMA
+            # size + 1, and decoding goes on, as libipt does.
+            kind = PK_INVALID
+            n = PS_TMA + 1 if left >= PS_TMA + 1 else PS_TMA
+        else:
+            pkt.payload = _le16(p + 2)
+            pkt.aux = v
+    elif kind == PK_PTW:
+        pkt.payload = _le32(p + 2) if n == PS_PTW32 else _le64(p + 2)
+    elif kind == PK_CBR:
+        pkt.payload = p[2]
+    elif kind == PK_PIP:
+        v = _le48(p + 2)
+        pkt.aux = v & PL_PIP_NR
+        pkt.payload = (v >> PL_PIP_SHR) << PL_PIP_SHL
+    elif kind == PK_VMCS:
+        pkt.payload = _le(p + 2, 5) << PL_VMCS_SHL
+    elif kind == PK_EXSTOP:
         pkt.flags = 1 if ext & PL_EXSTOP_IP else 0
-        return 0
-    if ext == EXT_MWAIT:
-        if left < PS_MWAIT:
-            return _fail(pkt, d._pos, PTE_EOS)
-        pkt.kind = PK_MWAIT
-        pkt.size = PS_MWAIT
+    elif kind == PK_MWAIT:
         pkt.payload = _le32(p + 2)
         pkt.aux = _le32(p + 6)
-        d._block_ctx = 0
-        return 0
-    if ext == EXT_PWRE:
-        if left < PS_PWRE:
-            return _fail(pkt, d._pos, PTE_EOS)
+    elif kind == PK_PWRE:
         v = _le16(p + 2)
-        pkt.kind = PK_PWRE
-        pkt.size = PS_PWRE
         pkt.payload = (((v >> 12) & 0xF) << 4) | ((v >> 8) & 0xF)
         pkt.flags = 1 if v & PL_PWRE_HW else 0
-        return 0
-    if ext == EXT_PWRX:
-        if left < PS_PWRX:
-            return _fail(pkt, d._pos, PTE_EOS)
+    elif kind == PK_PWRX:
         v = _le(p + 2, 5)
-        pkt.kind = PK_PWRX
-        pkt.size = PS_PWRX
         pkt.payload = (v >> 4) & 0xF
         pkt.aux = v & 0xF
         pkt.flags = <uint8_t>((v >> PL_PWRX_WR_SHR) & 0xF)
-        return 0
-    if d._sdm_packets:
-        if ext == EXT_BBP:
-            if left < PS_BBP:
-                return _fail(pkt, d._pos, PTE_EOS)
-            pkt.kind = PK_BBP
-            pkt.size = PS_BBP
-            pkt.payload = p[2] & PL_BBP_TYPE
-            pkt.flags = 1 if p[2] & PL_BBP_SZ else 0
-            d._block_ctx = 4 if pkt.flags else 8
-            return 0
-        if ext == EXT_BEP or ext == EXT_BEP_IP:
-            pkt.kind = PK_BEP
-            pkt.size = PS_BEP
-            pkt.flags = 1 if ext == EXT_BEP_IP else 0
-            d._block_ctx = 0
-            return 0
-        if ext == EXT_CFE:
-            if left < PS_CFE:
-                return _fail(pkt, d._pos, PTE_EOS)
-            pkt.kind = PK_CFE
-            pkt.size = PS_CFE
-            pkt.payload = p[2] & PL_CFE_TYPE
-            pkt.aux = p[3]
-            pkt.flags = 1 if p[2] & PL_CFE_IP else 0
-            return 0
-        if ext == EXT_EVD:
-            if left < PS_EVD:
-                return _fail(pkt, d._pos, PTE_EOS)
-            pkt.kind = PK_EVD
-            pkt.size = PS_EVD
-            pkt.aux = p[2] & PL_EVD_TYPE
-            pkt.payload = _le64(p + 3)
-            return 0
-    return _fail(pkt, d._pos, PTE_BAD_OPC)
+    elif kind == PK_BBP:
+        pkt.payload = p[2] & PL_BBP_TYPE
+        pkt.flags = 1 if p[2] & PL_BBP_SZ else 0
+    elif kind == PK_BEP:
+        pkt.flags = 1 if ext == EXT_BEP_IP else 0
+    elif kind == PK_CFE:
+        pkt.payload = p[2] & PL_CFE_TYPE
+        pkt.aux = p[3]
+        pkt.flags = 1 if p[2] & PL_CFE_IP else 0
+    elif kind == PK_EVD:
+        pkt.aux = p[2] & PL_EVD_TYPE
+        pkt.payload = _le64(p + 3)
+    pkt.kind = kind
+    pkt.size = <uint8_t>n
+    if kind == PK_BBP:
+        d._block_ctx = 4 if pkt.flags else 8
+    elif _ENDS_BLOCK[kind]:
+        d._block_ctx = 0
+    return 0
 
 
 cdef inline int _decode_one(PacketDecoder d, PtPacket* pkt) noexcept nogil:
@@ -739,6 +701,63 @@ def _fields(Packet p):
     return {}
 
 
+cdef object _error(int err, const PtPacket* pkt):
+    # The Python-side error for a failed next_c(): its code and offset.
+    return PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+
+
+# Packed PtPacket records for records(): struct-module and numpy layouts.
+RECORD_FORMAT = "=QQQQBBBBBB2x"
+RECORD_FIELDS = ("offset", "payload", "aux", "ip", "kind", "size", "ipc", "count", "flags",
+                 "ip_valid")
+RECORD_DTYPE = [("offset", "<u8"), ("payload", "<u8"), ("aux", "<u8"), ("ip", "<u8"),
+                ("kind", "u1"), ("size", "u1"), ("ipc", "u1"), ("count", "u1"),
+                ("flags", "u1"), ("ip_valid", "u1"), ("_pad", "V2")]
+
+
+cdef Py_ssize_t _bulk(PacketDecoder d, int what, bytearray out, object errors) except -1:
+    """Decode to the end without the GIL; return the number of packets.
+    what: 0 count only, 1 kinds (a byte each into `out`), 2 PtPacket records
+    into `out`. Errors are raised (errors None) or appended with a resync at
+    the next PSB."""
+    cdef PtPacket pkt
+    cdef int err = 0
+    cdef Py_ssize_t n = 0, cap = 0, width = 1 if what < 2 else sizeof(PtPacket)
+    cdef uint8_t* dst = NULL
+    if not d._synced and d.sync_forward_c() < 0:
+        return 0
+    while True:
+        if n == cap:
+            cap = cap * 2 + 4096
+            if what:
+                out.extend(bytes((cap - n) * width))
+        if what:
+            dst = out
+        with nogil:
+            while n < cap:
+                err = _decode_one(d, &pkt)
+                if err:
+                    break
+                if what == 1:
+                    dst[n] = pkt.kind
+                elif what == 2:
+                    (<PtPacket*>dst)[n] = pkt
+                n += 1
+        if err == 0:
+            continue
+        if err == -PTE_EOS and pkt.offset >= d._size:
+            break
+        exc = _error(err, &pkt)
+        if errors is None:
+            raise exc
+        errors.append(exc)
+        if d.sync_forward_c() < 0:
+            break
+    if what:
+        del out[n * width:]
+    return n
+
+
 cdef inline void _enter(PacketDecoder d, uint64_t offset) noexcept nogil:
     d._pos = offset
     d._sync = offset
@@ -911,7 +930,7 @@ cdef class PacketDecoder:
             return _make_packet(&pkt)
         if err == -PTE_EOS and pkt.offset >= self._size:
             return None
-        raise PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+        raise _error(err, &pkt)
 
     def __iter__(self):
         """Iterate next() until the end of the buffer (PtError as next())."""
@@ -924,7 +943,7 @@ cdef class PacketDecoder:
                 continue
             if err == -PTE_EOS and pkt.offset >= self._size:
                 return
-            raise PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+            raise _error(err, &pkt)
 
     def decode_all(self, errors=None):
         """Decode from the current offset to the end; return a list of Packets.
@@ -946,69 +965,39 @@ cdef class PacketDecoder:
                 continue
             if err == -PTE_EOS and pkt.offset >= self._size:
                 return out
-            exc = PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
+            exc = _error(err, &pkt)
             if errors is None:
                 raise exc
             errors.append(exc)
             if self.sync_forward_c() < 0:
                 return out
 
-    def kinds(self):
-        """Fast path: the kinds of all packets from here to the end, one byte
-        each (a `bytes`), resynchronising at the next PSB after any error.
-        Synchronises first if needed. No Python object is made per packet."""
-        cdef PtPacket pkt
-        cdef int err
-        cdef bytearray out
-        cdef uint8_t* dst
-        cdef uint64_t n = 0, cap
-        cdef bint done = False
-        if not self._synced and self.sync_forward_c() < 0:
-            return b""
-        cap = (self._size - self._pos if self._pos < self._size else 0) + 64
-        out = bytearray(cap)
-        while not done:
-            dst = out
-            with nogil:
-                while n < cap:
-                    err = _decode_one(self, &pkt)
-                    if err == 0:
-                        dst[n] = pkt.kind
-                        n += 1
-                        continue
-                    if err == -PTE_EOS and pkt.offset >= self._size:
-                        done = True
-                        break
-                    if self.sync_forward_c() < 0:
-                        done = True
-                        break
-            if not done:
-                # Resyncs can revisit up to 15 bytes each; grow and go on.
-                out.extend(bytes(cap))
-                cap *= 2
-        return bytes(out[:n])
+    def kinds(self, errors=None):
+        """Fast path: the kind of every packet from here to the end, one byte
+        each (`bytes`); synchronises first if needed. Errors as decode_all()."""
+        out = bytearray()
+        _bulk(self, 1, out, errors)
+        return bytes(out)
 
-    def count(self):
-        """Fast path: decode to the end and return (packets, errors), resyncing
-        at the next PSB after each error. The benchmark's Cython inner loop:
-        no Python objects, no GIL."""
-        cdef PtPacket pkt
-        cdef int err
-        cdef uint64_t n = 0, bad = 0
-        if not self._synced and self.sync_forward_c() < 0:
-            return 0, 0
-        with nogil:
-            while True:
-                err = _decode_one(self, &pkt)
-                if err == 0:
-                    n += 1
-                    continue
-                if err == -PTE_EOS and pkt.offset >= self._size:
-                    break
-                bad += 1
-                if self.sync_forward_c() < 0:
-                    break
-        return n, bad
+    def records(self, errors=None):
+        """Fast bulk decode: every packet from here to the end as packed
+        PtPacket records (`RECORD_FORMAT`, `RECORD_FIELDS`), in a bytearray:
+        `struct.iter_unpack(RECORD_FORMAT, buf)` or
+        `numpy.frombuffer(buf, RECORD_DTYPE)` reads them without Python work
+        per packet in the decoder. Synchronises first if needed; errors as
+        decode_all()."""
+        out = bytearray()
+        _bulk(self, 2, out, errors)
+        return out
+
+    def count(self, errors=None):
+        """Fast path: decode to the end and return (packets, errors),
+        resynchronising at the next PSB after each error (`errors`, if a
+        list, also receives them). The benchmark's Cython inner loop: no
+        Python object, no GIL."""
+        if errors is None:
+            errors = []
+        return _bulk(self, 0, None, errors), len(errors)
 
     def __repr__(self):
         state = f"at {self._pos:#x}" if self._synced else "not synchronised"

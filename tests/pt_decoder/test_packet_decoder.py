@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import array
 import mmap
+import struct
 
 import pytest
 
 from pt_decoder.errors import ErrorCode, PtError
-from pt_decoder.packet import Kind, PacketDecoder
+from pt_decoder.packet import RECORD_FIELDS, RECORD_FORMAT, Kind, PacketDecoder
 
 PSB = bytes([0x02, 0x82] * 8)
 PSBEND = bytes([0x02, 0x23])
@@ -436,6 +437,10 @@ def test_count_and_kinds_agree_with_decode_all_on_real_traces(traces_dir):
         pkts = PacketDecoder(data).decode_all(errors)
         assert PacketDecoder(data).count() == (len(pkts), len(errors))
         assert PacketDecoder(data).kinds() == bytes(p.kind_id for p in pkts)
+        records = PacketDecoder(data).records()
+        assert len(records) == 40 * len(pkts)
+        assert struct.unpack_from(RECORD_FORMAT, records, 40 * 7) == tuple(
+            getattr(pkts[7], f if f != "kind" else "kind_id") for f in RECORD_FIELDS)
         assert len(pkts) > 1000
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 
@@ -24,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pt_decoder.errors import ErrorCode, PtError
-from pt_decoder.packet import Kind, PacketDecoder
+from pt_decoder.packet import RECORD_FIELDS, RECORD_FORMAT, Kind, PacketDecoder
 
 EXAMPLES = int(os.environ.get("PTDEBUG_FUZZ_EXAMPLES", "100"))
 ROUNDS = int(os.environ.get("PTDEBUG_FUZZ_ROUNDS", "3000"))
@@ -101,7 +102,13 @@ def check_stream(data, **kw):
     assert budget, "decoder did not finish: hang"
     fast = PacketDecoder(data, **kw)
     assert fast.count() == (len(packets), len(errors))
-    assert PacketDecoder(data, **kw).kinds() == bytes(p.kind_id for p in packets)
+    kind_errors: list = []
+    assert PacketDecoder(data, **kw).kinds(kind_errors) == bytes(p.kind_id for p in packets)
+    assert [(e.code, e.offset) for e in kind_errors] == [(e.code, e.offset) for e in errors]
+    records: list = []
+    assert (PacketDecoder(data, **kw).records(records)
+            == b"".join(struct.pack(RECORD_FORMAT, *(getattr(p, f if f != "kind" else "kind_id")
+                                                     for f in RECORD_FIELDS)) for p in packets))
     return packets, errors
 
 
@@ -201,7 +208,8 @@ for i in range(int(sys.argv[2])):
         view = memoryview(m)[lo:lo + len(data)]
         dec = PacketDecoder(view, sdm_packets=bool(i & 1), errata_skz84=bool(i & 2))
         dec.count()
-        PacketDecoder(view).kinds()
+        PacketDecoder(view).kinds([])
+        PacketDecoder(view).records([])
         d = PacketDecoder(view)
         while d.sync_backward() is not None:
             pass

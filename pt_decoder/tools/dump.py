@@ -402,9 +402,9 @@ class Dumper:
             except TimeError as exc:
                 self.diag(off, "calibration error", exc.code)
             self._try(off, "error calibrating time", self.tcal.update_cyc, pkt.payload, cfg)
-        if self._try(off, "error updating time", self.time.update_cyc, pkt.payload, cfg, fcr):
-            if not fcr:
-                self.diag(off, "error updating time: no calibration")
+        updated = self._try(off, "error updating time", self.time.update_cyc, pkt.payload, cfg, fcr)
+        if updated and not fcr:
+            self.diag(off, "error updating time: no calibration")
         line.skip_tcal = True
         self.show_time(off, line)
 

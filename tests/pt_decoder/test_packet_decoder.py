@@ -253,7 +253,7 @@ def test_pebs_block_items_take_their_size_from_bbp():
                                                               "bytes": 4})
     assert bep.kind == Kind.BEP and bep.fields["ip"]
     assert tnt.kind == Kind.TNT8
-    (bbp8, bip8) = body(bytes([0x02, 0x63, 0x02, 0x0C]) + (2 ** 64 - 1).to_bytes(8, "little"))
+    (_bbp8, bip8) = body(bytes([0x02, 0x63, 0x02, 0x0C]) + (2 ** 64 - 1).to_bytes(8, "little"))
     assert bip8.size == 9 and bip8.payload == 2 ** 64 - 1
 
 

@@ -42,13 +42,13 @@ class ClientHandlers:
 
     def launch_request(self, request: Request) -> object:
         config = parse(LaunchConfig, request.raw.get("arguments") or {})
-        backend = self.session.start_backend(infer_backend(config))
+        backend = self.session.start_backend(infer_backend(config), config)
         backend.launch(request, config)
         return DEFERRED
 
     def attach_request(self, request: Request) -> object:
         config = parse(AttachConfig, request.raw.get("arguments") or {})
-        backend = self.session.start_backend(infer_backend(config))
+        backend = self.session.start_backend(infer_backend(config), config)
         backend.attach(request, config)
         return DEFERRED
 

@@ -129,14 +129,14 @@ class Session:
         self.finished.set()
 
     # --- the backend ----------------------------------------------------------------------
-    def start_backend(self, name: str) -> Backend:
+    def start_backend(self, name: str, config) -> Backend:
         """Create and initialize the backend; tell the client its capabilities."""
         if self.backend is not None:
             raise AdapterError("this session already has a debuggee; one launch/attach only")
         backend = create_backend(name, self)
         self.backend = backend
         try:
-            backend.start()
+            backend.start(config)
             backend_capabilities = backend.initialize(self.client_arguments)
         except BaseException:
             # A backend that could not start is no session: a corrected launch may follow.

@@ -51,8 +51,8 @@ class Backend(abc.ABC):
         """True when the debuggee was started by this session (so it is ours to end)."""
 
     @abc.abstractmethod
-    def start(self) -> None:
-        """Start the debugger. Raises BackendError if it cannot run."""
+    def start(self, config: LaunchConfig | AttachConfig) -> None:
+        """Start (or connect to) the debugger for `config`. Raises BackendError if it cannot."""
 
     @abc.abstractmethod
     def initialize(self, client_arguments: dict) -> dict:

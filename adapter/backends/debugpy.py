@@ -1,5 +1,6 @@
 """The Python backend: debugpy's own adapter (`python -m debugpy.adapter`) as a subprocess,
-spoken to in DAP over its stdin/stdout.
+spoken to in DAP over its stdin/stdout; or, to attach with `connect`, the debugpy adapter a
+`python -m debugpy --listen` debuggee already runs, spoken to over TCP.
 
 Layer: backends. Forwards what debugpy implements, unchanged, and reports its events, its
 reverse requests (runInTerminal, startDebugging) and its exit to the session. Knows nothing of
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -42,6 +44,7 @@ FORWARDED = frozenset({
 unknown commands with an error instead of stalling."""
 
 STARTUP_TIMEOUT = 20.0
+CONNECT_TIMEOUT = 10.0
 
 
 class DebugpyBackend(Backend):
@@ -53,11 +56,16 @@ class DebugpyBackend(Backend):
         """The `python -m debugpy.adapter` process."""
         self.channel: Channel | None = None
         """DAP to that process."""
+        self.socket: socket.socket | None = None
+        """The connection to a debugpy server (attach with `connect`), else None."""
         self.closing = False
         """Set by close(): the end of the channel is then expected, not a crash."""
 
     # --- lifecycle ------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, config: LaunchConfig | AttachConfig) -> None:
+        if isinstance(config, AttachConfig) and config.connect is not None:
+            self._connect(config.connect.host, config.connect.port)
+            return
         argv = [sys.executable, "-m", "debugpy.adapter"]
         log_dir = os.environ.get("PTDEBUG_DEBUGPY_LOG_DIR")
         if log_dir:
@@ -72,6 +80,22 @@ class DebugpyBackend(Backend):
                                MessageWriter(self.process.stdin), self, "debugpy")
         self.channel.start()
         log.info("debugpy adapter started, pid %d", self.process.pid)
+
+    def _connect(self, host: str, port: int) -> None:
+        """`python -m debugpy --listen HOST:PORT prog.py` runs a debugpy adapter in the
+        debuggee's process tree that waits for one DAP client: ptdebug becomes that client."""
+        try:
+            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise BackendError(f"cannot connect to the debugpy server at {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.socket = sock
+        self.channel = Channel(MessageReader(sock.makefile("rb")), MessageWriter(
+            sock.makefile("wb")), self, "debugpy")
+        self.channel.start()
+        log.info("connected to the debugpy server at %s:%d", host, port)
 
     def initialize(self, client_arguments: dict) -> dict:
         self._client_runs_terminals = bool(client_arguments.get("supportsRunInTerminalRequest"))
@@ -99,8 +123,16 @@ class DebugpyBackend(Backend):
 
     def close(self, timeout: float = 3.0) -> None:
         self.closing = True
+        if self.socket is not None:
+            try:
+                self.socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.socket.close()
         process = self.process
         if process is None:
+            if self.channel is not None:
+                self.channel.join(timeout)
             return
         try:
             process.stdin.close()

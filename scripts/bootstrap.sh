@@ -38,4 +38,19 @@ if command -v go >/dev/null 2>&1; then
         go install github.com/go-delve/delve/cmd/dlv@latest || echo "bootstrap: warning: Delve install failed; Go tests will say why" >&2
     fi
 fi
+
+# --- VS Code extension (vscode-extension/; owned by the extension's maintainers) -----------
+# Node and npm build, test and package the extension (tests/vscode runs them). `npm ci`
+# installs exactly package-lock.json, and only when the lock changed since the last install.
+if ! command -v npm >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "bootstrap: installing Node.js and npm"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+if ! cmp -s vscode-extension/package-lock.json vscode-extension/node_modules/.package-lock.json.installed; then
+    echo "bootstrap: npm ci in vscode-extension/"
+    (cd vscode-extension && npm ci --no-audit --no-fund --loglevel=error \
+        && cp package-lock.json node_modules/.package-lock.json.installed)
+fi
 echo "bootstrap: ready"

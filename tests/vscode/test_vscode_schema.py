@@ -1,0 +1,89 @@
+"""The VS Code extension's launch/attach schema (vscode-extension/package.json and
+src/schema.ts) follows the adapter's one source, `adapter/protocol/schema.py`."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+import typing
+
+from adapter.protocol import schema
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXTENSION = ROOT / "vscode-extension"
+
+
+def _attributes() -> dict:
+    package = json.loads((EXTENSION / "package.json").read_text())
+    (debugger,) = [d for d in package["contributes"]["debuggers"] if d["type"] == "ptdebug"]
+    return debugger["configurationAttributes"]
+
+
+def _json_types(hint) -> set[str]:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return _json_types(inner)
+    if origin is typing.Literal:
+        return {"string"}
+    if origin is list:
+        return {"array"}
+    if origin is dict or dataclasses.is_dataclass(hint):
+        return {"object"}
+    return {{str: "string", bool: "boolean", int: "integer", float: "number"}[hint]}
+
+
+def test_package_json_has_exactly_the_fields_of_the_schema_dataclasses():
+    attributes = _attributes()
+    for request, cls in (("launch", schema.LaunchConfig), ("attach", schema.AttachConfig)):
+        properties = attributes[request]["properties"]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert list(properties) == list(fields), (
+            f"{request}: package.json has {sorted(set(properties) - set(fields))} beyond "
+            f"schema.py and lacks {sorted(set(fields) - set(properties))}")
+        hints = typing.get_type_hints(cls)
+        for name, f in fields.items():
+            prop = properties[name]
+            declared = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
+            assert _json_types(hints[name]) <= set(declared), f"{request}.{name}: {prop['type']}"
+            if typing.get_origin(hints[name]) is typing.Literal or any(
+                    typing.get_origin(a) is typing.Literal for a in typing.get_args(hints[name])):
+                literal = next(h for h in (hints[name], *typing.get_args(hints[name]))
+                               if typing.get_origin(h) is typing.Literal)
+                assert prop["enum"] == list(typing.get_args(literal)), f"{request}.{name}"
+            default = (f.default if f.default is not dataclasses.MISSING else
+                       f.default_factory() if f.default_factory is not dataclasses.MISSING
+                       else None)
+            assert prop.get("default") == default, f"{request}.{name} default"
+            assert prop.get("description"), f"{request}.{name} has no description"
+
+
+def test_generated_files_are_up_to_date():
+    result = subprocess.run([sys.executable, str(EXTENSION / "scripts" / "sync_schema.py"),
+                             "--check"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_check_notices_a_drift(tmp_path, monkeypatch):
+    """--check must fail when schema.py gains a field package.json does not have."""
+    sys.path.insert(0, str(EXTENSION / "scripts"))
+    try:
+        import sync_schema
+    finally:
+        sys.path.pop(0)
+
+    @dataclasses.dataclass
+    class Grown(schema.LaunchConfig):
+        recordOnStart: bool = False
+        """Open a trace window at launch."""
+
+    monkeypatch.setattr(schema, "LaunchConfig", Grown)
+    package = tmp_path / "package.json"
+    package.write_text((EXTENSION / "package.json").read_text())
+    monkeypatch.setattr(sync_schema, "PACKAGE_JSON", package)
+    monkeypatch.setattr(sync_schema, "SCHEMA_TS", EXTENSION / "src" / "schema.ts")
+    assert sync_schema.main(["--check"]) == 1
+    assert "recordOnStart" in sync_schema.updated_package_json(package.read_text())

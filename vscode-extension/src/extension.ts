@@ -1,0 +1,269 @@
+/**
+ * The ptdebug VS Code extension: registers the `ptdebug` debugger (configurations, the adapter
+ * process), the commands, the captures and trace views, and the hot-lines language server.
+ *
+ * Layer: extension (vscode). The decisions live in pure modules (configuration.ts,
+ * adapterCommand.ts, captureModel.ts, historyText.ts); this file wires them to VS Code. The
+ * adapter's own surface used here: the custom events/requests `ptdebug/capture`,
+ * `ptdebug/captureNow`, `ptdebug/goroutineHistory`, and the CLI `ptdebug export`
+ * (docs/vscode.md lists them). DAP progress events need nothing here: VS Code shows them
+ * as notifications itself, because it announces `supportsProgressReporting`.
+ */
+import * as cp from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import * as vscode from 'vscode';
+import { PtdebugSettings, adapterCommand, ptdebugCommand } from './adapterCommand';
+import { Capture, CaptureEventBody, CaptureStore, captureLabel, describeCapture, invalidCaptureBody } from './captureModel';
+import { CapturesView } from './capturesView';
+import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, resolveConfiguration, resolveSubstituted } from './configuration';
+import { GoroutineHistoryBody, renderGoroutineHistory } from './historyText';
+import { HotLines } from './hotLines';
+import { TraceScopeView } from './traceScopeView';
+
+const HISTORY_SCHEME = 'ptdebug-history';
+
+export function activate(context: vscode.ExtensionContext): void {
+    const output = vscode.window.createOutputChannel('ptdebug');
+    const store = new CaptureStore();
+    const traceScope = new TraceScopeView();
+    const hotLines = new HotLines(() => ptdebugCommand(['lsp'], settings(), workspaceFolders(), fs.existsSync), output);
+    const histories = new Map<string, string>();
+    const historyChanged = new vscode.EventEmitter<vscode.Uri>();
+    /** Debug session id -> the thread of its latest stop (Capture Trace Now follows it). */
+    const stoppedThread = new Map<string, number>();
+
+    context.subscriptions.push(
+        output,
+        vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, new ConfigurationProvider()),
+        vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, {
+            provideDebugConfigurations: () => initialConfigurations(editorContext(undefined)) as vscode.DebugConfiguration[],
+        }, vscode.DebugConfigurationProviderTriggerKind.Dynamic),
+        vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, new AdapterFactory(output)),
+        vscode.debug.registerDebugAdapterTrackerFactory(DEBUG_TYPE, {
+            createDebugAdapterTracker: session => ({
+                onDidSendMessage: (message: { type?: string; event?: string; body?: { threadId?: number } }) => {
+                    if (message.type !== 'event') { return; }
+                    if (message.event === 'stopped') {
+                        if (message.body?.threadId !== undefined) {
+                            stoppedThread.set(session.id, message.body.threadId);
+                        }
+                        void traceScope.stopped(session, message.body?.threadId);
+                    } else if (message.event === 'continued') {
+                        traceScope.cleared('Running.');
+                    }
+                },
+                onWillStopSession: () => traceScope.cleared('No ptdebug session.'),
+            }),
+        }),
+        vscode.debug.onDidReceiveDebugSessionCustomEvent(event => {
+            if (event.session.type !== DEBUG_TYPE || event.event !== 'ptdebug/capture') { return; }
+            const problem = invalidCaptureBody(event.body);
+            if (problem) {
+                output.appendLine(`ignored a ptdebug/capture event: ${problem}`);
+                return;
+            }
+            const capture = store.add(event.session.name, event.body as CaptureEventBody);
+            if (vscode.workspace.getConfiguration('ptdebug').get<boolean>('hotLines.enabled', true)) {
+                hotLines.open(capture.bundle).catch(error => output.appendLine(String(error.message ?? error)));
+            }
+        }),
+        vscode.window.registerTreeDataProvider('ptdebug.captures', new CapturesView(store)),
+        vscode.window.registerTreeDataProvider('ptdebug.traceScope', traceScope),
+        vscode.workspace.registerTextDocumentContentProvider(HISTORY_SCHEME, {
+            onDidChange: historyChanged.event,
+            provideTextDocumentContent: uri => histories.get(uri.toString()) ?? '',
+        }),
+        vscode.commands.registerCommand('ptdebug.captureNow', () => captureNow(store, stoppedThread)),
+        vscode.commands.registerCommand('ptdebug.showCaptures', () =>
+            vscode.commands.executeCommand('ptdebug.captures.focus')),
+        vscode.commands.registerCommand('ptdebug.openBundle', async () => {
+            const picked = await vscode.window.showOpenDialog({
+                canSelectFiles: false, canSelectFolders: true, canSelectMany: false,
+                openLabel: 'Open Trace Bundle',
+            });
+            if (!picked?.length) { return; }
+            const bundle = picked[0].fsPath;
+            if (!fs.existsSync(path.join(bundle, 'manifest.json'))) {
+                void vscode.window.showErrorMessage(`ptdebug: ${bundle} is not a trace bundle (no manifest.json).`);
+                return;
+            }
+            const capture = store.add('opened', { bundle });
+            await showHotLines(capture);
+        }),
+        vscode.commands.registerCommand('ptdebug.showHotLines', (capture?: Capture) =>
+            pickCapture(store, capture).then(c => c && showHotLines(c))),
+        vscode.commands.registerCommand('ptdebug.exportPprof', (capture?: Capture) =>
+            exportCapture(store, capture, 'pprof', output)),
+        vscode.commands.registerCommand('ptdebug.exportPerfetto', (capture?: Capture) =>
+            exportCapture(store, capture, 'perfetto', output)),
+        vscode.commands.registerCommand('ptdebug.showGoroutineHistory', async () => {
+            const session = activePtdebugSession();
+            if (!session) { return; }
+            try {
+                const body = await session.customRequest('ptdebug/goroutineHistory', {}) as GoroutineHistoryBody;
+                const uri = vscode.Uri.parse(`${HISTORY_SCHEME}:/${encodeURIComponent(session.name)}/goroutines.md`);
+                histories.set(uri.toString(), renderGoroutineHistory(body));
+                historyChanged.fire(uri);
+                const doc = await vscode.workspace.openTextDocument(uri);
+                await vscode.window.showTextDocument(doc, { preview: true });
+            } catch (error) {
+                void vscode.window.showErrorMessage(`ptdebug: goroutine history: ${(error as Error).message}`);
+            }
+        }),
+        vscode.commands.registerCommand('ptdebug.refreshTraceScope', () => traceScope.refresh()),
+        { dispose: () => { void hotLines.dispose(); } },
+    );
+
+    async function showHotLines(capture: Capture): Promise<void> {
+        try {
+            await hotLines.open(capture.bundle);
+            void vscode.window.setStatusBarMessage(`ptdebug: hot lines of ${captureLabel(capture)}`, 5000);
+        } catch (error) {
+            void vscode.window.showErrorMessage(`ptdebug: ${(error as Error).message}`);
+        }
+    }
+}
+
+export function deactivate(): void {
+    // Subscriptions (the language client included) are disposed by VS Code.
+}
+
+function settings(): PtdebugSettings {
+    const config = vscode.workspace.getConfiguration('ptdebug');
+    return {
+        pythonPath: config.get<string>('pythonPath', ''),
+        adapterPath: config.get<string>('adapterPath', ''),
+        adapterLogFile: config.get<string>('adapterLogFile', ''),
+        logLevel: config.get<string>('logLevel', 'INFO'),
+    };
+}
+
+function workspaceFolders(): string[] {
+    return (vscode.workspace.workspaceFolders ?? []).map(f => f.uri.fsPath);
+}
+
+function editorContext(folder: vscode.WorkspaceFolder | undefined): EditorContext {
+    const editor = vscode.window.activeTextEditor;
+    return {
+        activeFile: editor?.document.uri.scheme === 'file' ? editor.document.uri.fsPath : undefined,
+        languageId: editor?.document.languageId,
+        workspaceFolder: folder?.uri.fsPath ?? vscode.workspace.workspaceFolders?.[0]?.uri.fsPath,
+    };
+}
+
+class ConfigurationProvider implements vscode.DebugConfigurationProvider {
+    provideDebugConfigurations(folder: vscode.WorkspaceFolder | undefined): vscode.DebugConfiguration[] {
+        return initialConfigurations(editorContext(folder)) as vscode.DebugConfiguration[];
+    }
+
+    resolveDebugConfiguration(folder: vscode.WorkspaceFolder | undefined,
+        config: vscode.DebugConfiguration): vscode.DebugConfiguration | undefined {
+        const result = resolveConfiguration(config as RawConfiguration, editorContext(folder));
+        if (!result.ok) {
+            void vscode.window.showErrorMessage(result.message);
+            return undefined;
+        }
+        return result.configuration as vscode.DebugConfiguration;
+    }
+
+    resolveDebugConfigurationWithSubstitutedVariables(_folder: vscode.WorkspaceFolder | undefined,
+        config: vscode.DebugConfiguration): vscode.DebugConfiguration | undefined {
+        const result = resolveSubstituted(config as RawConfiguration);
+        if (!result.ok) {
+            void vscode.window.showErrorMessage(result.message);
+            return undefined;
+        }
+        return result.configuration as vscode.DebugConfiguration;
+    }
+}
+
+class AdapterFactory implements vscode.DebugAdapterDescriptorFactory {
+    constructor(private readonly output: vscode.OutputChannel) {}
+
+    createDebugAdapterDescriptor(session: vscode.DebugSession): vscode.DebugAdapterDescriptor {
+        const line = adapterCommand(settings(), workspaceFolders(), fs.existsSync);
+        this.output.appendLine(`session ${session.name}: ${line.command} ${line.args.join(' ')}`);
+        return new vscode.DebugAdapterExecutable(line.command, line.args,
+            { cwd: session.workspaceFolder?.uri.fsPath });
+    }
+}
+
+function activePtdebugSession(): vscode.DebugSession | undefined {
+    const session = vscode.debug.activeDebugSession;
+    if (!session || session.type !== DEBUG_TYPE) {
+        void vscode.window.showWarningMessage('ptdebug: start a ptdebug debug session first.');
+        return undefined;
+    }
+    return session;
+}
+
+async function captureNow(store: CaptureStore, stoppedThread: Map<string, number>): Promise<void> {
+    const session = activePtdebugSession();
+    if (!session) { return; }
+    const threadId = stoppedThread.get(session.id);
+    try {
+        const body = await vscode.window.withProgress(
+            { location: vscode.ProgressLocation.Notification, title: 'ptdebug: capturing trace' },
+            () => session.customRequest('ptdebug/captureNow', threadId === undefined ? {} : { threadId }));
+        // The adapter also sends a ptdebug/capture event; the store does not duplicate a bundle.
+        if (!invalidCaptureBody(body)) {
+            store.add(session.name, body as CaptureEventBody);
+        }
+    } catch (error) {
+        void vscode.window.showErrorMessage(`ptdebug: Capture Trace Now: ${(error as Error).message}`);
+    }
+}
+
+async function pickCapture(store: CaptureStore, given?: Capture): Promise<Capture | undefined> {
+    if (given?.bundle) { return given; }
+    const captures = store.list();
+    if (captures.length === 0) {
+        const picked = await vscode.window.showOpenDialog({
+            canSelectFiles: false, canSelectFolders: true, openLabel: 'Use Trace Bundle',
+        });
+        return picked?.length ? store.add('opened', { bundle: picked[0].fsPath }) : undefined;
+    }
+    if (captures.length === 1) { return captures[0]; }
+    const item = await vscode.window.showQuickPick(captures.map(capture => ({
+        label: captureLabel(capture), description: describeCapture(capture), detail: capture.bundle, capture,
+    })), { placeHolder: 'Which capture?' });
+    return item?.capture;
+}
+
+async function exportCapture(store: CaptureStore, given: Capture | undefined, format: 'pprof' | 'perfetto',
+    output: vscode.OutputChannel): Promise<void> {
+    const capture = await pickCapture(store, given);
+    if (!capture) { return; }
+    const suffix = format === 'pprof' ? '.pb.gz' : '.perfetto.json';
+    const target = await vscode.window.showSaveDialog({
+        defaultUri: vscode.Uri.file(capture.bundle.replace(/\/+$/, '') + suffix),
+        saveLabel: `Export to ${format}`,
+    });
+    if (!target) { return; }
+    const line = ptdebugCommand(['export', format, capture.bundle, '-o', target.fsPath], settings(), workspaceFolders(), fs.existsSync);
+    output.appendLine(`${line.command} ${line.args.join(' ')}`);
+    try {
+        await vscode.window.withProgress(
+            { location: vscode.ProgressLocation.Notification, title: `ptdebug: exporting to ${format}`, cancellable: true },
+            (_progress, token) => new Promise<void>((resolve, reject) => {
+                const child = cp.execFile(line.command, line.args, { maxBuffer: 16 << 20 }, (error, _stdout, stderr) => {
+                    if (stderr) { output.append(stderr); }
+                    if (error) {
+                        reject(new Error(stderr.trim().split('\n').pop() || error.message));
+                    } else {
+                        resolve();
+                    }
+                });
+                token.onCancellationRequested(() => child.kill());
+            }));
+    } catch (error) {
+        void vscode.window.showErrorMessage(`ptdebug: export to ${format} failed: ${(error as Error).message}`);
+        return;
+    }
+    const hint = format === 'pprof' ? `go tool pprof -http=: ${target.fsPath}` : 'open it in ui.perfetto.dev';
+    const choice = await vscode.window.showInformationMessage(`ptdebug: wrote ${target.fsPath} (${hint})`, 'Reveal');
+    if (choice === 'Reveal') {
+        await vscode.commands.executeCommand('revealFileInOS', target);
+    }
+}

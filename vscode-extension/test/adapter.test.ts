@@ -1,0 +1,165 @@
+/**
+ * The extension's debugger against the REAL adapter: `ptdebug dap` started with the command
+ * line the extension's DebugAdapterDescriptorFactory builds (src/adapterCommand.ts), driven
+ * through @vscode/debugadapter-testsupport's DebugClient, in front of real debugpy and a real
+ * Python fixture. Data breakpoints and step back run when the adapter advertises them
+ * (supportsDataBreakpoints / supportsStepBack); otherwise they skip and say that the adapter
+ * did not advertise the capability.
+ */
+import { after, before, describe, test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import * as cp from 'child_process';
+import * as path from 'path';
+import { DebugClient } from '@vscode/debugadapter-testsupport';
+import { DebugProtocol } from '@vscode/debugprotocol';
+import { CommandLine, adapterCommand } from '../src/adapterCommand';
+import { FIXTURES, PYTHON, ROOT, markerLine } from './helpers';
+
+const FIXTURE = path.join(FIXTURES, 'vscode_session.py');
+const TIMEOUT = 60_000;
+
+/** DebugClient spawns `runtime executable`; the adapter needs `python -m adapter.cli dap`. */
+class PtdebugClient extends DebugClient {
+    process: cp.ChildProcess | undefined;
+    stderr = '';
+    capabilities: DebugProtocol.Capabilities = {};
+
+    constructor(private readonly line: CommandLine) {
+        super(line.command, '', 'ptdebug');
+        this.defaultTimeout = TIMEOUT;
+        this.on('capabilities', (event: DebugProtocol.CapabilitiesEvent) => {
+            Object.assign(this.capabilities, event.body.capabilities);
+        });
+    }
+
+    override start(): Promise<void> {
+        this.process = cp.spawn(this.line.command, this.line.args, { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
+        this.process.stderr!.on('data', (chunk: Buffer) => { this.stderr += chunk.toString(); });
+        this.connect(this.process.stdout!, this.process.stdin!);
+        return Promise.resolve();
+    }
+
+    override async stop(): Promise<void> {
+        const child = this.process;
+        if (!child) { return; }
+        const exited = new Promise<number | null>(resolve => {
+            if (child.exitCode !== null) { resolve(child.exitCode); } else { child.once('exit', code => resolve(code)); }
+        });
+        await Promise.race([this.disconnectRequest({ terminateDebuggee: true }).catch(() => undefined),
+            new Promise(resolve => setTimeout(resolve, 10_000))]);
+        const code = await Promise.race([exited, new Promise<'timeout'>(resolve => setTimeout(() => resolve('timeout'), 15_000))]);
+        if (code === 'timeout') {
+            child.kill('SIGKILL');
+            throw new Error(`the adapter did not exit after disconnect; stderr:\n${this.stderr}`);
+        }
+        this.process = undefined;
+    }
+}
+
+function newClient(): PtdebugClient {
+    const line = adapterCommand({ pythonPath: PYTHON, adapterPath: '', adapterLogFile: '', logLevel: 'INFO' }, [ROOT], () => false);
+    return new PtdebugClient(line);
+}
+
+async function launchToMarker(client: PtdebugClient, marker: string, args: string[] = []): Promise<DebugProtocol.StackFrame> {
+    const line = markerLine(FIXTURE, marker);
+    await client.hitBreakpoint({ program: FIXTURE, args, backend: 'python', console: 'internalConsole' },
+        { path: FIXTURE, line });
+    const threads = await client.threadsRequest();
+    const stack = await client.stackTraceRequest({ threadId: threads.body.threads[0].id });
+    const frame = stack.body.stackFrames[0];
+    assert.equal(frame.line, line);
+    return frame;
+}
+
+describe('ptdebug adapter through the DAP test client', { timeout: 4 * TIMEOUT }, () => {
+    let client: PtdebugClient;
+
+    before(() => { client = newClient(); return client.start(); });
+    after(() => client.stop());
+
+    test('initialize answers with ptdebug capabilities', async () => {
+        const response = await client.initializeRequest({ adapterID: 'ptdebug', clientID: 'vscode-tests',
+            linesStartAt1: true, columnsStartAt1: true, pathFormat: 'path', supportsProgressReporting: true });
+        assert.equal(response.body?.supportsConfigurationDoneRequest, true);
+        assert.equal(response.body?.supportsReadMemoryRequest, true);
+        Object.assign(client.capabilities, response.body);
+    });
+});
+
+describe('a Python fixture stops at a breakpoint and runs to its end', { timeout: 4 * TIMEOUT }, () => {
+    let client: PtdebugClient;
+
+    before(() => { client = newClient(); return client.start(); });
+    after(() => client.stop());
+
+    test('launch, stop at the marker, read a local, continue to exit', async () => {
+        const frame = await launchToMarker(client, 'before_write');
+        assert.equal(frame.name, 'main');
+        const scopes = await client.scopesRequest({ frameId: frame.id });
+        const locals = scopes.body.scopes.find(s => s.name.toLowerCase().startsWith('local'))!;
+        const variables = await client.variablesRequest({ variablesReference: locals.variablesReference });
+        const total = variables.body.variables.find(v => v.name === 'total');
+        assert.equal(total?.value, String(Array.from({ length: 64 }, (_, i) => i * 3 % 251).reduce((a, b) => a + b)));
+        const threadId = (await client.threadsRequest()).body.threads[0].id;
+        await Promise.all([
+            client.continueRequest({ threadId }),
+            client.assertOutput('stdout', 'total='),
+            client.waitForEvent('terminated'),
+        ]);
+    });
+});
+
+describe('data breakpoint (when the adapter advertises supportsDataBreakpoints)', { timeout: 4 * TIMEOUT }, () => {
+    let client: PtdebugClient;
+
+    before(() => { client = newClient(); return client.start(); });
+    after(() => client.stop());
+
+    test('a write to the watched buffer stops the debuggee right after the writing line', async t => {
+        const frame = await launchToMarker(client, 'before_write', ['spin']);
+        if (!client.capabilities.supportsDataBreakpoints) {
+            t.skip('the adapter did not advertise supportsDataBreakpoints in this session');
+            return;
+        }
+        const scopes = await client.scopesRequest({ frameId: frame.id });
+        const locals = scopes.body.scopes.find(s => s.name.toLowerCase().startsWith('local'))!;
+        const info = await client.dataBreakpointInfoRequest({ name: 'buf', variablesReference: locals.variablesReference });
+        assert.ok(info.body.dataId, `no dataId for buf: ${info.body.description}`);
+        const set = await client.setDataBreakpointsRequest({ breakpoints: [{ dataId: info.body.dataId!, accessType: 'write' }] });
+        assert.equal(set.body.breakpoints[0].verified, true);
+        const threadId = (await client.threadsRequest()).body.threads[0].id;
+        const [, stopped] = await Promise.all([client.continueRequest({ threadId }), client.waitForEvent('stopped')]);
+        assert.equal(stopped.body.reason, 'data breakpoint');
+        const stack = await client.stackTraceRequest({ threadId: stopped.body.threadId });
+        // The watchpoint fires after the writing instruction: the stop is at the @write line or
+        // in the loop just after it (the thread is stopped asynchronously).
+        const [write, spin] = [markerLine(FIXTURE, 'write'), markerLine(FIXTURE, 'spin')];
+        const top = stack.body.stackFrames.find(f => f.source?.path === FIXTURE);
+        assert.ok(top && top.name === 'main' && top.line >= write && top.line <= spin,
+            `stopped at ${JSON.stringify(stack.body.stackFrames.map(f => `${f.name}:${f.line}`))}, expected main:${write}..${spin}`);
+        const evaluated = await client.evaluateRequest({ expression: 'buf[5]', frameId: top.id, context: 'repl' });
+        assert.equal(evaluated.body.result, String(0xab));
+    });
+});
+
+describe('step back (when the adapter advertises supportsStepBack)', { timeout: 4 * TIMEOUT }, () => {
+    let client: PtdebugClient;
+
+    before(() => { client = newClient(); return client.start(); });
+    after(() => client.stop());
+
+    test('one step back from the stop lands on a line that ran before it', async t => {
+        const frame = await launchToMarker(client, 'before_write');
+        if (!client.capabilities.supportsStepBack) {
+            t.skip('the adapter did not advertise supportsStepBack in this session');
+            return;
+        }
+        const threadId = (await client.threadsRequest()).body.threads[0].id;
+        const [, stopped] = await Promise.all([client.stepBackRequest({ threadId }), client.waitForEvent('stopped')]);
+        assert.equal(stopped.body.reason, 'step');
+        const stack = await client.stackTraceRequest({ threadId: stopped.body.threadId });
+        assert.equal(stack.body.stackFrames[0].line, markerLine(FIXTURE, 'after_fill'),
+            `stepped back from line ${frame.line} to ${stack.body.stackFrames[0].line}`);
+    });
+});

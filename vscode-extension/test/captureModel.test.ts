@@ -1,0 +1,49 @@
+/** The captures model behind the tree view (src/captureModel.ts) and the history text. */
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import { CaptureStore, captureLabel, describeCapture, invalidCaptureBody } from '../src/captureModel';
+import { renderGoroutineHistory } from '../src/historyText';
+
+test('captures are listed newest first, grouped by origin, never duplicated by bundle', () => {
+    const store = new CaptureStore();
+    let changes = 0;
+    store.onDidChange(() => { changes += 1; });
+    store.add('session A', { bundle: '/tmp/b1', id: 1, reason: 'breakpoint', location: { path: '/ws/app.py', line: 12 } });
+    store.add('session A', { bundle: '/tmp/b2', id: 2 });
+    store.add('opened', { bundle: '/tmp/b3' });
+    store.add('session A', { bundle: '/tmp/b1/', id: 1, instructions: 5 });
+    assert.equal(changes, 4);
+    assert.deepEqual(store.list().map(c => c.bundle), ['/tmp/b1', '/tmp/b3', '/tmp/b2']);
+    assert.equal(store.latest()?.instructions, 5);
+    assert.deepEqual(store.origins(), ['session A', 'opened']);
+    store.remove(store.latest()!.key);
+    assert.equal(store.list().length, 2);
+});
+
+test('an event without a bundle path is rejected with the reason', () => {
+    assert.equal(invalidCaptureBody(undefined), 'the event has no body');
+    assert.equal(invalidCaptureBody({ id: 3 }), 'the event body has no "bundle" path');
+    assert.equal(invalidCaptureBody({ bundle: '/x' }), undefined);
+    assert.throws(() => new CaptureStore().add('s', { bundle: '' }), /no "bundle" path/);
+});
+
+test('labels and descriptions say where, how much and whether it is partial', () => {
+    const store = new CaptureStore();
+    const c = store.add('s', { bundle: '/tmp/cap-7', reason: 'breakpoint', location: { path: '/ws/svc.go', line: 40 },
+        instructions: 123456, cycles: 2_500_000, durationNs: 1_500_000, status: 'partial', partialReason: 'target exited' });
+    assert.equal(captureLabel(c), 'svc.go:40 (breakpoint)');
+    assert.equal(describeCapture(c), '123.5k insns · 2.5M cycles · 1.50 ms · partial: target exited');
+    assert.equal(captureLabel(store.add('s', { bundle: '/tmp/cap-8' })), 'cap-8');
+});
+
+test('goroutine history renders busiest first with spans relative to the window', () => {
+    const text = renderGoroutineHistory({ bundle: '/tmp/cap', goroutines: [
+        { id: 7, name: 'main.worker', cycles: 10, spans: [{ tid: 101, startNs: 2000, endNs: 5000, function: 'main.worker' }] },
+        { id: 1, name: 'main.main', cycles: 900, instructions: 400, spans: [{ tid: 100, startNs: 1000, endNs: 1500 }] },
+    ] });
+    const lines = text.split('\n');
+    assert.ok(lines.indexOf('## 1  main.main') < lines.indexOf('## 7  main.worker'));
+    assert.ok(lines.includes('400 instructions, 900 cycles, 500 ns on CPU in 1 span(s)'));
+    assert.ok(lines.some(l => l.startsWith('  +1.0 µs') && l.includes('thread 101') && l.endsWith('main.worker')));
+    assert.throws(() => renderGoroutineHistory({} as never), /no "goroutines" array/);
+});

@@ -1,0 +1,99 @@
+"""The stepper records a C program: the decoded bundle equals the independent
+single-step log of the same run, the bundle survives being copied, and the
+recorder stops far less often than once per instruction."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from adapter.capture import record, stepper
+from adapter.capture.bundle import Bundle, validate
+from stepper_support import (PTDEBUG, ROOT, build_c, decode_ips, errors_in,
+                             libipt_decode_ips, reference_launched)
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def rec_work(tmp_path_factory):
+    return build_c("rec_work.c", tmp_path_factory.mktemp("rec_c"))
+
+
+@pytest.fixture(scope="module")
+def reference(rec_work):
+    return reference_launched([rec_work, "12", "2"], "work")
+
+
+@pytest.fixture(scope="module")
+def recorded(rec_work, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle_c") / "work.bundle"
+    result = record.record_stepper(str(out), command=[str(rec_work), "12", "2"], start="work",
+                                   end=stepper.EndCondition(until_return=True), no_aslr=True)
+    return out, result
+
+
+def test_recorded_path_equals_single_step_reference(recorded, reference):
+    out, result = recorded
+    assert result.manifest["status"] == "complete", result.manifest["partial_reason"]
+    assert list(result.recording.ips) == reference
+    assert len(reference) > 3000  # fixture sanity: calls, a jump table, libc, a syscall
+
+
+def test_decoded_bundle_equals_single_step_reference(recorded, reference):
+    out, _ = recorded
+    assert validate(out) == []
+    ips, events = decode_ips(out)
+    assert errors_in(events) == []
+    assert ips == reference
+
+
+def test_reference_decoder_agrees(recorded, reference):
+    """libipt, decoding the same bundle, gets the same path: the stream is real PT."""
+    out, _ = recorded
+    ips, errors = libipt_decode_ips(out)
+    assert errors == []
+    assert ips == reference
+
+
+def test_bundle_copied_elsewhere_decodes_the_same(recorded, reference, tmp_path):
+    out, _ = recorded
+    copy = tmp_path / "elsewhere" / "copy.bundle"
+    shutil.copytree(out, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert all(not im["file"].startswith("/") for im in manifest["images"])  # copied in
+    assert decode_ips(copy)[0] == reference
+
+
+def test_recorder_stops_rarely_and_steps_almost_never(recorded):
+    _, result = recorded
+    rec = result.recording
+    assert rec.stops * 4 < len(rec.ips), (rec.stops, len(rec.ips))
+    assert rec.single_steps < 20  # only system calls it cannot perform
+
+
+def test_manifest_describes_the_recording(recorded):
+    out, result = recorded
+    m = Bundle.open(out).manifest
+    assert m["backend"] == "stepper" and m["cpu"]["family"] > 0
+    assert m["timing"]["tsc_hz"] == 10**9 and m["timing"]["cyc"] is True
+    paths = [im["path"] for im in m["images"]]
+    assert any(p.endswith("/rec_work") for p in paths)
+    assert any("libc" in p for p in paths)
+    exe = next(im for im in m["images"] if im["path"].endswith("/rec_work"))
+    assert exe["build_id"] and len(exe["build_id"]) == 40
+    assert m["stats"]["instructions"] == len(result.recording.ips)
+    assert m["threads"][0]["tid"] == m["streams"][0]["tid"]
+
+
+def test_record_cli_count_and_decode(rec_work, tmp_path):
+    out = tmp_path / "cli.bundle"
+    run = subprocess.run([*PTDEBUG, "record", "--from", "classify", "--count", "500",
+                          "-o", str(out), "--", str(rec_work), "30"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "complete: 500 instructions" in run.stdout
+    ips, events = decode_ips(out)
+    assert len(ips) == 500 and errors_in(events) == []

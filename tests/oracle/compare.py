@@ -88,7 +88,8 @@ def decode_ours(data, *, sync: bool = True, limit: int | None = None,
 
     sync=True starts at the first PSB, sync=False at offset 0 (PacketDecoder.seek). A
     decoding error is recorded as {"kind": "error", "offset", "code"} and decoding resumes
-    at the next PSB, as the oracle does."""
+    at the next PSB, as the oracle does; a packet truncated by the end of the buffer ends
+    the list (libipt cannot tell it from the end of the stream)."""
     from pt_decoder.errors import PtError
     dec = packet_module().PacketDecoder(data, sdm_packets=sdm_packets)
     out: list = []
@@ -101,6 +102,8 @@ def decode_ours(data, *, sync: bool = True, limit: int | None = None,
         try:
             pkt = dec.next()
         except PtError as exc:
+            if int(exc.code) == 7:      # a packet cut off by the buffer's end: libipt's
+                break                   # pt_pkt_next says -pte_eos there too, its end
             out.append({"kind": "error", "offset": exc.offset, "code": int(exc.code)})
             if dec.sync_forward() is None:
                 break
@@ -111,6 +114,7 @@ def decode_ours(data, *, sync: bool = True, limit: int | None = None,
     return out
 
 
-def decode_ours_as_libipt(data, *, sync: bool = True, limit: int | None = None) -> list[dict]:
+def decode_ours_as_libipt(data, *, sync: bool = True, limit: int | None = None,
+                          sdm_packets: bool = True) -> list[dict]:
     return [p if isinstance(p, dict) else to_libipt(p)
-            for p in decode_ours(data, sync=sync, limit=limit)]
+            for p in decode_ours(data, sync=sync, limit=limit, sdm_packets=sdm_packets)]

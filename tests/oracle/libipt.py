@@ -447,6 +447,7 @@ def libipt_packets(buf, cpu=None, *, mtc_freq=0, nom_freq=0, cpuid_0x15=(0, 0),
     continues at the next PSB; the list ends at the end of the buffer."""
     dec = PacketDecoder(buf, cpu, mtc_freq, nom_freq, cpuid_0x15)
     out: list[dict] = []
+    seen: set[tuple] = set()
     try:
         rc = dec.sync_forward() if sync else dec.sync_set(0)
         while rc >= 0 and (limit is None or len(out) < limit):
@@ -458,8 +459,10 @@ def libipt_packets(buf, cpu=None, *, mtc_freq=0, nom_freq=0, cpuid_0x15=(0, 0),
             if rc == -PTE_EOS:
                 break
             out.append({"kind": "error", "offset": offset, "code": -rc})
-            dec.sync_set(offset)          # resync strictly after the failing offset
-            rc = dec.sync_forward()
+            rc = dec.sync_forward()       # as ptdump: may find a PSB the bad packet overlapped
+            if rc >= 0 and (dec.sync_offset(), offset) in seen:
+                break                     # would decode the same failure again
+            seen.add((dec.sync_offset(), offset))
     finally:
         dec.close()
     return out

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from adapter.backends import infer_backend
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import AdapterError, NotSupportedYet
+from adapter.protocol.errors import AdapterError, InvalidRequest, NotSupportedYet
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import (AttachConfig, DataBreakpointInfoArguments,
                                      DisassembleArguments, LaunchConfig, ReadMemoryArguments,
@@ -38,19 +38,27 @@ class ClientHandlers:
     # --- the lifecycle --------------------------------------------------------------------
     def initialize_request(self, request: Request) -> dict:
         self.session.client_arguments = dict(request.raw.get("arguments") or {})
+        self.session.initialized = True
         return dict(self.session.capabilities)
 
     def launch_request(self, request: Request) -> object:
+        self._require_initialize(request)
         config = parse(LaunchConfig, request.raw.get("arguments") or {})
         backend = self.session.start_backend(infer_backend(config), config)
         backend.launch(request, config)
         return DEFERRED
 
     def attach_request(self, request: Request) -> object:
+        self._require_initialize(request)
         config = parse(AttachConfig, request.raw.get("arguments") or {})
         backend = self.session.start_backend(infer_backend(config), config)
         backend.attach(request, config)
         return DEFERRED
+
+    def _require_initialize(self, request: Request) -> None:
+        if not self.session.initialized:
+            raise InvalidRequest(f"'{request.command}' before 'initialize': the DAP session "
+                                 "starts with an initialize request")
 
     def disconnect_request(self, request: Request) -> object:
         return self.session.disconnect(request)

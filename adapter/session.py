@@ -61,6 +61,8 @@ class Session:
         self.client = Channel(MessageReader(client_in), MessageWriter(client_out),
                               ClientHandlers(self), "client")
         """DAP to VS Code (or any client)."""
+        self.initialized = False
+        """Whether the client sent `initialize` (launch/attach before it are refused)."""
         self.client_arguments: dict = {}
         """The client's `initialize` arguments (supportsMemoryEvent, ...), forwarded as-is."""
         self.capabilities: dict = dict(ADAPTER_CAPABILITIES)

@@ -74,7 +74,9 @@ def test_unreadable_messages_are_reported_and_the_session_goes_on(start_adapter,
 def test_errors_before_a_debuggee_exists(start_adapter):
     client = start_adapter().client
     for command, arguments, error_id in [
+        ("launch", {"program": str(BASIC)}, 1200),   # before initialize
         ("initialize", 5, 1200),                     # arguments not an object
+        ("initialize", INITIALIZE, None),
         ("fooBar", {}, 1403),                        # unknown command, no backend yet
         ("threads", {}, 1403),                       # a real command, no backend yet
         ("readMemory", {"memoryReference": "0x10", "count": 4}, 1500),   # no process yet
@@ -85,6 +87,9 @@ def test_errors_before_a_debuggee_exists(start_adapter):
         ("attach", {"pid": 1, "connect": {"port": 1}}, 1201),
     ]:
         response = client.request(command, arguments, timeout=5)
+        if error_id is None:
+            assert response["success"], response
+            continue
         assert response["success"] is False, response
         assert response["body"]["error"]["id"] == error_id, (command, response)
     # After all that, a real session still starts.

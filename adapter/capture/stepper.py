@@ -275,6 +275,11 @@ class ThreadRecorder:
                                         "the target called execve before the end condition")
                 step = nr == SYS_RT_SIGRETURN  # the kernel restores the interrupted state
                 start = ins.next
+            elif kind == Kind.PLAIN:
+                # where the trigger, a signal or a single step left us: just walk on,
+                # resuming past any breakpoint armed right here
+                regs.eflags |= RF
+                start = pos
             elif not step:
                 old_rsp = regs.rsp
                 try:
@@ -300,7 +305,8 @@ class ThreadRecorder:
                 # walk to the next instruction that needs the registers
                 saved_shadow = list(shadow)
                 origin = (start, regs.rsp, regs.rbp)
-                walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, dregs.armed,
+                armed = dregs.armed if kind != Kind.PLAIN else dregs.armed - {pos}
+                walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, armed,
                                         min(self.budget_total - len(ips), MAX_WALK))
                 if kind == Kind.SYSCALL:
                     if not walk.ips:

@@ -25,6 +25,7 @@ what makes ptdump 2.0.5 outputs reproducible.
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memset
+from cpython.bytearray cimport PyByteArray_Resize
 
 from pt_decoder._errors cimport (
     PTE_OK, PTE_INVALID, PTE_NOSYNC, PTE_BAD_OPC, PTE_BAD_PACKET, PTE_EOS,
@@ -728,9 +729,10 @@ cdef Py_ssize_t _bulk(PacketDecoder d, int what, bytearray out, object errors) e
         return 0
     while True:
         if n == cap:
-            cap = cap * 2 + 4096
+            # First guess: one packet per 1 (kinds) or 3 (records) bytes left.
+            cap = cap * 2 if cap else (d._size - d._pos) // (1 if what < 2 else 3) + 4096
             if what:
-                out.extend(bytes((cap - n) * width))
+                PyByteArray_Resize(out, cap * width)
         if what:
             dst = out
         with nogil:

@@ -89,7 +89,8 @@ def test_damaged_traces_fail_and_resync_like_libipt(trace):
     rng = random.Random(len(trace))
     rounds = 12 if len(trace) > 8000 else 40
     packet_bytes = [i for i, b in enumerate(trace) if b]        # not the PAD filler
-    errors = 0
+    clean = libipt.libipt_packets(trace)
+    changed = 0
     for _ in range(rounds):
         damaged = bytearray(trace)
         for _ in range(rng.randrange(1, 8)):
@@ -97,5 +98,5 @@ def test_damaged_traces_fail_and_resync_like_libipt(trace):
         damaged = bytes(damaged[:rng.randrange(len(damaged) // 2, len(damaged) + 1)])
         theirs = libipt.libipt_packets(damaged)
         assert decode_ours_as_libipt(damaged, sdm_packets=False) == theirs
-        errors += sum(1 for p in theirs if p["kind"] == "error")
-    assert errors > 0
+        changed += theirs != clean
+    assert changed > rounds // 2

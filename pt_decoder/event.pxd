@@ -118,6 +118,12 @@ cdef class EventDecoder:
     cdef uint64_t pos               # offset of the next packet to decode
     cdef uint64_t sync              # offset of the PSB last synchronised on
     cdef int synced
+    cdef uint64_t last_psb          # offset of the PSB decoded last (sync or in-stream)
+    cdef uint64_t cyc_before_psb    # cumulative cycles just before that PSB
+    cdef uint64_t warm_stop         # warm-up: remember the timing state before the PSB here
+    cdef int warm_ready             # 1: the next start_c continues from warm_time/warm_tcal
+    cdef PtTime warm_time
+    cdef PtTimeCal warm_tcal
     cdef int enabled
     cdef int consume_packet
     cdef PtEvent* cur_event         # the event the last decode produced, or NULL
@@ -189,3 +195,4 @@ cdef class EventDecoder:
     cdef int _apl11(self) noexcept nogil
     cdef int _skd010_recover(self, const PtPacket* fup, const PtTimeCal* c, const PtTime* t, uint64_t offset) noexcept nogil
     cdef inline int _pending(self, int evb) noexcept nogil
+    cdef int warm_up_c(self, uint64_t from_psb, uint64_t to_psb) noexcept nogil

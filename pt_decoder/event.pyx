@@ -289,6 +289,13 @@ cdef class EventDecoder:
     cdef int start_c(self, uint64_t offset, uint64_t* ip) noexcept nogil:
         cdef int err, status, have
         self._reset()
+        if self.warm_ready and offset == self.warm_stop:
+            # continue the timing state a decoder coming from before had here
+            self.time = self.warm_time
+            self.time.cyc = 0
+            self.tcal = self.warm_tcal
+            self.warm_ready = 0
+            self.warm_stop = 0
         self.sync = offset
         self.pos = offset
         self.synced = 1
@@ -313,6 +320,32 @@ cdef class EventDecoder:
         if not have and self._query_ip(ip) < 0:
             status |= ST_IP_SUPPRESSED
         return status
+
+    cdef int warm_up_c(self, uint64_t from_psb, uint64_t to_psb) noexcept nogil:
+        """Decode the packets from the PSB at `from_psb` up to the PSB at `to_psb`
+        only for their timing, so that a start at `to_psb` continues with the
+        calibration (CYC:TSC ratio, MTC state) a serial decoder has there."""
+        cdef uint64_t ip
+        cdef int st, taken
+        cdef PtEvent ev
+        self.warm_stop = to_psb
+        self.warm_ready = 0
+        st = self.start_c(from_psb, &ip)
+        while not self.warm_ready:
+            if st < 0:
+                if st == -PTE_EOS:
+                    break
+                st = self.sync_forward_c(&ip)
+                continue
+            if st & ST_EVENT_PENDING:
+                st = self.event_c(&ev)
+            elif self.tnt_index == 0 and self.nxt_err == 0 and self.nxt.kind == PK_TIP:
+                st = self.indirect_branch_c(&ip)
+            elif self.nxt_err == -PTE_EOS and self.tnt_index == 0:
+                break
+            else:
+                st = self.cond_branch_c(&taken)
+        return 0 if self.warm_ready else -PTE_EOS
 
     cdef int sync_forward_c(self, uint64_t* ip) noexcept nogil:
         cdef uint64_t start, off
@@ -508,6 +541,12 @@ cdef class EventDecoder:
     cdef int _decode_psb(self) noexcept nogil:
         cdef uint64_t psb = self.nxt.offset
         cdef int err
+        self.last_psb = psb
+        self.cyc_before_psb = self.time.cyc
+        if self.warm_stop and psb == self.warm_stop:
+            self.warm_time = self.time
+            self.warm_tcal = self.tcal
+            self.warm_ready = 1
         tcal_update_psb(&self.tcal, &self.tcfg)
         self._consume()
         err = self._read_psb_header()

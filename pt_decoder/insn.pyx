@@ -130,6 +130,11 @@ cdef class InsnDecoder:
     cdef uint64_t retstack[RETSTACK_SIZE + 1]
     cdef uint8_t rs_top, rs_bottom
     cdef int tick
+    cdef uint64_t start_offset        # parallel pieces: sync here first (a PSB)
+    cdef int pending_start
+    cdef uint64_t stop_offset         # parallel pieces: stop where the PSB there takes over
+    cdef public int stopped
+    cdef public uint64_t cyc_at_stop
     cdef int use_fast                 # 0: always step (tests compare the two)
     cdef uint8_t cur_flags
     cdef uint32_t filter_cfg[4]       # IA32_RTIT_CTL.ADDRn_CFG: 0 off, 1 filter, 2 stop
@@ -152,7 +157,7 @@ cdef class InsnDecoder:
 
     def __cinit__(self, data, image, *, int mtc_freq=0, int nom_freq=0, int cpuid_0x15_eax=0,
                   int cpuid_0x15_ebx=0, errata=None, tick=False, sdm_packets=True, addr_filters=None,
-                  fast=True):
+                  fast=True, start=None, stop=None, warm_from=None):
         cdef const uint8_t[:] mv
         cdef int i
         self.evd = EventDecoder(data, mtc_freq=mtc_freq, nom_freq=nom_freq, cpuid_0x15_eax=cpuid_0x15_eax,
@@ -188,6 +193,12 @@ cdef class InsnDecoder:
             raise MemoryError()
         self.tick = 1 if tick else 0
         self.use_fast = 1 if fast else 0
+        if start is not None:
+            self.start_offset = start
+            self.pending_start = 1
+            if warm_from is not None and warm_from < start:
+                self.evd.warm_up_c(warm_from, start)
+        self.stop_offset = stop or 0
         memset(self.filter_cfg, 0, sizeof(self.filter_cfg))
         for i, (cfg, a, b) in enumerate(addr_filters or ()):
             if i >= 4:
@@ -705,13 +716,29 @@ cdef class InsnDecoder:
     cdef int _sync_forward(self) noexcept nogil:
         cdef int st
         self._reset()
-        st = self.evd.sync_forward_c(&self.ip)
+        if self.pending_start:
+            self.pending_start = 0
+            st = self.evd.sync_set_c(self.start_offset, &self.ip)
+        else:
+            st = self.evd.sync_forward_c(&self.ip)
         if st < 0:
             return st
+        if self.stop_offset and self.evd.sync >= self.stop_offset:
+            self.stopped = 1
+            self.cyc_at_stop = 0
+            return -PTE_EOS
         self.status = st
         if not (st & ST_IP_SUPPRESSED):
             self.enabled = 1
         return self._check_ip_event(NULL)
+
+    cdef int _at_stop(self, const PtEvent* ev) noexcept nogil:
+        # Where a fresh decoder synchronised at the stop PSB begins: at the first
+        # status update bound to the PSB+'s IP, or at once if it has no IP.
+        if not self.evd.have_ip or self.evd.ip_suppressed:
+            return 1
+        return (ev.type == EV_EXEC_MODE or ev.type == EV_ASYNC_PAGING or ev.type == EV_TSX
+                or ev.type == EV_ASYNC_VMCS) and not ev.ip_suppressed
 
     cdef int _insn_event(self) noexcept nogil:
         """Process the pending event (libipt's pt_insn_event) and record it."""
@@ -721,6 +748,11 @@ cdef class InsnDecoder:
         if not self.process_event:
             return -PTE_BAD_QUERY
         t = ev.type
+        if self.stop_offset and ev.status_update and ev.offset >= self.stop_offset and self._at_stop(ev):
+            # The next piece's decoder syncs at this PSB and takes over from here.
+            self.stopped = 1
+            self.cyc_at_stop = self.evd.cyc_before_psb
+            return -PTE_EOS
         if t == EV_ENABLED:
             if self.ip == ev.ip:
                 ev.a = 1

@@ -1,0 +1,137 @@
+"""Parallel instruction-flow decode: split a stream at PSBs, decode the pieces
+on several cores, stitch them into the serial result.
+
+Layer: pt_decoder, above insn.pyx (one InsnDecoder per piece) and below the
+tools. Knows PSB boundaries and how pieces join; nothing of files or DAP.
+
+Why it is exact: every PSB+ re-states what a decoder needs (IP, mode, TSX
+state, TSC, CBR; SDM 33.3.7 / 33.4.2.7), and the processor does not compress
+returns across a PSB, so a decoder synchronised at a PSB continues exactly as
+the serial decoder does from the same point. Piece i decodes from its PSB and
+stops where the serial decoder meets piece i+1's PSB (the first status update
+bound to that PSB+'s IP: before it lie the instructions leading up to the IP
+the PSB+ states); piece i+1 starts with a fresh sync there. Stitching drops
+the status updates both pieces saw, clears the RESUMED flag a fresh sync puts
+on the first instruction, and offsets the cumulative cycle count.
+
+Time: the CYC-to-TSC calibration (libipt's pt_time_cal) carries across PSBs
+in a serial decode, so each piece first replays the timing packets of the two
+PSB periods before its start (no instructions), which reproduces it: the TSC
+of every instruction equals the serial decode's.
+
+Pieces run on processes (`mode="process"`, fork: the image is inherited, not
+pickled) or on threads (`mode="thread"`: InsnDecoder releases the GIL in its
+loop).
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+import multiprocessing
+
+from pt_decoder.flow_result import FlowResult
+from pt_decoder.insn_flags import RESUMED
+
+PSB = b"\x02\x82" * 8
+
+_JOB: dict = {}
+
+
+def psb_offsets(data) -> list[int]:
+    """Offsets of every PSB in `data` (a PSB is 16 bytes 02 82 ..., SDM 33.4.2.17)."""
+    view = bytes(data) if not isinstance(data, bytes) else data
+    out, pos = [], view.find(PSB)
+    while pos >= 0:
+        out.append(pos)
+        pos = view.find(PSB, pos + len(PSB))
+    return out
+
+
+def split_points(data, pieces: int, min_bytes: int = 64 * 1024) -> list[int]:
+    """About `pieces` PSB offsets that cut `data` into equal-sized pieces (first: the first PSB)."""
+    psbs = psb_offsets(data)
+    if not psbs:
+        return []
+    pieces = max(1, min(pieces, len(data) // max(1, min_bytes) or 1))
+    cuts = [psbs[0]]
+    for k in range(1, pieces):
+        want = len(data) * k // pieces
+        nxt = next((p for p in psbs if p >= want and p > cuts[-1]), None)
+        if nxt is not None:
+            cuts.append(nxt)
+    return cuts
+
+
+def _decode_piece(index: int) -> tuple:
+    data, image, opts, cuts, count_only = (_JOB[k] for k in ("data", "image", "opts", "cuts", "count"))
+    from pt_decoder.insn import InsnDecoder
+    start = cuts[index]
+    stop = cuts[index + 1] if index + 1 < len(cuts) else None
+    warm = _JOB["warm"].get(start)
+    dec = InsnDecoder(data, image, start=start, stop=stop, warm_from=warm, **opts)
+    if count_only:
+        n, _ = dec.count()
+        return n, dec.cyc_at_stop, dec.stopped
+    flow = dec.decode()
+    return flow, dec.cyc_at_stop, dec.stopped
+
+
+def stitch(parts: list[tuple], cuts: list[int]) -> FlowResult:
+    """Join piece results (flow, cycles at the stop PSB, stopped) into one FlowResult."""
+    out = None
+    base_cyc = 0
+    for i, (flow, cyc_at_stop, stopped) in enumerate(parts):
+        if i > 0 and len(flow.flags):
+            # the serial decoder went on without a resync here
+            flow.flags[0] &= ~RESUMED & 0xff
+        if base_cyc:
+            for k in range(len(flow.cycles)):
+                flow.cycles[k] += base_cyc
+        if i + 1 < len(parts):
+            stop = cuts[i + 1]
+            # status updates of the next piece's PSB+ are that piece's to report
+            flow.items = [it for it in flow.items
+                          if not (it[0] == "event" and it[5]["status_update"] and it[2] >= stop)]
+            base_cyc += cyc_at_stop
+        if out is None:
+            out = flow
+        else:
+            out.extend(flow)
+    return out if out is not None else FlowResult(*(_empty()))
+
+
+def _empty():
+    from array import array
+    return array("Q"), array("Q"), array("Q"), array("B"), []
+
+
+def decode_parallel(data, image, workers: int | None = None, mode: str = "process",
+                    count_only: bool = False, pieces: int | None = None, **opts):
+    """The flow of `data` over `image`, decoded in PSB-aligned pieces on `workers`
+    cores (default: all). Equals InsnDecoder(data, image, **opts).decode().
+    count_only: return only the number of instructions (for benchmarks)."""
+    from pt_decoder.insn import InsnDecoder
+    workers = workers or os.cpu_count() or 1
+    cuts = split_points(data, pieces or workers)
+    if len(cuts) <= 1 or workers == 1 and pieces is None:
+        dec = InsnDecoder(data, image, **opts)
+        return dec.count()[0] if count_only else dec.decode()
+    # Each piece but the first warms its timing up from the PSB two before its
+    # start: the CYC calibration a serial decoder carries across the PSB.
+    psbs = psb_offsets(data)
+    where = {p: i for i, p in enumerate(psbs)}
+    warm = {c: psbs[max(0, where[c] - 2)] for c in cuts[1:]}
+    _JOB.update(data=data, image=image, opts=opts, cuts=cuts, count=count_only, warm=warm)
+    try:
+        if mode == "thread":
+            with ThreadPoolExecutor(workers) as pool:
+                parts = list(pool.map(_decode_piece, range(len(cuts))))
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                parts = list(pool.map(_decode_piece, range(len(cuts))))
+    finally:
+        _JOB.clear()
+    if count_only:
+        return sum(n for n, _, _ in parts)
+    return stitch(parts, cuts)

@@ -1,0 +1,69 @@
+"""Parallel decode (pt_decoder.parallel) equals the serial decode exactly.
+
+Layer: tests of pt_decoder.parallel over insn.pyx. The stream is H2's
+benchmark recipe at a small size (the static-glibc hello's real path,
+re-encoded with timing packets, CYC, return compression and a PSB+ every
+4 KiB), cut into PSB-aligned pieces decoded on threads and on processes.
+Every column (IP, TSC, cycles, flags) and every item must be identical.
+"""
+from __future__ import annotations
+
+import pytest
+
+from pt_decoder.event import cpu_errata
+from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
+from pt_decoder import parallel
+
+OPTS = dict(mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2, cpuid_0x15_ebx=300)
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory, traces_dir):
+    corpus = pytest.importorskip("benchmarks.corpus")
+    path = tmp_path_factory.mktemp("par") / "stream.pt"
+    info = corpus.realistic_stream(path, size_mb=0.25, seed=7)
+    image = Image()
+    image.add_elf(info["elf"])
+    return path.read_bytes(), image, info
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    assert a.ip == b.ip
+    assert a.tsc == b.tsc
+    assert a.cycles == b.cycles
+    assert a.flags == b.flags
+    assert a.items == b.items
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_pieces_stitch_to_the_serial_result(stream, mode):
+    data, image, info = stream
+    kw = dict(OPTS, errata=cpu_errata(6, 85))
+    serial = InsnDecoder(data, image, **kw).decode()
+    assert len(serial) == info["instructions"]
+    cuts = parallel.split_points(data, 4, min_bytes=16 * 1024)
+    assert len(cuts) == 4
+    par = parallel.decode_parallel(data, image, workers=2, mode=mode, pieces=4, **kw)
+    _same(serial, par)
+
+
+def test_count_only_counts_the_same(stream):
+    data, image, info = stream
+    kw = dict(OPTS, errata=cpu_errata(6, 85))
+    assert parallel.decode_parallel(data, image, workers=2, mode="thread", pieces=3, count_only=True,
+                                    **kw) == info["instructions"]
+
+
+def test_split_points_are_psbs_in_order(stream):
+    data = stream[0]
+    cuts = parallel.split_points(data, 5, min_bytes=1)
+    assert cuts == sorted(set(cuts))
+    assert all(data[c:c + 16] == parallel.PSB for c in cuts)
+    assert cuts[0] == parallel.psb_offsets(data)[0]
+
+
+def test_a_stream_without_psb_decodes_serially():
+    flow = parallel.decode_parallel(b"\x00" * 100, [], workers=2)
+    assert len(flow) == 0

@@ -80,7 +80,7 @@ class InvalidMemoryReference(InvalidRequest):
 
 # --- 13xx: nobody here implements the request ----------------------------------------------
 class UnsupportedRequest(AdapterError):
-    """A DAP request that neither ptdebug nor the backend implements (and never will here)."""
+    """A standard DAP request that neither ptdebug nor the backend implements."""
     error_id = 1300
 
 

@@ -155,6 +155,21 @@ def test_indirect_branches_and_rep_iterations(work):
     assert any(fe.classify(ip)[0] in (ICALL, RET) for ip in ips)
 
 
+def test_32_bit_code(traces_dir):
+    """The i386 hello (recorded by DynamoRIO): MODE.Exec 32-bit and 32-bit decoding."""
+    folder = traces_dir / "dynamorio-drpt2trace/test_simple.raw-2022-07-06-i386-hello"
+    ips = [int(line.split()[0], 16) for line in
+           (folder / "pt.libipt-2.0.5.insn.txt").read_text().splitlines()
+           if line[:1] in tuple("0123456789abcdef")]
+    image = Image()
+    image.add_elf(str(folder / "hello"))
+    fe = FlowEncoder(image.read, bits=32)
+    records = libipt.libipt_insns(fe.encode(ips), libipt.elf_sections(folder / "hello"),
+                                  "6/85/4", time=False)
+    assert libipt.ips(records) == ips and len(ips) == 6
+    assert {r["mode"] for r in records if r["type"] == "insn"} == {"32bit"}
+
+
 def test_bad_input_is_named():
     image = Image()
     image.add_raw(b"\x90\x90\xc3", 0x1000)

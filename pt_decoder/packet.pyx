@@ -74,6 +74,10 @@ class Kind(enum.IntEnum):
     TRIG = PK_TRIG
 
 
+_KINDS = tuple(Kind)   # Kind by number, without an enum lookup per access
+assert [k.value for k in _KINDS] == list(range(PK__COUNT))
+
+
 # ---------------------------------------------------------------------------
 # First-byte dispatch table (one lookup per packet instead of a mask chain).
 
@@ -600,12 +604,12 @@ cdef class Packet:
 
     @property
     def kind(self):
-        return Kind(self.kind_id)
+        return _KINDS[self.kind_id]
 
     @property
     def name(self):
         """The kind's name, e.g. 'TIP_PGE'."""
-        return Kind(self.kind_id).name
+        return _KINDS[self.kind_id].name
 
     @property
     def end(self):

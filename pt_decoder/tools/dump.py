@@ -28,7 +28,8 @@ PROG = "ptdebug dump"
 
 USAGE = f"""usage: {PROG} [<options>] <ptfile>[:<from>[-<to>]]
 
-Print the Intel PT packets of <ptfile>, one a line, in libipt ptdump's format.
+Print the Intel PT packets of <ptfile> (- for standard input), one a line,
+in libipt ptdump's format. <from>-<to> selects a byte range of the file.
 
 options:
   --help|-h                 this text.
@@ -445,6 +446,11 @@ class Dumper:
 def open_trace(path: str, begin: int = 0, end: int | None = None):
     """The trace's bytes without copying: an mmap (or memoryview slice of it).
     Raises OSError / ValueError with a message naming the file."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise ValueError("standard input is empty")
+        return memoryview(data)[begin:end]
     size = os.path.getsize(path)
     if size == 0:
         raise ValueError(f"{path} is empty")

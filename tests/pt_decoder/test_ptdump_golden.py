@@ -125,3 +125,11 @@ def test_file_range_suffix_dumps_a_slice(traces_dir, tmp_path):
     out = io.StringIO()
     assert dump.main(["--no-sync", f"{trace}:0xf38-0xf4c"], out) == 0
     assert _normalise(out.getvalue()) == ["0000000000000000 psb", "0000000000000010 cbr 1f"]
+
+
+def test_cli_reads_standard_input(traces_dir):
+    data = (traces_dir / "synthetic-oracle/work.pt").read_bytes()
+    res = subprocess.run([sys.executable, "-m", "adapter.cli", "dump", "--no-offset", "-"],
+                         input=data, capture_output=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().splitlines()[:2] == ["psb", "tsc        100000000000"]

@@ -256,13 +256,18 @@ class BundleWriter:
             if not fh.closed:
                 fh.flush()
             entry["size"] = (self.root / entry["file"]).stat().st_size
+        text = (json.dumps(self.manifest, indent=1) + "\n").encode()
         tmp = self.root / (MANIFEST + ".tmp")
         try:
-            tmp.write_text(json.dumps(self.manifest, indent=1) + "\n")
+            tmp.write_bytes(text)
             os.replace(tmp, self.root / MANIFEST)
         except OSError:
             tmp.unlink(missing_ok=True)
-            raise
+            # A full disk has no room for a second copy; overwrite the manifest in
+            # place (its blocks are already allocated, and it stays small).
+            with open(self.root / MANIFEST, "r+b") as f:
+                f.write(text)
+                f.truncate()
 
     def finish(self, partial_reason: str | None = None) -> dict:
         """Close the streams and write the final manifest: complete, or partial

@@ -42,8 +42,9 @@ Tracing", "Packet Generation" and the packet tables):
               TMA, CBR], MODE.Exec, FUP(next IP), PSBEND. The return stack is cleared
               (the SDM allows compression only for calls since the last PSB).
   timing (timing=True)             TSC in every PSB+ and before each TIP.PGE, each
-              followed by TMA (as the SDM says when MTC is on); MTC each time the crystal clock counter (CTC = TSC * eax /
-              ebx of CPUID leaf 0x15) enters a new 2^mtc_freq period; CBR in PSB+.
+              followed by TMA (as the SDM says when MTC is on); CBR in PSB+; MTC each
+              time the crystal clock counter (CTC = TSC * eax / ebx of CPUID leaf 0x15)
+              enters a new 2^mtc_freq period.
               With cyc=True also CYC(core cycles since the last CYC) before every TNT,
               TIP*, FUP, PTW and MTC, from the caller's cycle counts or else TSC ticks
               (CBR == nom_freq: the core runs at the TSC's rate).
@@ -56,7 +57,7 @@ option values out of range.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import capstone
 
@@ -146,7 +147,7 @@ class FlowEncoder:
             cls = CALL if direct else ICALL
         elif mnemonic == "jmp":
             cls = JMP if direct else IJMP
-        elif (mnemonic.startswith("j") or mnemonic.startswith("loop")) and direct:
+        elif mnemonic.startswith(("j", "loop")) and direct:
             cls = COND
         else:
             cls = OTHER

@@ -36,7 +36,7 @@ import functools
 import os
 import struct
 import tempfile
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 LIBRARY = "libipt.so.2"
 

@@ -6,6 +6,8 @@ encoder's own last-IP decodes to the same IPs, and bad arguments fail naming the
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pt_decoder import encoder as E
 from pt_decoder.encoder import Encoder
@@ -34,7 +36,8 @@ ROUND_TRIPS = [
     ("mode_exec", (32,), {"iflag": True}, Kind.MODE_EXEC, {"csl": False, "csd": True, "if": True}),
     ("mode_exec", (16,), {}, Kind.MODE_EXEC, {"csl": False, "csd": False}),
     ("mode_tsx", (True, True), {}, Kind.MODE_TSX, {"intx": True, "abrt": True}),
-    ("pip", (0x000F_FFFF_FFFF_FFE0, True), {}, Kind.PIP, {"cr3": 0x000F_FFFF_FFFF_FFE0, "nr": True}),
+    ("pip", (0x000F_FFFF_FFFF_FFE0, True), {}, Kind.PIP,
+     {"cr3": 0x000F_FFFF_FFFF_FFE0, "nr": True}),
     ("tsc", ((1 << 56) - 1,), {}, Kind.TSC, {"tsc": (1 << 56) - 1}),
     ("tma", (0xC080, 0x1FF), {}, Kind.TMA, {"ctc": 0xC080, "fc": 0x1FF}),
     ("mtc", (0x12,), {}, Kind.MTC, {"ctc": 0x12}),
@@ -200,9 +203,6 @@ def test_encode_rejects_unknown_kinds():
 
 
 # ---- property: any valid sequence, including packets newer than libipt 2.0.5 ----------
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 _U = lambda bits: st.integers(0, (1 << bits) - 1)  # noqa: E731
 _CALLS = st.one_of(
     st.tuples(st.just("tnt8"), st.integers(1, 6)).map(lambda t: (t[0], ((1 << t[1]) - 1, t[1]))),

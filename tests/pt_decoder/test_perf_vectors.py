@@ -77,7 +77,9 @@ def perf_fields(desc: str, data: bytes) -> tuple[Kind, dict]:
     if name == "MODE.TSX":
         return Kind.MODE_TSX, {"intx": words["InTX"] == "1", "abrt": words["TXAbort"] == "1"}
     if name in ("CBR", "MTC"):
-        return (Kind.CBR, {"ratio": _num(rest)}) if name == "CBR" else (Kind.MTC, {"ctc": _num(rest)})
+        if name == "CBR":
+            return Kind.CBR, {"ratio": _num(rest)}
+        return Kind.MTC, {"ctc": _num(rest)}
     if name == "TSC":
         return Kind.TSC, {"tsc": _num(rest)}
     if name == "TMA":

@@ -12,7 +12,9 @@ so the CYC and MTC payloads vary as on hardware; passes are appended (each one a
 window: PSB+, TIP.PGE ... TIP.PGD) until the stream reaches the requested size.
 
 Decode the stream with: its ELF `hello` (at its own addresses), cpu 6/85/7 (any works),
-mtc_freq 3, nom_freq 36, cpuid_0x15 (2, 300) -- `info["decode"]` has them.
+mtc_freq 3, nom_freq 36, cpuid_0x15 (2, 300) -- `info["decode"]` has them. Its exact
+instruction flow is `recorded_path()[0]` repeated `info["passes"]` times (libipt decodes
+exactly that; checked when the recipe was written).
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from adapter.protocol.errors import (AdapterError, BackendGone, NoDebugSession, 
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import DAP_REQUESTS
+from adapter.protocol.validate import default_checker
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -87,6 +88,8 @@ class Session:
         self.event_filters: list[Callable[[dict], bool]] = []
         """Called with each backend event before it is forwarded; one returning True has
         consumed the event (e.g. data breakpoints turning their `pause` into their stop)."""
+        self.argument_checker = default_checker()
+        """Type checks of forwarded arguments (the DAP schema debugpy ships), or None."""
         self.terminated_sent = False
         """Whether the client has been sent `terminated` (by the backend or by us)."""
         self.backend_gone_at: float | None = None
@@ -168,6 +171,8 @@ class Session:
         if self.backend_gone_at is not None:
             raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
         if backend.handles(request.command) or request.command not in DAP_REQUESTS:
+            if self.argument_checker is not None and request.command in DAP_REQUESTS:
+                self.argument_checker.check(request.command, request.raw.get("arguments"))
             observer = self.response_observers.get(request.command)
             if observer is None:
                 backend.forward(request)

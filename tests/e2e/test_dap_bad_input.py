@@ -110,7 +110,15 @@ def test_bad_requests_in_a_live_session_never_hurt_the_debuggee(start_adapter):
     frame = top_frame(client, stopped["threadId"])["id"]
     for command, arguments, error_id in [
         ("fooBar", {"x": 1}, 1404),                          # debugpy's refusal, given an id
-        ("stackTrace", {"threadId": "abc"}, 1404),
+        ("stackTrace", {"threadId": "abc"}, 1200),
+        # Each of these, forwarded, breaks debugpy (no answer, or the debuggee's debug
+        # connection lost for good): checked against the DAP schema first.
+        ("evaluate", {"expression": 5, "frameId": "FRAME"}, 1200),
+        ("setBreakpoints", {"source": {"path": str(BASIC)}, "breakpoints": [{"line": "x"}]},
+         1200),
+        ("setExceptionBreakpoints", {"filters": "raised"}, 1200),
+        ("next", {"threadId": "zz"}, 1200),
+        ("stackTrace", {}, 1200),
         ("readMemory", {"memoryReference": "0x10", "count": "four"}, 1200),
         ("readMemory", {"memoryReference": "here", "count": 4}, 1202),
         ("readMemory", {"memoryReference": "0x10", "count": 1 << 40}, 1200),
@@ -119,6 +127,8 @@ def test_bad_requests_in_a_live_session_never_hurt_the_debuggee(start_adapter):
         ("evaluate", [], 1200),
         ("launch", {"program": str(BASIC)}, 1000),           # a second launch
     ]:
+        if isinstance(arguments, dict):
+            arguments = {k: frame if v == "FRAME" else v for k, v in arguments.items()}
         response = client.request(command, arguments, timeout=5)
         assert response["success"] is False, response
         assert response["body"]["error"]["id"] == error_id, (command, response)

@@ -75,6 +75,8 @@ class DapClient:
         self.received: list[dict] = []
         """Every message received, in order."""
         self.schema_errors: list[str] = []
+        self.terminal_processes: list[subprocess.Popen] = []
+        """Processes started for runInTerminal requests."""
         self._queue: queue.Queue = queue.Queue()
         self._responses: dict[int, dict] = {}
         self._events: list[dict] = []
@@ -161,12 +163,31 @@ class DapClient:
         elif message["type"] == "event":
             self._events.append(message)
         elif message["type"] == "request":
-            # Reverse requests (runInTerminal, startDebugging): this client does neither.
-            self.send({"type": "response", "request_seq": message["seq"],
-                       "command": message["command"], "success": False,
-                       "message": "the test client does not run terminals or sessions"})
+            self._reverse_request(message)
         self.check_schema()
         return message
+
+    def _reverse_request(self, message: dict) -> None:
+        """runInTerminal is served when `run_in_terminal` is set (the command runs as a child
+        of the test, like a terminal would run it); everything else is refused."""
+        arguments = message.get("arguments", {})
+        if message["command"] == "runInTerminal" and self.run_in_terminal:
+            env = dict(os.environ)
+            env.update({k: v for k, v in (arguments.get("env") or {}).items() if v is not None})
+            proc = subprocess.Popen(arguments["args"], cwd=arguments.get("cwd") or None, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            self.terminal_processes.append(proc)
+            self.send({"type": "response", "request_seq": message["seq"],
+                       "command": "runInTerminal", "success": True,
+                       "body": {"processId": proc.pid}})
+            return
+        self.send({"type": "response", "request_seq": message["seq"],
+                   "command": message["command"], "success": False,
+                   "message": f"the test client does not serve {message['command']}"})
+
+    run_in_terminal = False
+    """Serve runInTerminal reverse requests (set by a test that announces the capability)."""
 
     def check_schema(self) -> None:
         if self.schema_errors:
@@ -228,6 +249,10 @@ class DapClient:
         return [m for m in self.received if m["type"] == "event" and m["event"] == name]
 
     def close(self) -> None:
+        for proc in self.terminal_processes:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
         for f in (self.wfile, self.rfile):
             try:
                 f.close()

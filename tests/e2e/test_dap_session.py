@@ -88,3 +88,29 @@ def test_launch_options_reach_the_debuggee(start_adapter, tmp_path):
     client.expect_event("terminated")
     client.call("disconnect", {})
     assert run.wait_exit() == 0
+
+
+def test_run_in_terminal_reverse_request_goes_through_the_client(start_adapter):
+    """With console integratedTerminal, debugpy asks the *client* to start the program
+    (runInTerminal): ptdebug passes the reverse request on and the answer back."""
+    run = start_adapter()
+    client = run.client
+    client.run_in_terminal = True
+    client.call("initialize", {**INITIALIZE, "supportsRunInTerminalRequest": True})
+    launch_seq = client.send_request("launch", {"program": str(BASIC), "console":
+                                                "integratedTerminal"})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(BASIC)},
+                                   "breakpoints": [{"line": marker_line(BASIC, "after_compute")}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    stopped = client.expect_stopped("breakpoint")
+    reverse = [m for m in client.received if m["type"] == "request"]
+    assert [m["command"] for m in reverse] == ["runInTerminal"]
+    assert client.terminal_processes and client.terminal_processes[0].poll() is None
+    frame = top_frame(client, stopped["threadId"])
+    assert evaluate(client, frame["id"], "result") == "6"
+    client.call("continue", {"threadId": stopped["threadId"]})
+    client.expect_event("terminated")
+    client.call("disconnect", {})
+    assert run.wait_exit() == 0

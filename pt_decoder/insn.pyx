@@ -62,6 +62,19 @@ assert (_F.CALL, _F.RETURN, _F.CONDITIONAL, _F.TAKEN, _F.INDIRECT, _F.SPECULATIV
     (0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80)
 
 
+ILD_CLASSES = ("error", "other", "call", "return", "jump", "cond_jump", "far_call", "far_return", "far_jump",
+               "ptwrite")
+
+
+def ild_probe(const uint8_t[:] code, int mode=3):
+    """(length, class name, is_direct, displacement) of the instruction at the start
+    of `code` in `mode` (1/2/3 = 16/32/64-bit), or (0, "error", 0, 0); for tests."""
+    cdef ild_insn d
+    if code.shape[0] == 0 or ild_decode(&code[0], code.shape[0], mode, &d) < 0:
+        return 0, "error", 0, 0
+    return d.len, ILD_CLASSES[d.iclass], d.is_direct, d.disp
+
+
 cdef inline int _is_branch(uint8_t c) noexcept nogil:
     return c != ILD_OTHER and c != ILD_PTWRITE and c != ILD_ERROR
 

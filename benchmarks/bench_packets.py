@@ -11,6 +11,8 @@ from memory, start at the first PSB and decode to the end:
   count         PacketDecoder.count(): the Cython inner loop (next_c per packet, no GIL, no
                 Python object), what the event layer above runs
   kinds         PacketDecoder.kinds(): the same loop writing each packet's kind to a bytes
+  records       PacketDecoder.records(): the same loop writing every packet as a packed
+                PtPacket record (for numpy.frombuffer / struct.iter_unpack)
   python_iter   `for packet in decoder`: one Python Packet object per packet
 Also reported: how fast FlowEncoder turns the recorded path into PT (million instructions
 per second), the rate that bounds building such streams.
@@ -24,6 +26,7 @@ import os
 import pathlib
 import platform
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,7 +35,9 @@ import time
 from benchmarks.corpus import DECODE, cached_stream, recorded_path
 from pt_decoder.flow_encoder import FlowEncoder
 from pt_decoder.image import Image
-from pt_decoder.packet import PacketDecoder
+from pt_decoder.packet import RECORD_FORMAT, PacketDecoder
+
+_RECORD_SIZE = struct.calcsize(RECORD_FORMAT)
 
 HERE = pathlib.Path(__file__).resolve().parent
 DRIVER = HERE / "c" / "pt_pkt_bench.c"
@@ -82,6 +87,10 @@ def _kinds(data) -> int:
     return len(PacketDecoder(data).kinds())
 
 
+def _records(data) -> int:
+    return len(PacketDecoder(data).records()) // _RECORD_SIZE
+
+
 def _python_iter(data) -> int:
     dec = PacketDecoder(data)
     dec.sync_forward()
@@ -125,7 +134,7 @@ def run(quick: bool = False) -> dict:
     data = stream.read_bytes()
     mb = len(data) / 1e6
     best = {"libipt": float("inf"), "count": float("inf"), "kinds": float("inf"),
-            "python_iter": float("inf")}
+            "records": float("inf"), "python_iter": float("inf")}
     counts = {}
     with tempfile.TemporaryDirectory(prefix="bench_packets_") as tmp:
         exe = build_driver(pathlib.Path(tmp))
@@ -134,6 +143,7 @@ def run(quick: bool = False) -> dict:
                     ("libipt", lambda: _libipt(exe, stream, 3)),
                     ("count", lambda: _best(lambda: _count(data), 3)),
                     ("kinds", lambda: _best(lambda: _kinds(data), 2)),
+                    ("records", lambda: _best(lambda: _records(data), 2)),
                     ("python_iter", lambda: _best(lambda: _python_iter(data), 1))):
                 seconds, n = measure()
                 best[name] = min(best[name], seconds)

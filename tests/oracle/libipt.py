@@ -292,6 +292,14 @@ def available() -> bool:
         return False
 
 
+def require() -> None:
+    """Raise RuntimeError saying how to install libipt if it does not load (the tests that
+    compare against it fail loudly rather than skip: scripts/bootstrap.sh installs it)."""
+    if not available():
+        raise RuntimeError(f"{LIBRARY} (libipt 2.0.x) does not load here: "
+                           "scripts/bootstrap.sh installs Debian's libipt2 and libipt-dev")
+
+
 def version() -> str:
     v = _lib().pt_library_version()
     return f"{v.major}.{v.minor}.{v.patch}"

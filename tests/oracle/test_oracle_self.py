@@ -15,8 +15,7 @@ import pytest
 
 from oracle import libipt
 
-pytestmark = pytest.mark.skipif(not libipt.available(),
-                                reason="libipt.so.2 missing: scripts/bootstrap.sh installs libipt2")
+libipt.require()          # fails loudly where libipt is missing; bootstrap installs it
 
 
 def _probe_source() -> str:

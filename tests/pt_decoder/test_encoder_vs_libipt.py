@@ -7,7 +7,6 @@ same packets as libipt's.
 """
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +15,7 @@ from pt_decoder.encoder import Encoder
 
 from oracle.compare import decode_ours_as_libipt, ours_available
 
-pytestmark = pytest.mark.skipif(not libipt.available(),
-                                reason="libipt.so.2 missing: scripts/bootstrap.sh installs libipt2")
+libipt.require()          # fails loudly where libipt is missing; bootstrap installs it
 
 U = lambda bits: st.integers(0, (1 << bits) - 1)  # noqa: E731
 IPCS = {0: 0, 1: 16, 2: 32, 3: 48, 4: 48, 6: 64}

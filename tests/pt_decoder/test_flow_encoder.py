@@ -17,8 +17,7 @@ from oracle import libipt
 from pt_decoder.flow_encoder import COND, FAR, ICALL, OTHER, RET, FlowEncoder
 from pt_decoder.image import Image
 
-pytestmark = pytest.mark.skipif(not libipt.available(),
-                                reason="libipt.so.2 missing: scripts/bootstrap.sh installs libipt2")
+libipt.require()          # fails loudly where libipt is missing; bootstrap installs it
 GLIBC = "dynamorio-drpt2trace/test_simple.tracedir-2022-06-22-static-glibc-hello"
 TIMING = dict(mtc_freq=3, nom_freq=36, cpuid_0x15=(2, 300))
 

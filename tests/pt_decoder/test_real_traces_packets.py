@@ -10,8 +10,7 @@ from oracle import libipt
 from oracle.compare import decode_ours, decode_ours_as_libipt, packet_module
 from pt_decoder.encoder import reconstruct_ip
 
-pytestmark = pytest.mark.skipif(not libipt.available(),
-                                reason="libipt.so.2 missing: scripts/bootstrap.sh installs libipt2")
+libipt.require()          # fails loudly where libipt is missing; bootstrap installs it
 
 REAL_TRACES = [
     "dynamorio-drpt2trace/test_simple.raw-2022-07-07-x86_64-hello/pt.bin",

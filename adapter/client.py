@@ -15,11 +15,19 @@ from adapter.backends import infer_backend
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InvalidRequest, NotSupportedYet
 from adapter.protocol.messages import Request
-from adapter.protocol.schema import (AttachConfig, DataBreakpointInfoArguments,
-                                     DisassembleArguments, LaunchConfig, ReadMemoryArguments,
-                                     ReverseContinueArguments, SetDataBreakpointsArguments,
-                                     SetInstructionBreakpointsArguments, StepBackArguments,
-                                     WriteMemoryArguments, parse)
+from adapter.protocol.schema import (
+    AttachConfig,
+    DataBreakpointInfoArguments,
+    DisassembleArguments,
+    LaunchConfig,
+    ReadMemoryArguments,
+    ReverseContinueArguments,
+    SetDataBreakpointsArguments,
+    SetInstructionBreakpointsArguments,
+    StepBackArguments,
+    WriteMemoryArguments,
+    parse,
+)
 
 if TYPE_CHECKING:
     from adapter.session import Session

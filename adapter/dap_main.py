@@ -81,7 +81,7 @@ def _serve_port(port: int) -> int:
     server.settimeout(ACCEPT_TIMEOUT)
     try:
         conn, peer = server.accept()
-    except socket.timeout:
+    except TimeoutError:
         log.error("no client connected within %g s", ACCEPT_TIMEOUT)
         return 1
     finally:

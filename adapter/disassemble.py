@@ -127,8 +127,8 @@ class Disassembler:
         return names
 
     def _image_for(self, insns: list[tuple]):
-        from pt_decoder.image import Image
         from pt_decoder.errors import PtError
+        from pt_decoder.image import Image
         with self._image_lock:
             wanted = [i[0] for i in insns if i[2]]
             if self._image is None or (wanted and self._image.module_at(wanted[0]) is None

@@ -17,12 +17,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, BinaryIO, Callable
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from adapter.backends import Backend, create_backend
 from adapter.protocol.channel import DEFERRED, Channel
-from adapter.protocol.errors import (AdapterError, BackendGone, NoDebugSession, NoProcess,
-                                     UnsupportedRequest)
+from adapter.protocol.errors import (
+    AdapterError,
+    BackendGone,
+    NoDebugSession,
+    NoProcess,
+    UnsupportedRequest,
+)
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import DAP_REQUESTS

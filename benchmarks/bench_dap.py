@@ -49,8 +49,9 @@ class _Session:
         launch = self.send("launch", {"program": program, "console": "internalConsole",
                                       "justMyCode": True})
         self.wait_event("initialized")
-        line = next(i for i, text in enumerate(open(program), 1) if text.rstrip()
-                    .endswith("# @stop"))
+        with open(program) as source:
+            line = next(i for i, text in enumerate(source, 1) if text.rstrip()
+                        .endswith("# @stop"))
         self.call("setBreakpoints", {"source": {"path": program}, "breakpoints": [{"line": line}]})
         self.call("configurationDone", {})
         self.wait_response(launch)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import TYPE_CHECKING, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from adapter.protocol.errors import InvalidLaunchConfig, UnsupportedBackend
 

@@ -165,7 +165,7 @@ class DebugpyBackend(Backend):
         if self.channel is None:
             raise BackendGone("debugpy is not running")
         if observe is None:
-            relay = lambda response: request.respond_like(response.raw)  # noqa: E731
+            relay = lambda response: request.respond_like(response.raw)
         else:
             def relay(response: Response) -> None:
                 try:

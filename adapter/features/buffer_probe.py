@@ -116,7 +116,7 @@ class Buffer:
     readonly: bool
 
     @classmethod
-    def from_result(cls, result: str) -> "Buffer":
+    def from_result(cls, result: str) -> Buffer:
         """Parse the probe's result as debugpy returns it (the repr of a tuple).
 
         Raises ValueError when it is not one."""

@@ -25,11 +25,17 @@ import queue
 import re
 import threading
 from dataclasses import dataclass
+from typing import ClassVar
 
-from adapter.features.buffer_probe import (MAX_WATCH, Buffer, NotAnExpression, decode_value,
-                                           probe_expression, watch_range)
+from adapter.features.buffer_probe import (
+    MAX_WATCH,
+    Buffer,
+    NotAnExpression,
+    decode_value,
+    probe_expression,
+    watch_range,
+)
 from adapter.memory import parse_address
-from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import DataBreakpointInfoArguments, SetDataBreakpointsArguments
@@ -64,7 +70,8 @@ class Armed:
 class DataBreakpoints:
     """The data-breakpoint feature of one session."""
 
-    capabilities = {"supportsDataBreakpoints": True, "supportsDataBreakpointBytes": True}
+    capabilities: ClassVar[dict] = {"supportsDataBreakpoints": True,
+                                    "supportsDataBreakpointBytes": True}
 
     def __init__(self, session, watcher: PerfWatcher):
         self.session = session
@@ -87,7 +94,7 @@ class DataBreakpoints:
         session.event_filters.append(self._filter_event)
 
     @classmethod
-    def probe(cls, session, pid: int) -> "DataBreakpoints | None":
+    def probe(cls, session, pid: int) -> DataBreakpoints | None:
         """The feature if a hardware watchpoint can really be armed in `pid`, else None (logged).
 
         Arms and removes a write watch on the first writable mapping of the process."""
@@ -297,10 +304,11 @@ class DataBreakpoints:
         return None, f"tid {tid}"
 
     def _symbol(self, ip: int) -> str:
+        from pt_decoder.errors import PtError
         from pt_decoder.image import Image
         try:
             symbol = Image.from_process(self.watcher.pid).symbolize(ip)
-        except Exception as exc:  # a vanished process or unreadable mapping: say so
+        except (PtError, OSError) as exc:  # a vanished process or unreadable mapping: say so
             return f"{ip:#x} ({exc})"
         if symbol is None:
             return f"{ip:#x}"

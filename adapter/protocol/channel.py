@@ -20,10 +20,20 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .errors import (AdapterError, BackendGone, BackendTimeout, InternalError, InvalidJson,
-                     InvalidMessage, InvalidRequest, ProtocolError, UnsupportedRequest)
+from .errors import (
+    AdapterError,
+    BackendGone,
+    BackendTimeout,
+    InternalError,
+    InvalidJson,
+    InvalidMessage,
+    InvalidRequest,
+    ProtocolError,
+    UnsupportedRequest,
+)
 from .framing import MessageReader, MessageWriter
 from .messages import Event, Request, Response, check_message
 

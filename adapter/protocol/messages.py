@@ -49,7 +49,7 @@ class Payload(dict):
 class Message:
     """One DAP message; `raw` is the JSON object exactly as received or to be sent."""
 
-    __slots__ = ("raw", "channel")
+    __slots__ = ("channel", "raw")
 
     def __init__(self, raw: dict, channel: Channel | None = None):
         self.raw = raw

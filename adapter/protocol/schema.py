@@ -13,7 +13,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from .errors import InvalidLaunchConfig, InvalidRequest
 
@@ -39,17 +39,17 @@ BACKENDS = ("python", "go")
 class LaunchConfig:
     """`launch` arguments. Keys not named here are forwarded to the backend unchanged."""
 
-    backend: Optional[Literal["python", "go"]] = None
+    backend: Literal["python", "go"] | None = None
     """Which debugger runs the program; inferred from `program`/`module` when absent."""
-    program: Optional[str] = None
+    program: str | None = None
     """The script (Python) or package/binary (Go) to run."""
-    module: Optional[str] = None
+    module: str | None = None
     """Python only: run `python -m module` instead of a program."""
     args: list[str] = field(default_factory=list)
     """Command-line arguments of the program."""
-    cwd: Optional[str] = None
+    cwd: str | None = None
     """Working directory of the program; the adapter's when absent."""
-    env: dict[str, Optional[str]] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
     """Extra environment variables (a null value removes the variable, as debugpy does)."""
     stopOnEntry: bool = False
     """Stop at the first line of the program."""
@@ -77,13 +77,13 @@ class ConnectTarget:
 class AttachConfig:
     """`attach` arguments: a process id, or a debugpy server to connect to."""
 
-    backend: Optional[Literal["python", "go"]] = None
+    backend: Literal["python", "go"] | None = None
     """Which debugger attaches; inferred from the process or `connect` when absent."""
-    pid: Optional[int] = None
+    pid: int | None = None
     """Process to attach to (debugpy calls it `processId`; both are accepted)."""
-    processId: Optional[int] = None
+    processId: int | None = None
     """debugpy's name for `pid`."""
-    connect: Optional[ConnectTarget] = None
+    connect: ConnectTarget | None = None
     """A debugpy server to connect to instead of a pid."""
     justMyCode: bool = True
     """Step and break in user code only."""
@@ -132,20 +132,20 @@ class DisassembleArguments:
 class DataBreakpointInfoArguments:
     name: str
     """A variable name (with variablesReference), an expression, or an address (asAddress)."""
-    variablesReference: Optional[int] = None
-    frameId: Optional[int] = None
-    bytes: Optional[int] = None
+    variablesReference: int | None = None
+    frameId: int | None = None
+    bytes: int | None = None
     """Watch this many bytes from the address (supportsDataBreakpointBytes)."""
     asAddress: bool = False
-    mode: Optional[str] = None
+    mode: str | None = None
 
 
 @dataclass
 class DataBreakpoint:
     dataId: str
     accessType: Literal["read", "write", "readWrite"] = "write"
-    condition: Optional[str] = None
-    hitCondition: Optional[str] = None
+    condition: str | None = None
+    hitCondition: str | None = None
 
 
 @dataclass
@@ -158,9 +158,9 @@ class SetDataBreakpointsArguments:
 class InstructionBreakpoint:
     instructionReference: str
     offset: int = 0
-    condition: Optional[str] = None
-    hitCondition: Optional[str] = None
-    mode: Optional[str] = None
+    condition: str | None = None
+    hitCondition: str | None = None
+    mode: str | None = None
 
 
 @dataclass

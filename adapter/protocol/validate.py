@@ -18,7 +18,8 @@ import importlib.util
 import json
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import InvalidRequest
 
@@ -56,7 +57,7 @@ class ArgumentChecker:
         self._checkers: dict[str, Checker | None] = {}
 
     @classmethod
-    def from_file(cls, path: str) -> "ArgumentChecker":
+    def from_file(cls, path: str) -> ArgumentChecker:
         with open(path) as f:
             return cls(json.load(f)["definitions"])
 

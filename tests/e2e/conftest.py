@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from dapclient import DapClient, DapSchema, descendants, marker_line, still_alive
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -69,7 +68,10 @@ def start_adapter(dap_schema, tmp_path):
 
     def start(port: bool = False) -> AdapterRun:
         log_path = tmp_path / f"adapter{len(runs)}.log"
-        log = open(log_path, "wb")
+        with open(log_path, "wb") as log:  # the adapter keeps its own copy of the fd
+            return _start(log, log_path, port)
+
+    def _start(log, log_path, port: bool) -> AdapterRun:
         argv = [sys.executable, "-m", "adapter.cli", "dap", "--log-level", "DEBUG"]
         if not port:
             client = DapClient.stdio(argv, dap_schema, stderr=log, cwd=ROOT)
@@ -90,7 +92,8 @@ def start_adapter(dap_schema, tmp_path):
 
     yield start
     for run in runs:
-        run.track() if run.proc.poll() is None else None
+        if run.proc.poll() is None:
+            run.track()
         try:
             run.client.close()
         except AssertionError:

@@ -15,7 +15,8 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jsonschema
 
@@ -86,14 +87,14 @@ class DapClient:
 
     # --- construction ---------------------------------------------------------------------
     @classmethod
-    def stdio(cls, argv: list[str], schema: DapSchema, stderr=None, **popen) -> "DapClient":
+    def stdio(cls, argv: list[str], schema: DapSchema, stderr=None, **popen) -> DapClient:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr if stderr is not None else subprocess.DEVNULL,
                                 **popen)
         return cls(proc.stdout, proc.stdin, schema, proc=proc)
 
     @classmethod
-    def tcp(cls, port: int, schema: DapSchema, proc=None) -> "DapClient":
+    def tcp(cls, port: int, schema: DapSchema, proc=None) -> DapClient:
         sock = socket.create_connection(("127.0.0.1", port), timeout=DEFAULT_TIMEOUT)
         sock.settimeout(None)
         return cls(sock.makefile("rb"), sock.makefile("wb"), schema, proc=proc, sock=sock)

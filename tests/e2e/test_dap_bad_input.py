@@ -3,7 +3,6 @@ anything readable gets an error response (or an `output` event when there is no 
 answer) and the session goes on. Never a hang, never a crash of the debuggee."""
 from __future__ import annotations
 
-import json
 import os
 import time
 

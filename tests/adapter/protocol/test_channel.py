@@ -80,7 +80,7 @@ def dap_error_response(shared_dir):
 
 
 def test_requests_go_to_handlers_by_name_and_seq_increases():
-    channel, peer = _pair(Handlers())
+    _, peer = _pair(Handlers())
     peer.send({"seq": 1, "type": "request", "command": "threads"})
     peer.send({"seq": 2, "type": "request", "command": "pause", "arguments": {}})
     first, second = peer.receive(), peer.receive()
@@ -91,7 +91,7 @@ def test_requests_go_to_handlers_by_name_and_seq_increases():
 
 
 def test_errors_become_body_error_at_the_boundary(caplog, dap_error_response):
-    channel, peer = _pair(Handlers())
+    _, peer = _pair(Handlers())
     caplog.set_level(logging.INFO, "ptdebug.dap")
     peer.send({"seq": 1, "type": "request", "command": "evaluate", "arguments": {}})
     peer.send({"seq": 2, "type": "request", "command": "stepBack"})
@@ -111,7 +111,7 @@ def test_errors_become_body_error_at_the_boundary(caplog, dap_error_response):
 
 def test_deferred_requests_are_answered_later_exactly_once():
     handlers = Handlers()
-    channel, peer = _pair(handlers)
+    _, peer = _pair(handlers)
     peer.send({"seq": 5, "type": "request", "command": "next", "arguments": {"threadId": 1}})
     peer.send({"seq": 6, "type": "request", "command": "threads"})
     assert peer.receive()["request_seq"] == 6   # the deferred one did not block the next
@@ -165,7 +165,7 @@ def test_when_the_peer_goes_away_pending_requests_fail_and_nobody_waits():
 
 
 def test_request_times_out_instead_of_hanging():
-    channel, peer = _pair(Handlers())
+    channel, _ = _pair(Handlers())
     with pytest.raises(BackendTimeout, match="within 0.2 s"):
         channel.request("threads", timeout=0.2)
 

@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracle import libipt
+from oracle.compare import decode_ours_as_libipt
 from pt_decoder.encoder import Encoder
-
-from oracle.compare import decode_ours_as_libipt, ours_available
 
 libipt.require()          # fails loudly where libipt is missing; bootstrap installs it
 
@@ -134,8 +133,7 @@ def test_identical_bytes_and_packets(ops):
     decoded = libipt.libipt_packets(ours, sync=False)
     assert [{k: v for k, v in p.items() if k not in ("offset", "size")} for p in decoded] == dicts
     assert sum(p["size"] for p in decoded) == len(ours)
-    if ours_available():
-        assert decode_ours_as_libipt(ours, sync=False) == decoded
+    assert decode_ours_as_libipt(ours, sync=False) == decoded
 
 
 @settings(max_examples=40, deadline=None)

@@ -117,9 +117,12 @@ cdef class PacketDecoder:
     # then holds the failing offset and the decoder does NOT advance; the caller
     # resynchronises with sync_forward_c()).
     cdef int next_c(self, PtPacket* pkt) noexcept nogil
-    # Move to the next PSB strictly after the current offset; 0 or -PTE_EOS.
+    # Move to the next PSB; 0 or -PTE_EOS. Skips the PSB the decoder is
+    # synchronised on; as libipt, the search starts up to 15 bytes before the
+    # current offset so that a PSB partly swallowed by a bad packet is found.
     cdef int sync_forward_c(self) noexcept nogil
-    # Move to the last PSB strictly before the current sync offset; 0 or -PTE_EOS.
+    # Move to the last PSB strictly before the current offset (the end of the
+    # buffer when not synchronised); 0 or -PTE_EOS.
     cdef int sync_backward_c(self) noexcept nogil
     # Synchronise at `offset`, which must hold a PSB; 0 or -PTE_NOSYNC/-PTE_EOS.
     cdef int sync_set_c(self, uint64_t offset) noexcept nogil

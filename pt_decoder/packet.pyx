@@ -939,17 +939,18 @@ cdef class PacketDecoder:
         raise _error(err, &pkt)
 
     def __iter__(self):
-        """Iterate next() until the end of the buffer (PtError as next())."""
+        """The decoder is its own iterator: next() until the end of the
+        buffer (PtError as next())."""
+        return self
+
+    def __next__(self):
         cdef PtPacket pkt
-        cdef int err
-        while True:
-            err = _decode_one(self, &pkt)
-            if err == 0:
-                yield _make_packet(&pkt)
-                continue
-            if err == -PTE_EOS and pkt.offset >= self._size:
-                return
-            raise _error(err, &pkt)
+        cdef int err = _decode_one(self, &pkt)
+        if err == 0:
+            return _make_packet(&pkt)
+        if err == -PTE_EOS and pkt.offset >= self._size:
+            raise StopIteration
+        raise _error(err, &pkt)
 
     def decode_all(self, errors=None):
         """Decode from the current offset to the end; return a list of Packets.

@@ -20,10 +20,9 @@ Two mechanisms, one policy (validation and register allocation are shared):
   the target can see), then released. Polling /proc/PID/task instead would
   miss a new thread's first writes; PTRACE_O_TRACECLONE would stop the
   target at every clone for as long as the watch lives.
-- `DebugRegisterWatcher`, when ptdebug is itself the ptrace tracer: the same
+- `adapter.watch_traced`, when ptdebug is itself the ptrace tracer: the same
   requests written into DR0-DR3/DR7 with PTRACE_POKEUSER, so a hit stops the
-  thread (SIGTRAP, DR6 says which register) and the values are exact.
-  `TracedWatchSession` is that tracer for `ptdebug watch --stop`.
+  thread (SIGTRAP, DR6 says which register) while its bytes are read.
 
 Linux facts this policy encodes (arch/x86/kernel/hw_breakpoint.c): x86 has no
 read-only breakpoint (HW_BREAKPOINT_R alone is EINVAL) and no read-write-
@@ -42,9 +41,6 @@ import enum
 import errno
 import os
 import select
-import signal
-import struct
-import time
 
 from adapter.hw import debugregs, perf, ptrace
 
@@ -308,7 +304,7 @@ class _Frozen:
         self.stopped: dict[int, int] = {}  # tid -> signal to re-deliver at detach
         self.held = True
 
-    def __enter__(self) -> "_Frozen":
+    def __enter__(self) -> _Frozen:
         try:
             while True:
                 fresh = [t for t in _threads(self.pid) if t not in self.stopped]
@@ -374,10 +370,18 @@ class PerfWatcher:
     so the target is left exactly as it was.
     """
 
-    def __init__(self, pid: int, ring_pages: int = 16):
+    def __init__(self, pid: int, ring_pages: int = 16, wakeup: str = "each"):
+        """`wakeup`: "each" wakes the reader at every hit, so each hit (and the
+        watched bytes) is read at once. "batch" wakes it only when half a ring is
+        full: less cost per hit for the target (no wakeup per hit), but hits and
+        values are read only as often as the caller's poll timeout.
+        """
         require_process(pid)
+        if wakeup not in ("each", "batch"):
+            raise ValueError(f"wakeup must be 'each' or 'batch', not {wakeup!r}")
         self.pid = pid
         self.ring_pages = ring_pages
+        self.wakeup = wakeup
         self.registers = _Registers()
         self._mem_fd = _open_mem(pid)
         self._cpus = online_cpus()
@@ -426,7 +430,9 @@ class PerfWatcher:
         # Linux wants an execute breakpoint's bp_len to be sizeof(long)
         # (hw_breakpoint.c, arch_build_bp_info); the register itself gets LEN=00B.
         bp_len = 8 if request.access == Access.EXECUTE else length
-        attr = perf.breakpoint_attr(address, bp_len, _PERF_TYPE[request.access], inherit=True)
+        wakeup_bytes = self.ring_pages * perf.PAGE_SIZE // 2 if self.wakeup == "batch" else 0
+        attr = perf.breakpoint_attr(address, bp_len, _PERF_TYPE[request.access], inherit=True,
+                                    wakeup_bytes=wakeup_bytes)
         try:
             return perf.perf_event_open(attr, tid, cpu)
         except OSError as exc:
@@ -523,328 +529,8 @@ class PerfWatcher:
             os.close(self._mem_fd)
             self._mem_fd = -1
 
-    def __enter__(self) -> "PerfWatcher":
+    def __enter__(self) -> PerfWatcher:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-# -- the ptrace mechanism: DR0-DR7 of threads ptdebug traces --------------------------------
-
-_DR7_OFFSET = ptrace.DEBUGREG_OFFSET + 7 * 8
-_DR6_OFFSET = ptrace.DEBUGREG_OFFSET + 6 * 8
-
-
-class DebugRegisterWatcher:
-    """The same watches written into DR0-DR3/DR7 of threads ptdebug traces (stop at hit).
-
-    Every call that touches a thread's registers needs that thread in a
-    ptrace-stop; the tracer that owns the stops (TracedWatchSession, or the
-    stepper) calls `apply(tid)` on each thread after a change and on each new
-    thread (Linux clears a clone child's debug registers). Registers go
-    through PTRACE_POKEUSER at offsetof(struct user, u_debugreg): Linux turns
-    them into the same hw_breakpoint slots perf uses, so a fifth is refused.
-    """
-
-    def __init__(self, pid: int):
-        require_process(pid)
-        self.pid = pid
-        self.registers = _Registers()
-        self._mem_fd = _open_mem(pid)
-
-    def add(self, request: WatchRequest, stopped_tids: list[int]) -> Watch:
-        """Arm `request` on these stopped threads; WatchError and nothing changed if it cannot be."""
-        pieces = plan(request)
-        check_mapped(self.pid, request.address, request.length, request.access)
-        watch = self.registers.reserve(request, pieces)
-        done = []
-        try:
-            for tid in stopped_tids:
-                done.append(tid)
-                self.apply(tid)
-        except (OSError, debugregs.DebugRegisterError) as exc:
-            self.registers.release(watch)
-            for tid in done:
-                try:
-                    self.apply(tid)
-                except OSError:
-                    pass
-            if isinstance(exc, OSError):
-                raise _os_error_to_watch_error(exc, self.pid, request, "") from None
-            raise WatchError("bad_length", str(exc)) from None
-        watch.previous = _read_value(self._mem_fd, watch) if request.access != Access.EXECUTE else None
-        return watch
-
-    def remove(self, watch: Watch, stopped_tids: list[int]) -> None:
-        self.registers.release(watch)
-        for tid in stopped_tids:
-            self.apply(tid)
-
-    def apply(self, tid: int) -> None:
-        """Write every armed slot into thread `tid` (stopped): DR7 off, addresses, DR7 on.
-
-        DR7 is cleared first because Linux re-validates an enabled register's
-        length and alignment when its address changes.
-        """
-        slots = [debugregs.Slot(index, address, length, _DR_ACCESS[watch.request.access])
-                 for index, watch, address, length in self.registers.slots()]
-        ptrace.pokeuser(tid, _DR7_OFFSET, 0)
-        for slot in slots:
-            ptrace.pokeuser(tid, ptrace.DEBUGREG_OFFSET + 8 * slot.index, slot.address)
-        ptrace.pokeuser(tid, _DR7_OFFSET, debugregs.encode_dr7(slots))
-
-    def clear(self, tid: int) -> None:
-        """Disable every register of `tid` (stopped)."""
-        ptrace.pokeuser(tid, _DR7_OFFSET, 0)
-
-    def hit_at_stop(self, tid: int) -> Hit | None:
-        """The Hit if thread `tid`'s SIGTRAP stop came from one of our registers, else None.
-
-        DR6's B0-B3 say which register fired (SDM §17.2.3); Linux shows ptrace
-        users a virtual DR6 holding only their own registers' bits. It is
-        cleared afterwards (the processor never clears it, §17.2.3).
-        """
-        dr6 = ptrace.peekuser(tid, _DR6_OFFSET)
-        slots = {index: (watch, address) for index, watch, address, _ in self.registers.slots()}
-        fired = [i for i in debugregs.dr6_triggered(dr6) if i in slots]
-        if not fired:
-            return None
-        ptrace.pokeuser(tid, _DR6_OFFSET, 0)
-        watch, address = slots[fired[0]]
-        regs = ptrace.getregs(tid).as_dict()
-        old, new = None, None
-        if watch.request.access != Access.EXECUTE:
-            old, new = watch.previous, _read_value(self._mem_fd, watch)
-            watch.previous = new
-        chain = _frame_pointer_chain(self._mem_fd, regs["rip"], regs["rbp"])
-        return Hit(watch, tid, self.pid, regs["rip"], time.clock_gettime_ns(time.CLOCK_MONOTONIC),
-                   address, regs, chain, old, new, exact=True)
-
-    def close(self) -> None:
-        self.registers.watches.clear()
-        if self._mem_fd >= 0:
-            os.close(self._mem_fd)
-            self._mem_fd = -1
-
-
-def _frame_pointer_chain(mem_fd: int, ip: int, rbp: int, limit: int = 64) -> tuple[int, ...]:
-    """IP then the return addresses found by following saved frame pointers, as perf's user
-    callchain does; stops at the first frame that does not look like one."""
-    chain = [ip]
-    for _ in range(limit):
-        if rbp == 0 or rbp % 8:
-            break
-        try:
-            frame = os.pread(mem_fd, 16, rbp)
-        except OSError:
-            break
-        if len(frame) < 16:
-            break
-        next_rbp, ret = struct.unpack("<QQ", frame)
-        if ret == 0:
-            break
-        chain.append(ret)
-        if next_rbp <= rbp:  # the stack grows down: a caller's frame is always above
-            break
-        rbp = next_rbp
-    return tuple(chain)
-
-
-class ProcessExited(Exception):
-    """The traced process ended while a TracedWatchSession waited."""
-
-
-class TracedWatchSession:
-    """ptdebug as the tracer of every thread of `pid`, with DebugRegisterWatcher watches.
-
-    A hit stops the thread that hit (the others run on) until `resume(hit)`.
-    New threads are attached by PTRACE_O_TRACECLONE and armed at their first
-    stop. `close()` stops everything, clears the registers and detaches: the
-    target runs on as if never traced.
-    """
-
-    def __init__(self, pid: int):
-        require_process(pid)
-        self.pid = pid
-        self.watcher = DebugRegisterWatcher(pid)
-        self.threads: set[int] = set()
-        self._running: set[int] = set()
-        self._new: set[int] = set()
-        self.interruptible = False
-        """True only while wait_hit blocks with no stop in hand: the one point where a
-        signal handler may raise without leaving a thread stopped and unaccounted."""
-        try:
-            self._attach_all()
-        except BaseException:
-            self.close()
-            raise
-
-    def _attach_all(self) -> None:
-        while True:
-            fresh = [t for t in _threads(self.pid) if t not in self.threads]
-            if not fresh:
-                return
-            for tid in fresh:
-                try:
-                    ptrace.seize(tid, ptrace.O_TRACECLONE)
-                except ptrace.PtraceError as exc:
-                    if exc.errno == errno.ESRCH:
-                        continue
-                    if exc.errno == errno.EPERM:
-                        tracer = ptrace.tracer_of(tid)
-                        if tracer:
-                            raise WatchError("traced", f"process {self.pid} is already traced by "
-                                             f"process {tracer}; use the perf mechanism") from None
-                        raise WatchError("permission", f"permission denied: cannot ptrace process "
-                                         f"{self.pid} (same user, or root)") from None
-                    raise
-                self.threads.add(tid)
-                ptrace.interrupt(tid)
-                self._wait_stop(tid)
-
-    def _wait_stop(self, tid: int) -> None:
-        status = ptrace.waitpid(tid, ptrace.WALL)
-        if status.gone:
-            self.threads.discard(tid)
-
-    def add(self, request: WatchRequest) -> Watch:
-        """Arm on every thread (each is stopped for the pokes, then resumed as it was)."""
-        with self._all_stopped():
-            return self.watcher.add(request, sorted(self.threads))
-
-    def remove(self, watch: Watch) -> None:
-        with self._all_stopped():
-            self.watcher.remove(watch, sorted(self.threads))
-
-    def _all_stopped(self):
-        session = self
-
-        class _Stop:
-            def __enter__(self):
-                self.was_running = sorted(session._running)
-                for tid in self.was_running:
-                    try:
-                        ptrace.interrupt(tid)
-                    except ptrace.PtraceError:
-                        pass
-                for tid in self.was_running:
-                    session._drain_until_stopped(tid)
-                return self
-
-            def __exit__(self, *exc):
-                for tid in self.was_running:
-                    if tid in session.threads:
-                        session._cont(tid)
-
-        return _Stop()
-
-    def _drain_until_stopped(self, tid: int) -> None:
-        """Wait for `tid`'s interrupt stop; a hit or signal met first is kept pending."""
-        while True:
-            status = ptrace.waitpid(tid, ptrace.WALL)
-            self._running.discard(tid)
-            if status.gone:
-                self.threads.discard(tid)
-                return
-            if status.event == ptrace.EVENT_STOP:
-                return
-            if status.event == ptrace.EVENT_CLONE:
-                child = ptrace.geteventmsg(tid)
-                if child not in self.threads:
-                    self._new.add(child)
-                return
-            if status.stop_signal == signal.SIGTRAP and self.watcher.hit_at_stop(tid) is not None:
-                return  # a hit met while stopping everyone: dropped, the watch is being changed
-            ptrace.cont(tid, status.stop_signal)  # pass the signal on; the interrupt follows
-
-    def start(self) -> None:
-        """Let every stopped thread run (after the first add)."""
-        for tid in sorted(self.threads - self._running):
-            self._cont(tid)
-
-    def _cont(self, tid: int, sig: int = 0) -> None:
-        try:
-            ptrace.cont(tid, sig)
-            self._running.add(tid)
-        except ptrace.PtraceError as exc:
-            if exc.errno != errno.ESRCH:
-                raise
-            self.threads.discard(tid)
-
-    def wait_hit(self) -> Hit:
-        """Block until a watch fires; the hitting thread stays stopped until `resume(hit)`.
-
-        Raises ProcessExited when the last thread is gone.
-        """
-        while True:
-            if not self.threads:
-                raise ProcessExited(f"process {self.pid} exited")
-            self.interruptible = True
-            try:
-                status = ptrace.waitpid(-1, ptrace.WALL)
-            finally:
-                self.interruptible = False
-            tid = status.tid
-            if tid not in self.threads and tid not in self._new:
-                if status.stopped and status.event == ptrace.EVENT_STOP:
-                    self._new.add(tid)  # a new thread's first stop can come before the CLONE event
-                else:
-                    continue
-            self._running.discard(tid)
-            if status.gone:
-                self.threads.discard(tid)
-                self._new.discard(tid)
-                continue
-            if status.event == ptrace.EVENT_CLONE:
-                child = ptrace.geteventmsg(tid)
-                if child not in self.threads:  # its first stop may have come already
-                    self._new.add(child)
-                self._cont(tid)
-            elif tid in self._new and status.event == ptrace.EVENT_STOP:
-                self._new.discard(tid)
-                self.threads.add(tid)
-                self.watcher.apply(tid)
-                self._cont(tid)
-            elif status.event == ptrace.EVENT_STOP:
-                self._cont(tid)  # group-stop or stray interrupt: keep running
-            elif status.stop_signal == signal.SIGTRAP:
-                hit = self.watcher.hit_at_stop(tid)
-                if hit is not None:
-                    return hit
-                self._cont(tid, signal.SIGTRAP)
-            else:
-                self._cont(tid, status.stop_signal)
-
-    def resume(self, hit: Hit) -> None:
-        if hit.tid in self.threads:
-            self._cont(hit.tid)
-
-    def close(self) -> None:
-        """Stop every thread, clear its debug registers and detach it."""
-        try:
-            with self._all_stopped() as stop:
-                stop.was_running = []  # leave them stopped for the detach below
-                for tid in sorted(self.threads):
-                    try:
-                        self.watcher.clear(tid)
-                    except ptrace.PtraceError:
-                        pass
-                    try:
-                        ptrace.detach(tid)
-                    except ptrace.PtraceError:
-                        pass
-                self.threads.clear()
-            for tid in sorted(self._new):  # attached by TRACECLONE, its first stop not yet seen
-                self._new.discard(tid)
-                try:
-                    status = ptrace.waitpid(tid, ptrace.WALL)
-                except ChildProcessError:
-                    continue  # exited and reaped already
-                if not status.gone:
-                    try:
-                        ptrace.detach(tid)
-                    except ptrace.PtraceError:
-                        pass
-        finally:
-            self.watcher.close()

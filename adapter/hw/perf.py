@@ -47,6 +47,7 @@ FLAG_INHERIT = 1 << 1
 FLAG_EXCLUDE_KERNEL = 1 << 5
 FLAG_EXCLUDE_HV = 1 << 6
 FLAG_TASK = 1 << 13
+FLAG_WATERMARK = 1 << 14
 FLAG_SAMPLE_ID_ALL = 1 << 18
 FLAG_EXCLUDE_CALLCHAIN_KERNEL = 1 << 21
 FLAG_USE_CLOCKID = 1 << 25
@@ -113,7 +114,8 @@ the breakpoint address, the user call chain and the user registers."""
 
 
 def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = True,
-                    disabled: bool = False, max_stack: int = 64) -> PerfEventAttr:
+                    disabled: bool = False, max_stack: int = 64,
+                    wakeup_bytes: int = 0) -> PerfEventAttr:
     """A sampling breakpoint event that records every hit (sample_period = 1).
 
     Kernel and hypervisor hits are excluded (a user watch must not fire on
@@ -121,7 +123,10 @@ def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = 
     it); kernel frames are left out of the call chain. Times are
     CLOCK_MONOTONIC (use_clockid) so they compare with the target's own
     clock_gettime. `inherit` makes threads the watched thread creates later
-    carry the event too (perf_event_open(2), "inherit").
+    carry the event too (perf_event_open(2), "inherit"). Pollers are woken at
+    every sample, or with `wakeup_bytes` only once that much data waits (the
+    `watermark` flag): each wakeup costs the hitting thread an irq_work and,
+    if a reader sleeps in poll, a cross-CPU wakeup.
     """
     attr = PerfEventAttr()
     attr.type = PERF_TYPE_BREAKPOINT
@@ -133,12 +138,14 @@ def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = 
     attr.sample_type = SAMPLE_TYPE
     attr.sample_regs_user = REGS_USER_MASK
     attr.sample_max_stack = max_stack
-    attr.wakeup_events = 1
+    attr.wakeup_events = wakeup_bytes or 1  # a union: wakeup_watermark with FLAG_WATERMARK
     attr.clockid = CLOCK_MONOTONIC
     flags = (FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV | FLAG_EXCLUDE_CALLCHAIN_KERNEL
              | FLAG_USE_CLOCKID | FLAG_SAMPLE_ID_ALL)
     if inherit:
         flags |= FLAG_INHERIT
+    if wakeup_bytes:
+        flags |= FLAG_WATERMARK
     if disabled:
         flags |= FLAG_DISABLED
     attr.flags = flags

@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from test_watchpoints import Target, _marker_line, watch_threads  # noqa: F401
 
 pytestmark = pytest.mark.live
@@ -119,6 +118,6 @@ def test_duration_ends_a_quiet_watch(target):
     t = target(1, 0, 1, 0)
     start = time.monotonic()
     cli = _start("--pid", t.pid, "--addr", hex(t.addr["neighbour"]), "--duration", 0.5)
-    out, err = cli.communicate(timeout=30)
+    out, _ = cli.communicate(timeout=30)
     assert cli.returncode == 0 and out == "" and time.monotonic() - start >= 0.5
     assert os.path.exists(f"/proc/{t.pid}")

@@ -11,10 +11,10 @@ import subprocess
 import sys
 
 import pytest
+from test_watchpoints import Target, _perf_fds, watch_threads  # noqa: F401
 
 from adapter import watch_cli
 from adapter import watchpoints as wp
-from test_watchpoints import Target, _perf_fds, watch_threads  # noqa: F401
 
 pytestmark = pytest.mark.live
 

@@ -13,9 +13,10 @@ import os
 import signal
 
 import pytest
-
-from adapter import watchpoints as wp
 from test_watchpoints import Target, watch_threads  # noqa: F401  (the build fixture)
+
+from adapter import watch_traced as wt
+from adapter import watchpoints as wp
 
 pytestmark = pytest.mark.live
 
@@ -49,7 +50,7 @@ def target_factory(watch_threads):  # noqa: F811
 
 def test_hit_stops_the_writer_with_exact_values_and_close_detaches(target_factory):
     target = target_factory(before=1, after=0, writes=5, interval_us=1000)
-    session = wp.TracedWatchSession(target.pid)
+    session = wt.TracedWatchSession(target.pid)
     try:
         session.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
         session.start()
@@ -76,7 +77,7 @@ def test_hit_stops_the_writer_with_exact_values_and_close_detaches(target_factor
 
 def test_new_threads_are_armed_at_their_first_stop(target_factory):
     target = target_factory(before=0, after=2, writes=4, interval_us=1000)
-    session = wp.TracedWatchSession(target.pid)
+    session = wt.TracedWatchSession(target.pid)
     try:
         session.add(wp.WatchRequest(target.addr["region"], 32, wp.Access.WRITE))
         session.start()
@@ -95,7 +96,7 @@ def test_new_threads_are_armed_at_their_first_stop(target_factory):
 def test_execute_watch_counts_calls_with_stops(target_factory):
     calls = 50
     target = target_factory(before=0, after=0, writes=0, interval_us=0, calls=calls)
-    session = wp.TracedWatchSession(target.pid)
+    session = wt.TracedWatchSession(target.pid)
     try:
         session.add(wp.WatchRequest(target.addr["counted"], 1, wp.Access.EXECUTE))
         session.start()
@@ -113,7 +114,7 @@ def test_execute_watch_counts_calls_with_stops(target_factory):
 
 def test_fifth_register_and_bad_requests_change_nothing(target_factory):
     target = target_factory(before=1, after=0, writes=3, interval_us=1000)
-    session = wp.TracedWatchSession(target.pid)
+    session = wt.TracedWatchSession(target.pid)
     try:
         session.add(wp.WatchRequest(target.addr["region"], 24, wp.Access.READ_WRITE))
         session.add(wp.WatchRequest(target.addr["neighbour"], 8, wp.Access.WRITE))
@@ -135,12 +136,12 @@ def test_fifth_register_and_bad_requests_change_nothing(target_factory):
 
 def test_sigterm_to_the_target_is_passed_on(target_factory):
     target = target_factory(before=1, after=0, writes=1, interval_us=0)
-    session = wp.TracedWatchSession(target.pid)
+    session = wt.TracedWatchSession(target.pid)
     try:
         session.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
         session.start()
         os.kill(target.pid, signal.SIGTERM)
-        with pytest.raises(wp.ProcessExited):
+        with pytest.raises(wt.ProcessExited):
             session.wait_hit()
     finally:
         session.close()

@@ -24,6 +24,16 @@ from capstone import x86
 
 _MD = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 _MD.detail = True
+# Most instructions need no operand details (copying them out of capstone costs
+# ~50 us each in Python): a first pass without details picks the ones that do.
+_MD_LITE = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_FLOW_MNEMONICS = frozenset({
+    "jmp", "call", "ret", "retf", "retfq", "iret", "iretd", "iretq", "syscall", "sysenter",
+    "sysexit", "sysret", "int", "int1", "int3", "into", "ud0", "ud1", "ud2", "hlt", "ljmp",
+    "lcall", "xbegin", "xabort", "xend", "jrcxz", "jecxz", "loop", "loope", "loopne",
+    "push", "pop", "leave", "enter", "pushfq", "popfq", "pushf", "popf", "xchg", "xadd",
+    "cmpxchg", "vmcall", "vmmcall", "vmlaunch", "vmresume"})
+_STACK_REGS = frozenset({"rsp", "esp", "sp", "spl", "rbp", "ebp", "bp", "bpl"})
 
 MASK64 = 0xFFFFFFFFFFFFFFFF
 
@@ -179,9 +189,21 @@ class CodeCache:
             code = self._read(addr, 16)
         except OSError:
             code = b""
-        ins = next(_MD.disasm(code, addr, 1), None) if code else None
-        if ins is not None:
-            self._bytes[addr] = bytes(code[:ins.size])
+        lite = next(_MD_LITE.disasm_lite(code, addr, 1), None) if code else None
+        if lite is not None:
+            size, mnemonic, op_str = lite[1], lite[2], lite[3]
+            self._bytes[addr] = bytes(code[:size])
+            words = mnemonic.split()
+            base = words[-1] if words else ""
+            dest = op_str.split(",", 1)[0].strip()
+            if not (base in _FLOW_MNEMONICS or base.startswith("j") or dest in _STACK_REGS):
+                # no branch and no write to RSP/RBP: a plain instruction
+                rep = words[0].startswith("rep") and len(words) > 1 if words else False
+                result = Insn(addr, size, Kind.PLAIN, None, None, None, (_SE_NONE, 0), rep,
+                              f"{mnemonic} {op_str}".strip())
+                self._insns[addr] = result
+                return result
+        ins = next(_MD.disasm(code, addr, 1), None) if lite is not None else None
         if ins is None:
             result = Insn(addr, 1, Kind.UNDECODABLE, text="(bad)")
         else:

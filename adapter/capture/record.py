@@ -106,8 +106,12 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    end: stepper_mod.EndCondition | None = None, predict_returns: bool = True,
                    copy_images: bool = True, ptw_probe=None, no_aslr: bool = False,
                    trigger_timeout: float | None = None, env: dict | None = None,
-                   wait_for_exit: bool = True, log=lambda msg: None) -> RecordResult:
+                   wait_for_exit: bool = True, breakpoints: str = "auto",
+                   log=lambda msg: None) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
+    `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
+    ptdebug launched that has one thread, since they stop twice as fast; debug
+    registers otherwise, which patch nothing and leave other threads alone).
     Raises RecordFailed (with the partial bundle's path when one was written)."""
     end = end or stepper_mod.EndCondition(count=100_000)
     if end.until_return and not start:
@@ -143,7 +147,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                 raise TargetError(f"thread {rec_tid} is not traced")
         if end.until is None and end.until_spec:
             end.until = target.resolve(end.until_spec)
-        target.keep_only(rec_tid)
+        if breakpoints == "auto":
+            single = len(pt.threads_of(target.pid)) == 1
+            breakpoints = "int3" if target.launched is not None and single else "dr"
+        target.keep_only(rec_tid, follow_clones=breakpoints == "int3")
         comm = _comm(rec_tid)
         writer.add_thread(rec_tid, target.pid, comm)
         known: set = set()
@@ -153,7 +160,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
-                                              return_address=return_address)
+                                              return_address=return_address,
+                                              breakpoints=breakpoints)
         log(f"recording thread {rec_tid}")
         try:
             rec = recorder.run()
@@ -168,6 +176,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         writer.manifest["stats"] = {
             "instructions": len(rec.ips), "stops": rec.stops,
             "single_steps": rec.single_steps, "signals": len(rec.async_events),
+            "breakpoints": breakpoints, "breakpoints_at_end": recorder.mode,
             "seconds": round((rec.ended_ns - rec.started_ns) / 1e9, 6),
             "end_reason": rec.reason,
             "end_ip": rec.end_ip,

@@ -73,6 +73,7 @@ class Recording:
     ptw: list = dataclasses.field(default_factory=list)      # (index, value)
     stops: int = 0
     single_steps: int = 0
+    threads_created: list = dataclasses.field(default_factory=list)
     reason: str = ""                    # why it ended
     partial_reason: str | None = None   # set when it ended before the end condition
     started_ns: int = 0
@@ -114,6 +115,17 @@ class _DebugRegisters:
         self._order.append(slot)
         self._write_slot(slot, addr)
 
+    def hit(self, regs) -> int | None:
+        """The armed address this SIGTRAP stop came from (an instruction
+        breakpoint is a fault: RIP is on it)."""
+        return regs.rip if regs.rip in self.armed else None
+
+    def lift(self, addr: int) -> None:
+        """Nothing to do: RFLAGS.RF lets the instruction at a breakpoint run once."""
+
+    def replant(self, addr: int) -> None:
+        pass
+
     def clear(self) -> None:
         """Disable all four (DR7 first, so no breakpoint is live while addresses change)."""
         try:
@@ -126,6 +138,70 @@ class _DebugRegisters:
         self.slots = [0, 0, 0, 0]
         self.armed = set()
         self._enabled = False
+
+
+class _Int3Breakpoints:
+    """Breakpoints as INT3 bytes written into the code (SDM Vol. 2A, INT3: a
+    trap, so RIP is one past it when the thread stops). A stop costs about half
+    a debug-register stop in a VM (#BP is not intercepted by the hypervisor,
+    #DB is) and planting costs one write, so every block end found stays
+    planted until the recording ends: the recorder never executes a planted
+    instruction natively (it performs it, or lifts the byte to step it).
+    Only for a process with this one thread: another thread reaching a planted
+    byte would die of SIGTRAP. A new thread makes the recorder lift all of
+    them and continue with debug registers (see ThreadRecorder._on_clone)."""
+
+    def __init__(self, tid: int, mem: pt.Memory, reserved: int | None = None):
+        self.tid = tid
+        self.mem = mem
+        self.original: dict[int, bytes] = {}
+        self.armed = self.original.keys()  # a live view: the walker stops at all of them
+        self.writes = 0
+        if reserved is not None:
+            self.arm(reserved)
+
+    def arm(self, addr: int) -> None:
+        if addr in self.original:
+            return
+        self.original[addr] = self.mem.read(addr, 1)
+        self.mem.write(addr, b"\xcc")
+        self.writes += 1
+
+    def lift(self, addr: int) -> None:
+        if addr in self.original:
+            self.mem.write(addr, self.original[addr])
+
+    def replant(self, addr: int) -> None:
+        if addr in self.original:
+            self.mem.write(addr, b"\xcc")
+
+    def hit(self, regs) -> int | None:
+        """The planted address this SIGTRAP stop came from (RIP moved back onto it)."""
+        addr = regs.rip - 1
+        if addr in self.original:
+            regs.rip = addr
+            return addr
+        return None
+
+    def patch_read(self, addr: int, data: bytes) -> bytes:
+        """Code bytes as the program wrote them (planted bytes replaced back)."""
+        if not self.original:
+            return data
+        out = None
+        for i in range(len(data)):
+            orig = self.original.get(addr + i)
+            if orig is not None:
+                out = out or bytearray(data)
+                out[i] = orig[0]
+        return bytes(out) if out is not None else data
+
+    def clear(self) -> None:
+        for addr, orig in list(self.original.items()):
+            try:
+                self.mem.write(addr, orig)
+            except OSError:
+                pass  # the process is gone
+        self.original.clear()
 
 
 class _Watchdog:
@@ -175,12 +251,20 @@ class ThreadRecorder:
 
     def __init__(self, tid: int, pid: int, end: EndCondition, *,
                  predict_returns: bool = True, ptw_probe=None, max_instructions: int = 50_000_000,
-                 entry_rsp: int | None = None, return_address: int | None = None):
+                 entry_rsp: int | None = None, return_address: int | None = None,
+                 breakpoints: str = "dr"):
+        """`breakpoints`: "dr" (debug registers; any process) or "int3" (planted
+        bytes; faster, only for a process whose one thread is this one, traced
+        with PTRACE_O_TRACECLONE so that a new thread is noticed)."""
+        if breakpoints not in ("dr", "int3"):
+            raise ValueError(f"breakpoints must be 'dr' or 'int3', not {breakpoints!r}")
         self.tid = tid
         self.pid = pid
         self.end = end
         self.mem = pt.Memory(tid)
-        self.code = blocks.CodeCache(self.mem.read)
+        self.mode = breakpoints
+        self.bp = None
+        self.code = blocks.CodeCache(self._read_code)
         self.walker = blocks.Walker(self.code, predict_returns)
         self.ptw_probe = ptw_probe
         self._last_ptw = None
@@ -192,6 +276,10 @@ class ThreadRecorder:
         self.alive = True
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _read_code(self, addr: int, size: int) -> bytes:
+        data = self.mem.read(addr, size)
+        return self.bp.patch_read(addr, data) if self.mode == "int3" and self.bp else data
 
     def _read_u64(self, addr: int) -> int:
         return self.mem.read_u64(addr)
@@ -219,17 +307,20 @@ class ThreadRecorder:
         rec.started_ns = time.monotonic_ns()
         deadline = None if end.duration_ms is None else \
             rec.started_ns + int(end.duration_ms * 1e6)
-        dregs = _DebugRegisters(self.tid, end.until)
+        if self.mode == "int3":
+            self.bp = _Int3Breakpoints(self.tid, self.mem, end.until)
+        else:
+            self.bp = _DebugRegisters(self.tid, end.until)
         shadow: list[blocks.ShadowEntry] = []
         regs = pt.getregs(self.tid)
         watchdog = _Watchdog()
         try:
             with watchdog:
-                self._loop(regs, dregs, shadow, deadline, watchdog)
+                self._loop(regs, shadow, deadline, watchdog)
         finally:
             rec.ended_ns = time.monotonic_ns()
             if self.alive:
-                dregs.clear()
+                self.bp.clear()
             self.mem.close()
         rec.stops = watchdog.stops_seen
         return rec
@@ -239,7 +330,7 @@ class ThreadRecorder:
         self.rec.end_ip = end_ip
         self.rec.partial_reason = partial
 
-    def _loop(self, regs, dregs, shadow, deadline, watchdog) -> None:
+    def _loop(self, regs, shadow, deadline, watchdog) -> None:
         rec = self.rec
         ips = rec.ips
         end = self.end
@@ -273,7 +364,9 @@ class ThreadRecorder:
                 if nr in (SYS_EXECVE, SYS_EXECVEAT):
                     return self._finish("the target calls execve", pos,
                                         "the target called execve before the end condition")
-                step = nr == SYS_RT_SIGRETURN  # the kernel restores the interrupted state
+                # rt_sigreturn: the kernel restores the interrupted state; with planted
+                # bytes a system call is stepped (it cannot resume on its own INT3)
+                step = nr == SYS_RT_SIGRETURN or self.mode == "int3"
                 start = ins.next
             elif kind == Kind.PLAIN:
                 # where the trigger, a signal or a single step left us: just walk on,
@@ -305,7 +398,7 @@ class ThreadRecorder:
                 # walk to the next instruction that needs the registers
                 saved_shadow = list(shadow)
                 origin = (start, regs.rsp, regs.rbp)
-                armed = dregs.armed if kind != Kind.PLAIN else dregs.armed - {pos}
+                armed = self.bp.armed if kind != Kind.PLAIN else set(self.bp.armed) - {pos}
                 walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, armed,
                                         min(self.budget_total - len(ips), MAX_WALK))
                 if kind == Kind.SYSCALL:
@@ -327,7 +420,7 @@ class ThreadRecorder:
                     return
                 pos = regs.rip
                 continue
-            dregs.arm(walk.stop)
+            self.bp.arm(walk.stop)
             pt.setregs(tid, regs)
             if self._run_to(walk, origin, saved_shadow, shadow, regs, deadline,
                             watchdog) is not None:
@@ -350,12 +443,24 @@ class ThreadRecorder:
             watchdog.stops_seen += 1
             if status.gone:
                 return self._gone(status)
+            if status.event == pt.EVENT_CLONE:
+                self._on_clone()
+                pt.cont(tid)
+                continue
             pt.getregs(tid, regs)
             sig = status.stop_signal
-            if sig == SIGTRAP and not status.event and regs.rip == walk.stop:
+            hit = self.bp.hit(regs) if sig == SIGTRAP and not status.event else None
+            if hit is not None and hit == walk.stop:
                 rec.ips.extend(walk.ips)
                 return None
             where = self._locate(walk, regs.rip)
+            if hit is not None and where is not None:
+                # another armed address on the path: an ordinary stop there
+                rec.ips.extend(walk.ips[:where])
+                shadow[:] = saved_shadow
+                if where:
+                    self.walker.walk(*origin, shadow, frozenset(), where)
+                return None
             if where is None:
                 rec.ips.extend(walk.ips)
                 self._finish("lost the flow", regs.rip,
@@ -376,6 +481,26 @@ class ThreadRecorder:
             if where:
                 self.walker.walk(*origin, shadow, frozenset(), where)
             return self._deliver(sig, regs)
+
+    def _on_clone(self) -> None:
+        """The recorded thread created a thread. With planted INT3 bytes that
+        thread would die on one: lift them all, let the new thread go
+        (detached), and continue with debug registers, which are per thread."""
+        new = pt.geteventmsg(self.tid)
+        while True:  # the new thread reports its first stop (PTRACE_EVENT_STOP)
+            status = pt.waitpid(new)
+            if status.gone or status.stopped:
+                break
+        if self.mode == "int3":
+            self.bp.clear()
+            self.mode = "dr"
+            self.bp = _DebugRegisters(self.tid, self.end.until)
+        self.rec.threads_created.append(new)
+        if not status.gone:
+            try:
+                pt.detach(new)
+            except pt.PtraceError:
+                pass
 
     def _locate(self, walk, rip) -> int | None:
         """Index in walk.ips of the instruction at `rip` (not yet executed), or
@@ -418,6 +543,8 @@ class ThreadRecorder:
     def _step_over(self, regs):
         """Single-step one instruction; returns None to continue, else "gone"."""
         rec = self.rec
+        at = regs.rip
+        self.bp.lift(at)
         pt.singlestep(self.tid)
         rec.single_steps += 1
         while True:
@@ -425,9 +552,12 @@ class ThreadRecorder:
             if status.gone:
                 return self._gone(status)
             if status.event:
+                if status.event == pt.EVENT_CLONE:
+                    self._on_clone()
                 pt.singlestep(self.tid)
                 continue
             break
+        self.bp.replant(at)
         pt.getregs(self.tid, regs)
         if status.stop_signal != SIGTRAP:
             # the instruction raised a signal (a fault) or one arrived: deliver it

@@ -290,13 +290,14 @@ class Target:
 
     # -- letting go -------------------------------------------------------------------------
 
-    def keep_only(self, keep: int) -> None:
-        """Detach every thread but `keep` (which stays stopped and traced, with
-        no options left that would attach its future threads)."""
+    def keep_only(self, keep: int, follow_clones: bool = False) -> None:
+        """Detach every thread but `keep`, which stays stopped and traced; its
+        future threads are reported (to be let go) only with `follow_clones`."""
         for tid in list(self.threads):
             if tid != keep:
                 self._detach(tid)
-        pt.setoptions(keep, pt.O_EXITKILL if self.launched else 0)
+        pt.setoptions(keep, (pt.O_EXITKILL if self.launched else 0) |
+                      (pt.O_TRACECLONE if follow_clones else 0))
 
     def _detach(self, tid: int) -> None:
         state = self.threads.get(tid)

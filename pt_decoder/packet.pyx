@@ -23,13 +23,10 @@ swallowed by a corrupt packet is found again). Packets newer than libipt
 what makes ptdump 2.0.5 outputs reproducible.
 """
 cimport cython
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
-from libc.string cimport memset
 from cpython.bytearray cimport PyByteArray_Resize
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 
-from pt_decoder._errors cimport (
-    PTE_OK, PTE_INVALID, PTE_NOSYNC, PTE_BAD_OPC, PTE_BAD_PACKET, PTE_EOS,
-)
+from pt_decoder._errors cimport PTE_BAD_OPC, PTE_BAD_PACKET, PTE_EOS, PTE_NOSYNC
 from pt_decoder._opcodes cimport *
 
 import enum

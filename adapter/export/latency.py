@@ -1,0 +1,121 @@
+"""Latency between two code points of a recording: every interval from a pass through point A
+to the next pass through point B, in nanoseconds and in cycles, and its percentiles.
+
+Layer: adapter.export. Reads a DecodedBundle (trace.py); resolves code points with its
+symbols and line table; knows nothing of DAP.
+
+A code point is `0xADDR`, `FILE:LINE` (the addresses where statements of that line begin,
+as a breakpoint would be placed; FILE may be a path suffix or a base name) or a function
+name (its entry address). Pairing: B closes the most recent A before it on the same thread
+(an A repeated before any B restarts the interval); when A and B are the same point, each
+pass to the next is one interval (a loop's period). Times are the instructions' TSC times
+(trace.py); with the ptrace stepper they change only at its stops, so short intervals read 0.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .trace import DecodedBundle
+
+
+class CodePointError(ValueError):
+    """A code point that names nothing in the bundle; the text says which and why."""
+
+
+@dataclass
+class CodePoint:
+    text: str
+    addresses: frozenset[int]
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{a:#x}" for a in sorted(self.addresses)[:3])
+        more = f" (+{len(self.addresses) - 3} more)" if len(self.addresses) > 3 else ""
+        return f"{self.text} [{shown}{more}]"
+
+
+@dataclass
+class Interval:
+    tid: int
+    start: int
+    """Position of the A instruction in the thread's history."""
+    end: int
+    """Position of the B instruction."""
+    ns: int
+    cycles: int
+
+
+@dataclass
+class LatencyReport:
+    source: CodePoint
+    target: CodePoint
+    intervals: list[Interval] = field(default_factory=list)
+
+    def percentile(self, p: float, what: str = "ns") -> int:
+        """Nearest-rank percentile (the smallest value with at least p% of the values at or
+        below it). Raises ValueError when there are no intervals."""
+        values = sorted(getattr(i, what) for i in self.intervals)
+        if not values:
+            raise ValueError("no intervals")
+        rank = max(1, math.ceil(p / 100 * len(values)))
+        return values[rank - 1]
+
+    def summary(self) -> dict:
+        out: dict = {"from": self.source.text, "to": self.target.text,
+                     "count": len(self.intervals),
+                     "threads": sorted({i.tid for i in self.intervals})}
+        for what in ("ns", "cycles"):
+            if self.intervals:
+                values = [getattr(i, what) for i in self.intervals]
+                out[what] = {"min": min(values), "p50": self.percentile(50, what),
+                             "p90": self.percentile(90, what), "p99": self.percentile(99, what),
+                             "max": max(values), "mean": sum(values) / len(values)}
+        return out
+
+
+def resolve(decoded: DecodedBundle, text: str) -> CodePoint:
+    """The addresses a code point names. Raises CodePointError when it names none."""
+    spec = text.strip()
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", spec):
+        return CodePoint(spec, frozenset({int(spec, 16)}))
+    match = re.fullmatch(r"(.+):(\d+)", spec)
+    if match:
+        file, line = match.group(1), int(match.group(2))
+        addresses = decoded.lines.statement_addresses(file, line)
+        if not addresses:
+            raise CodePointError(f"{spec}: no code of the recorded images is on that line "
+                                 "(is the file compiled with -g, the line a statement?)")
+        return CodePoint(spec, frozenset(addresses))
+    found = decoded.symbols.find_symbol(spec)
+    if found is None:
+        raise CodePointError(f"{spec}: no function of that name in the bundle's images "
+                             "(give FILE:LINE or 0xADDR instead)")
+    return CodePoint(spec, frozenset({found[0]}))
+
+
+def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> LatencyReport:
+    """Every A -> B interval of every thread of the bundle."""
+    report = LatencyReport(source, target)
+    for thread in decoded.threads:
+        history = thread.history
+        ips = history.ips()
+        weights = thread.cycle_weights()
+        gap_positions = {g.position for g in history.gaps}
+        start = None
+        cycles = 0
+        for pos in range(len(ips)):
+            if pos in gap_positions:
+                start = None  # an interval never spans lost trace
+            ip = ips[pos]
+            if start is not None:
+                cycles += weights[pos]
+            if ip in target.addresses and start is not None and pos != start:
+                report.intervals.append(Interval(
+                    thread.tid, start, pos,
+                    max(0, decoded.ns(history.time(pos)) - decoded.ns(history.time(start))),
+                    cycles))
+                start = None
+            if ip in source.addresses:
+                start, cycles = pos, 0
+    return report

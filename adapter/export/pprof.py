@@ -1,0 +1,194 @@
+"""`ptdebug export pprof`: a decoded bundle as a gzipped pprof profile (profile.proto),
+whose samples are the recorded call stacks weighted by cycles and instructions.
+
+Layer: adapter.export. Reads a DecodedBundle (trace.py); writes google/pprof's
+proto/profile.proto message through protowire.py. Knows nothing of DAP.
+
+Every instruction of the history is one observation: its cycles (trace.py's attribution
+rule) and a count of 1, on the call stack the decoded calls and returns say it ran under.
+Observations with the same thread, stack and address are summed into one Sample; so
+`go tool pprof -top` gives, per function, exactly the bundle's cycles spent in it (flat)
+and under it (cum). Call stacks start at the recorded window: frames entered before the
+window opened are unknown, and a return past the first frame keeps the stack empty.
+"""
+from __future__ import annotations
+
+import datetime
+import gzip
+import os
+
+from pt_decoder import insn_flags
+
+from .protowire import Message
+from .trace import DecodedBundle
+
+SAMPLE_TYPES = (("cycles", "count"), ("instructions", "count"))
+
+
+class _Strings:
+    """profile.proto's string table: index 0 is the empty string."""
+
+    def __init__(self) -> None:
+        self.table = [""]
+        self.index = {"": 0}
+
+    def __call__(self, text: str) -> int:
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.table)
+            self.table.append(text)
+        return found
+
+
+def stack_samples(decoded: DecodedBundle) -> dict[tuple[int, tuple[int, ...]], list[int]]:
+    """{(tid, (leaf ip, caller call-site ip, ...)): [cycles, instructions]} of the bundle.
+
+    Call sites are the addresses of the call instructions, innermost first.
+    """
+    samples: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for thread in decoded.threads:
+        history = thread.history
+        ips = history.ips()
+        flags = history.flags_range()
+        weights = thread.cycle_weights()
+        gap_positions = {g.position for g in history.gaps}
+        # The call stack as a trie of nodes: node id -> (parent id, call-site ip); 0 is the
+        # root. Stacks only change at calls and returns, so each instruction costs a dict add.
+        parents: list[tuple[int, int]] = [(0, 0)]
+        children: dict[tuple[int, int], int] = {}
+        node = 0
+        per_node: dict[tuple[int, int], list[int]] = {}
+        for i in range(len(ips)):
+            if i in gap_positions:
+                node = 0  # what ran across a gap is unknown: the stack starts again
+            ip = ips[i]
+            cell = per_node.get((node, ip))
+            if cell is None:
+                cell = per_node[(node, ip)] = [0, 0]
+            cell[0] += weights[i]
+            cell[1] += 1
+            f = flags[i]
+            if f & insn_flags.FAR:
+                continue
+            if f & insn_flags.CALL:
+                child = children.get((node, ip))
+                if child is None:
+                    child = children[(node, ip)] = len(parents)
+                    parents.append((node, ip))
+                node = child
+            elif f & insn_flags.RETURN and node:
+                node = parents[node][0]
+        for (leaf_node, ip), (cycles, count) in per_node.items():
+            stack = [ip]
+            n = leaf_node
+            while n:
+                n, call_site = parents[n]
+                stack.append(call_site)
+            cell = samples.setdefault((thread.tid, tuple(stack)), [0, 0])
+            cell[0] += cycles
+            cell[1] += count
+    return samples
+
+
+def build_profile(decoded: DecodedBundle) -> bytes:
+    """The serialized (not yet gzipped) profile.proto Profile message."""
+    strings = _Strings()
+    profile = Message()
+    for type_, unit in SAMPLE_TYPES:
+        profile.message(1, Message().int(1, strings(type_)).int(2, strings(unit)))
+
+    mappings = _mappings(decoded)
+    for mapping_id, (start, limit, offset, path, build_id) in enumerate(mappings, 1):
+        profile.message(3, Message().int(1, mapping_id).int(2, start).int(3, limit)
+                        .int(4, offset).int(5, strings(path)).int(6, strings(build_id or ""))
+                        .int(7, 1).int(8, 1).int(9, 1))
+
+    locations: dict[int, int] = {}
+    functions: dict[tuple[str, str], int] = {}
+    function_messages: list[Message] = []
+    location_messages: list[Message] = []
+
+    def location_id(ip: int) -> int:
+        found = locations.get(ip)
+        if found is not None:
+            return found
+        name, _entry = decoded.function(ip)
+        line = decoded.line(ip)
+        file = line[0] if line else ""
+        fkey = (name, file)
+        function_id = functions.get(fkey)
+        if function_id is None:
+            function_id = functions[fkey] = len(functions) + 1
+            function_messages.append(Message().int(1, function_id).int(2, strings(name))
+                                     .int(3, strings(name)).int(4, strings(file)))
+        found = locations[ip] = len(locations) + 1
+        location = Message().int(1, found).int(2, _mapping_of(mappings, ip)).int(3, ip)
+        location.message(4, Message().int(1, function_id).int(2, line[1] if line else 0))
+        location_messages.append(location)
+        return found
+
+    tid_key = strings("thread")
+    for (tid, stack), (cycles, count) in sorted(samples_items(decoded)):
+        sample = Message().packed(1, [location_id(ip) for ip in stack]).packed(2, [cycles, count])
+        sample.message(3, Message().int(1, tid_key).int(3, tid, keep_zero=True))
+        profile.message(2, sample)
+    for location in location_messages:
+        profile.message(4, location)
+    for function in function_messages:
+        profile.message(5, function)
+    for text in strings.table:
+        profile.string(6, text)
+    created = _created_ns(decoded.manifest.get("created"))
+    if created:
+        profile.int(9, created)
+    profile.int(10, _duration_ns(decoded))
+    profile.message(11, Message().int(1, strings.index["cycles"]).int(2, strings.index["count"]))
+    profile.int(12, 1)
+    profile.int(14, strings.index["cycles"])
+    return profile.bytes()
+
+
+def samples_items(decoded: DecodedBundle):
+    return stack_samples(decoded).items()
+
+
+def write_pprof(decoded: DecodedBundle, path: str | os.PathLike) -> int:
+    """Write the gzipped profile to `path`; returns its size in bytes."""
+    data = gzip.compress(build_profile(decoded), mtime=0)
+    with open(path, "wb") as f:
+        f.write(data)
+    return len(data)
+
+
+def _mappings(decoded: DecodedBundle) -> list[tuple[int, int, int, str, str | None]]:
+    out = []
+    for image in decoded.manifest.get("images", []):
+        start = image["load_address"]
+        out.append((start, start + image.get("size", 0), image.get("offset", 0),
+                    image.get("path") or image.get("file", ""), image.get("build_id")))
+    return sorted(out)
+
+
+def _mapping_of(mappings, ip: int) -> int:
+    for index, (start, limit, _, _, _) in enumerate(mappings, 1):
+        if start <= ip < limit:
+            return index
+    return 0
+
+
+def _duration_ns(decoded: DecodedBundle) -> int:
+    spans = [(t.history.time(0), t.history.time(len(t.history) - 1))
+             for t in decoded.threads if len(t.history)]
+    if not spans:
+        return 0
+    return decoded.ns(max(e for _, e in spans)) - decoded.ns(min(s for s, _ in spans))
+
+
+def _created_ns(text: str | None) -> int:
+    if not text:
+        return 0
+    try:
+        when = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return 0
+    return int(when.replace(tzinfo=datetime.timezone.utc).timestamp()) * 1_000_000_000

@@ -1,0 +1,247 @@
+"""A trace bundle decoded for the offline views: per-thread histories, with function names
+and source lines for their addresses, and cycles attributed per instruction.
+
+Layer: adapter.export (offline consumers of bundles: pprof, Perfetto, latency, the hot-lines
+language server). Reads a bundle through adapter.capture.bundle and decodes it with
+pt_decoder's public layers (Image, InsnDecoder -> FlowResult -> History, LineTable); it knows
+nothing of DAP sessions or of how the bundle was recorded.
+
+Attribution rule (used by every export, and by the tests that check them): the history's
+`cycles` column is cumulative (CYC packets, pt_decoder/flow_result.py); the cycles of
+instruction i are `cycles[i] - cycles[i-1]` (0 for the first instruction of a thread and for
+the first instruction after a gap, whose predecessor is unknown). Times are TSC values,
+converted to nanoseconds with the bundle's `timing.tsc_hz` (1 GHz when the bundle does not say).
+"""
+from __future__ import annotations
+
+import os
+from array import array
+from dataclasses import dataclass, field
+from typing import Callable
+
+from adapter.capture.bundle import Bundle, BundleError
+from pt_decoder import insn_flags
+from pt_decoder.errors import PtError
+from pt_decoder.history import History
+from pt_decoder.image import Image
+from pt_decoder.lines import LineTable
+
+UNKNOWN_FUNCTION = "[unknown]"
+
+Progress = Callable[[str, float], None]
+"""progress(message, fraction 0..1): told as each stream is decoded (for DAP progress)."""
+
+
+class TraceError(Exception):
+    """A bundle cannot be read or decoded; the text names the bundle and the reason."""
+
+
+@dataclass
+class ThreadTrace:
+    """The decoded history of one thread of the bundle."""
+
+    tid: int
+    history: History
+    name: str = ""
+    _weights: array | None = field(default=None, repr=False)
+
+    def cycle_weights(self) -> array:
+        """Cycles of each instruction (array 'Q'), by the module's attribution rule."""
+        if self._weights is None:
+            cycles = self.history.cycles_range()
+            n = len(cycles)
+            weights = array("Q", bytes(8 * n))
+            for i in range(1, n):
+                delta = cycles[i] - cycles[i - 1]
+                weights[i] = delta if delta > 0 else 0
+            for gap in self.history.gaps:
+                if gap.position < n:
+                    weights[gap.position] = 0
+            self._weights = weights
+        return self._weights
+
+
+class DecodedBundle:
+    """A bundle's threads, decoded; plus symbols and lines for its addresses."""
+
+    def __init__(self, root: str, manifest: dict, threads: list[ThreadTrace], code: Image,
+                 symbols: Image):
+        self.root = root
+        self.manifest = manifest
+        self.threads = threads
+        """One entry per stream (thread), in manifest order."""
+        self.code = code
+        """The code bytes the streams were decoded against."""
+        self.symbols = symbols
+        """The bundle's ELF images at their load bias, for function names."""
+        self._lines: LineTable | None = None
+        timing = manifest.get("timing") or {}
+        self.tsc_hz = int(timing.get("tsc_hz") or 1_000_000_000)
+        """TSC ticks per second."""
+        self._function_cache: dict[int, tuple[str, int]] = {}
+
+    # -- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> "DecodedBundle":
+        """Decode every stream of the bundle at `path`.
+
+        Raises TraceError naming the bundle when it is missing, unreadable or not decodable.
+        Trace damage inside a stream is not an error: it becomes the history's gaps.
+        """
+        root = os.fspath(path)
+        try:
+            bundle = Bundle.open(root)
+        except BundleError as exc:
+            raise TraceError(str(exc)) from None
+        manifest = bundle.manifest
+        code = Image()
+        symbols = Image()
+        seen: set[tuple[str, int]] = set()
+        try:
+            for entry in bundle.images:
+                file = str(bundle.image_path(entry))
+                code.add_raw(file, entry["load_address"], entry.get("offset", 0), entry.get("size"))
+                if entry.get("kind") == "elf":
+                    bias = _elf_bias(file, entry)
+                    if bias is not None and (file, bias) not in seen:
+                        seen.add((file, bias))
+                        symbols.add_elf(file, bias)
+        except (PtError, OSError, KeyError) as exc:
+            raise TraceError(f"{root}: cannot map the bundle's images: {exc}") from None
+        options = _decoder_options(manifest)
+        names = {t.get("tid"): t.get("comm") or "" for t in manifest.get("threads", [])}
+        threads = []
+        streams = bundle.streams
+        from pt_decoder.insn import InsnDecoder  # the compiled layer, loaded only when decoding
+        for index, stream in enumerate(streams):
+            if progress is not None:
+                progress(f"decoding thread {stream.get('tid')}", index / max(1, len(streams)))
+            try:
+                data = bundle.stream_bytes(stream)
+                flow = InsnDecoder(data, code, **options).decode()
+            except (PtError, OSError) as exc:
+                raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
+            tid = int(stream.get("tid") or 0)
+            history = flow.to_history({"tid": tid, "bundle": root})
+            threads.append(ThreadTrace(tid, history, names.get(tid, "")))
+        if progress is not None:
+            progress("decoded", 1.0)
+        return cls(root, manifest, threads, code, symbols)
+
+    # -- addresses -----------------------------------------------------------------------
+    @property
+    def lines(self) -> LineTable:
+        """Address -> source line, for the images that carry their own line information
+        (.debug_line or Go's .gopclntab). System libraries whose lines live in a separate
+        debug package are left out on purpose: reading libc's takes a minute, and a hot-path
+        view is about the user's code."""
+        if self._lines is None:
+            tables = []
+            for module in self.symbols.modules:
+                if module.kind == "elf" and _has_own_lines(module.path):
+                    try:
+                        tables.append(LineTable.for_elf(module.path, module.base))
+                    except PtError:
+                        continue
+            self._lines = LineTable.merge(tables)
+        return self._lines
+
+    def function(self, ip: int) -> tuple[str, int]:
+        """(function name, entry address) holding `ip`; ("[unknown]", ip) if none is known."""
+        found = self._function_cache.get(ip)
+        if found is None:
+            symbol = self.symbols.symbolize(ip)
+            if symbol is not None:
+                found = (symbol.name, ip - symbol.offset)
+            else:
+                go = self.lines.function(ip)
+                found = go if go is not None else (_module_label(self.manifest, ip), ip)
+            self._function_cache[ip] = found
+        return found
+
+    def line(self, ip: int) -> tuple[str, int] | None:
+        """(source file, line) of `ip`, or None where there is no line information."""
+        return self.lines.lookup(ip)
+
+    def ns(self, tsc: int) -> int:
+        """A TSC value in nanoseconds."""
+        return tsc if self.tsc_hz == 1_000_000_000 else tsc * 1_000_000_000 // self.tsc_hz
+
+    @property
+    def total_cycles(self) -> int:
+        return sum(sum(t.cycle_weights()) for t in self.threads)
+
+    @property
+    def total_instructions(self) -> int:
+        return sum(len(t.history) for t in self.threads)
+
+
+def call_depth_changes(flags: array, start: int = 0) -> list[tuple[int, int]]:
+    """(position, +1 for a call / -1 for a return) of the control transfers in `flags`,
+    positions counted from `start`. Far transfers (syscalls, interrupts) do not count."""
+    out = []
+    for i, f in enumerate(flags):
+        if f & insn_flags.FAR:
+            continue
+        if f & insn_flags.CALL:
+            out.append((start + i, 1))
+        elif f & insn_flags.RETURN:
+            out.append((start + i, -1))
+    return out
+
+
+def _decoder_options(manifest: dict) -> dict:
+    """InsnDecoder keyword arguments from the manifest's timing and CPU."""
+    timing = manifest.get("timing") or {}
+    options = {name: timing[name] for name in ("mtc_freq", "nom_freq", "cpuid_0x15_eax",
+                                               "cpuid_0x15_ebx") if timing.get(name) is not None}
+    cpu = manifest.get("cpu") or {}
+    if cpu.get("vendor", "GenuineIntel") == "GenuineIntel" and cpu.get("family"):
+        from pt_decoder.event import cpu_errata
+        try:
+            options["errata"] = cpu_errata(cpu["family"], cpu["model"], cpu.get("stepping", 0))
+        except PtError:
+            pass  # an unknown CPU: decode without its errata workarounds
+    return options
+
+
+def _elf_bias(file: str, entry: dict) -> int | None:
+    """Load bias of an ELF mapping: where its file offset `offset` is in memory, minus the
+    virtual address the ELF gives that offset (the PT_LOAD segment that holds it)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(file, "rb") as f:
+            elf = ELFFile(f)
+            for segment in elf.iter_segments():
+                if segment["p_type"] != "PT_LOAD":
+                    continue
+                lo, size = segment["p_offset"], segment["p_filesz"]
+                if lo <= entry.get("offset", 0) < lo + max(size, 1):
+                    vaddr = segment["p_vaddr"] + entry.get("offset", 0) - lo
+                    return entry["load_address"] - vaddr
+    except (OSError, ELFError):
+        return None
+    return None
+
+
+def _has_own_lines(path: str) -> bool:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            return any(elf.get_section_by_name(name) is not None
+                       for name in (".debug_line", ".zdebug_line", ".gopclntab"))
+    except (OSError, ELFError):
+        return False
+
+
+def _module_label(manifest: dict, ip: int) -> str:
+    """`[libc.so.6]` for code of a module that has no symbol there (a stripped library's
+    static function): one name per module, so such code adds up instead of scattering."""
+    for image in manifest.get("images", []):
+        start = image.get("load_address", 0)
+        if start <= ip < start + image.get("size", 0):
+            return f"[{os.path.basename(image.get('path') or image.get('file', '?'))}]"
+    return UNKNOWN_FUNCTION

@@ -1,0 +1,53 @@
+"""`ptdebug export pprof|perfetto BUNDLE -o FILE`: a trace bundle for the tools users already
+have: a gzipped pprof profile weighted by cycles (`go tool pprof -top FILE`, flame graphs), or
+a Perfetto / chrome://tracing timeline of calls per thread.
+
+Layer: command line over adapter.export. Checks the arguments once, decodes the bundle,
+writes the file and says what it wrote. Exit status: 0 written, 1 the bundle could not be
+decoded or the file not written, 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+FORMATS = ("pprof", "perfetto")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ptdebug export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("format", choices=FORMATS,
+                        help="pprof: gzipped profile.proto; perfetto: Chrome trace-event JSON")
+    parser.add_argument("bundle", help="the trace bundle directory (from ptdebug record)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    options = build_parser().parse_args(argv)
+    from adapter.export.trace import DecodedBundle, TraceError
+    try:
+        decoded = DecodedBundle.open(options.bundle)
+    except TraceError as exc:
+        print(f"ptdebug export: {exc}", file=sys.stderr)
+        return 1
+    if decoded.manifest.get("status") == "partial":
+        print(f"ptdebug export: note: the bundle is partial "
+              f"({decoded.manifest.get('partial_reason')}); exporting what was recorded",
+              file=sys.stderr)
+    try:
+        if options.format == "pprof":
+            from adapter.export.pprof import write_pprof
+            size = write_pprof(decoded, options.output)
+            what = f"{size} bytes, {decoded.total_cycles} cycles"
+        else:
+            from adapter.export.perfetto import write_perfetto
+            slices = write_perfetto(decoded, options.output)
+            what = f"{slices} call slices"
+    except OSError as exc:
+        print(f"ptdebug export: cannot write {options.output}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"wrote {os.path.abspath(options.output)}: {options.format}, "
+          f"{decoded.total_instructions} instructions on {len(decoded.threads)} thread(s), {what}")
+    return 0

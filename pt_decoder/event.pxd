@@ -31,6 +31,7 @@
 # Every event: tsc/has_tsc/lost_* = time at its packet; offset = trace offset of
 # the packet that completed it; status_update = re-stated in a PSB+ (no change).
 
+cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from pt_decoder.packet cimport PacketDecoder, PtPacket
@@ -108,6 +109,7 @@ cdef enum:
     EVB_FUP = 2
     EVB_COUNT = 3
 
+@cython.final
 cdef class EventDecoder:
     cdef PacketDecoder pkt          # the layer below, owned
     cdef PacketDecoder scan         # a second reader for look-ahead scans

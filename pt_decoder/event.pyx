@@ -17,6 +17,7 @@ flow on top reproduces libipt's ptxed output event for event:
 - what a PSB+ re-states is reported at PSBEND as status updates.
 Same verbs as the other layers: sync_forward(), sync_set(offset), offset, next().
 """
+cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memset
 
@@ -64,6 +65,7 @@ cdef inline uint8_t _exec_mode(uint64_t bits) noexcept nogil:
     return MODE_32 if csd else MODE_16
 
 
+@cython.final
 cdef class EventDecoder:
     """Decode the events and branch answers of one PT stream.
 

@@ -19,6 +19,7 @@ Damage is data: a decode error becomes an error item (offset, IP, code) and
 the decoder resynchronises at the next PSB; the next instruction is flagged
 RESUMED.
 """
+cimport cython
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
@@ -110,6 +111,7 @@ cdef inline int _next_ip(uint64_t* ip, const Insn* i) noexcept nogil:
     return -PTE_BAD_QUERY
 
 
+@cython.final
 cdef class InsnDecoder:
     """Decode the instruction flow of one PT stream over an image.
 
@@ -415,6 +417,28 @@ cdef class InsnDecoder:
         self.next_flags = 0
         self.n = n + 1
         return 0
+
+    cdef inline uint64_t _emit_run(self, uint64_t ip, const uint8_t* lens, uint32_t count) noexcept nogil:
+        """Emit `count` straight-line instructions from `ip` (capacity checked by
+        the caller); returns the IP after them."""
+        cdef size_t n = self.n
+        cdef uint64_t* oip = self.o_ip + n
+        cdef uint64_t* otsc = self.o_tsc + n
+        cdef uint64_t* ocyc = self.o_cyc + n
+        cdef uint8_t* ofl = self.o_flags + n
+        cdef uint64_t tsc = self.evd.last_time.tsc, cyc = self.evd.last_time.cyc
+        cdef uint8_t fl = F_SPECULATIVE if self.speculative else 0
+        cdef uint32_t i
+        for i in range(count):
+            oip[i] = ip
+            otsc[i] = tsc
+            ocyc[i] = cyc
+            ofl[i] = fl
+            ip += lens[i]
+        ofl[0] |= self.next_flags
+        self.next_flags = 0
+        self.n = n + count
+        return ip
 
     cdef Item* _item(self, int kind) noexcept nogil:
         cdef Item* it
@@ -890,7 +914,7 @@ cdef class InsnDecoder:
         self._emit(insn.ip, self.cur_flags)
         return st
 
-    cdef int32_t _succ(self, int32_t b, int k, uint64_t ip) noexcept nogil:
+    cdef inline int32_t _succ(self, int32_t b, int k, uint64_t ip) noexcept nogil:
         # The block at `ip` reached from block `b` by edge `k`, cached on the edge.
         cdef int32_t s = self.blocks[b].succ[k]
         cdef Block* nb
@@ -939,13 +963,12 @@ cdef class InsnDecoder:
                     self.oom = 1
                     return -PTE_NOMEM
                 blk = &self.blocks[b]
-            # the instructions before the branch
+            # the instructions before the branch: one time, straight stores
             ip = self.ip
             lens = self.lens + blk.lens
             last = blk.ninsn - 1
-            for i in range(last):
-                self._emit(ip, 0)
-                ip += lens[i]
+            if last:
+                ip = self._emit_run(ip, lens, last)
             self.err_ip = ip
             target = ip + blk.last.size
             flags = 0

@@ -29,50 +29,21 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from pt_decoder._errors cimport PTE_BAD_OPC, PTE_BAD_PACKET, PTE_EOS, PTE_NOSYNC
 from pt_decoder._opcodes cimport *
 
-import enum
+from pt_decoder.packet_kinds import (  # re-exported: the packet layer's names
+    RECORD_DTYPE, RECORD_FIELDS, RECORD_FORMAT, Kind, fields_of,
+)
 
 from pt_decoder.errors import ErrorCode, PtError
 
 
-class Kind(enum.IntEnum):
-    """Packet kinds; the numbers are packet.pxd's PacketKind (PK_*)."""
-    INVALID = PK_INVALID
-    PAD = PK_PAD
-    PSB = PK_PSB
-    PSBEND = PK_PSBEND
-    TNT8 = PK_TNT8
-    TNT64 = PK_TNT64
-    TIP = PK_TIP
-    TIP_PGE = PK_TIP_PGE
-    TIP_PGD = PK_TIP_PGD
-    FUP = PK_FUP
-    MODE_EXEC = PK_MODE_EXEC
-    MODE_TSX = PK_MODE_TSX
-    PIP = PK_PIP
-    TSC = PK_TSC
-    TMA = PK_TMA
-    MTC = PK_MTC
-    CYC = PK_CYC
-    CBR = PK_CBR
-    VMCS = PK_VMCS
-    OVF = PK_OVF
-    MNT = PK_MNT
-    STOP = PK_STOP
-    PTW = PK_PTW
-    MWAIT = PK_MWAIT
-    PWRE = PK_PWRE
-    PWRX = PK_PWRX
-    EXSTOP = PK_EXSTOP
-    BBP = PK_BBP
-    BIP = PK_BIP
-    BEP = PK_BEP
-    CFE = PK_CFE
-    EVD = PK_EVD
-    TRIG = PK_TRIG
-
-
 _KINDS = tuple(Kind)   # Kind by number, without an enum lookup per access
+# packet_kinds.py spells out packet.pxd's PacketKind numbers for Python.
 assert [k.value for k in _KINDS] == list(range(PK__COUNT))
+assert tuple(_KINDS) == (
+    PK_INVALID, PK_PAD, PK_PSB, PK_PSBEND, PK_TNT8, PK_TNT64, PK_TIP, PK_TIP_PGE, PK_TIP_PGD,
+    PK_FUP, PK_MODE_EXEC, PK_MODE_TSX, PK_PIP, PK_TSC, PK_TMA, PK_MTC, PK_CYC, PK_CBR, PK_VMCS,
+    PK_OVF, PK_MNT, PK_STOP, PK_PTW, PK_MWAIT, PK_PWRE, PK_PWRX, PK_EXSTOP, PK_BBP, PK_BIP,
+    PK_BEP, PK_CFE, PK_EVD, PK_TRIG)
 
 
 # ---------------------------------------------------------------------------
@@ -616,7 +587,7 @@ cdef class Packet:
     @property
     def fields(self):
         """The payload under the SDM's field names, as a dict."""
-        return _fields(self)
+        return fields_of(self)
 
     def __repr__(self):
         return f"<Packet {self.name} @{self.offset:#x}+{self.size} {self.fields}>"
@@ -649,72 +620,9 @@ cdef Packet _make_packet(const PtPacket* pkt):
     return p
 
 
-def _fields(Packet p):
-    k = p.kind_id
-    if k == PK_TNT8 or k == PK_TNT64:
-        # bits: oldest branch first, True = taken.
-        return {"count": p.count, "bits": p.payload,
-                "taken": tuple(bool((p.payload >> (p.count - 1 - i)) & 1) for i in range(p.count))}
-    if k in (PK_TIP, PK_TIP_PGE, PK_TIP_PGD, PK_FUP):
-        return {"ipc": p.ipc, "ip_bytes": p.payload, "ip": p.ip, "ip_valid": bool(p.ip_valid)}
-    if k == PK_MODE_EXEC:
-        return {"csl": bool(p.payload & 1), "csd": bool(p.payload & 2), "if": bool(p.payload & 4)}
-    if k == PK_MODE_TSX:
-        return {"intx": bool(p.payload & 1), "abrt": bool(p.payload & 2)}
-    if k == PK_PIP:
-        return {"cr3": p.payload, "nr": bool(p.aux)}
-    if k == PK_TSC:
-        return {"tsc": p.payload}
-    if k == PK_TMA:
-        return {"ctc": p.payload, "fc": p.aux}
-    if k == PK_MTC:
-        return {"ctc": p.payload}
-    if k == PK_CYC:
-        return {"value": p.payload}
-    if k == PK_CBR:
-        return {"ratio": p.payload}
-    if k == PK_VMCS:
-        return {"base": p.payload}
-    if k == PK_MNT:
-        return {"payload": p.payload}
-    if k == PK_PTW:
-        return {"payload": p.payload, "bytes": p.aux, "ip": bool(p.flags & 1)}
-    if k == PK_MWAIT:
-        return {"hints": p.payload, "ext": p.aux}
-    if k == PK_PWRE:
-        return {"state": p.payload >> 4, "sub_state": p.payload & 0xF, "hw": bool(p.flags & 1)}
-    if k == PK_PWRX:
-        return {"last": p.payload, "deepest": p.aux, "interrupt": bool(p.flags & 1),
-                "timer": bool(p.flags & 2), "store": bool(p.flags & 4),
-                "autonomous": bool(p.flags & 8)}
-    if k == PK_EXSTOP or k == PK_BEP:
-        return {"ip": bool(p.flags & 1)}
-    if k == PK_BBP:
-        return {"type": p.payload, "sz": bool(p.flags & 1)}
-    if k == PK_BIP:
-        return {"id": p.aux, "value": p.payload, "bytes": 4 if p.flags & 1 else 8}
-    if k == PK_CFE:
-        return {"type": p.payload, "vector": p.aux, "ip": bool(p.flags & 1)}
-    if k == PK_EVD:
-        return {"type": p.aux, "payload": p.payload}
-    if k == PK_TRIG:
-        return {"trbv": p.payload, "icnt": p.aux, "ip": bool(p.flags & 1),
-                "mult": bool(p.flags & 2), "icntv": bool(p.flags & 4)}
-    return {}
-
-
 cdef object _error(int err, const PtPacket* pkt):
     # The Python-side error for a failed next_c(): its code and offset.
     return PtError(-err, pkt.offset, "truncated packet" if err == -PTE_EOS else "")
-
-
-# Packed PtPacket records for records(): struct-module and numpy layouts.
-RECORD_FORMAT = "=QQQQBBBBBB2x"
-RECORD_FIELDS = ("offset", "payload", "aux", "ip", "kind", "size", "ipc", "count", "flags",
-                 "ip_valid")
-RECORD_DTYPE = [("offset", "<u8"), ("payload", "<u8"), ("aux", "<u8"), ("ip", "<u8"),
-                ("kind", "u1"), ("size", "u1"), ("ipc", "u1"), ("count", "u1"),
-                ("flags", "u1"), ("ip_valid", "u1"), ("_pad", "V2")]
 
 
 cdef Py_ssize_t _bulk(PacketDecoder d, int what, bytearray out, object errors) except -1:

@@ -133,3 +133,45 @@ def test_cli_reads_standard_input(traces_dir):
                          input=data, capture_output=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode().splitlines()[:2] == ["psb", "tsc        100000000000"]
+
+
+# ---- options the libipt goldens do not exercise ----------------------------------
+
+def _dump(*argv) -> list[str]:
+    out = io.StringIO()
+    assert dump.main(list(argv), out) == 0
+    return out.getvalue().splitlines()
+
+
+def _opcodes(lines):
+    return {line.split()[1] for line in lines if not line.startswith("[")}
+
+
+def test_no_pad_no_timing_no_cyc_hide_their_packets(traces_dir):
+    trace = str(traces_dir / "dynamorio-drpt2trace"
+                / "test_simple.tracedir-2022-06-22-static-glibc-hello/pt.bin")
+    full = _dump(trace)
+    assert {"pad", "cyc", "mtc", "tsc", "tma", "cbr", "tnt.8"} <= _opcodes(full)
+    assert "pad" not in _opcodes(_dump("--no-pad", trace))
+    assert _opcodes(_dump("--no-timing", trace)).isdisjoint({"cyc", "mtc", "tsc", "tma", "cbr"})
+    no_cyc = _dump("--no-cyc", trace)
+    assert "cyc" not in _opcodes(no_cyc) and "mtc" in _opcodes(no_cyc)
+    assert len(no_cyc) == len(full) - sum(1 for line in full if line.split()[1] == "cyc")
+
+
+def test_quiet_prints_only_errors(traces_dir):
+    trace = traces_dir / "libipt-2.0.5-ptt/ptdump-bad_opc-resync/ptdump-bad_opc-resync.pt"
+    assert _dump("--quiet", str(trace)) == ["[17: error decoding packet: unknown opcode]"]
+
+
+def test_sdm_packet_set_decodes_event_trace_and_trigger_packets(tmp_path):
+    psb = bytes([0x02, 0x82] * 8)
+    path = tmp_path / "newer.pt"
+    path.write_bytes(psb + bytes([0x02, 0x13, 0x81, 0x0E])                     # CFE intr 14, ip
+                     + bytes([0x02, 0x53, 0x00]) + (0x7FFF1000).to_bytes(8, "little")  # EVD cr2
+                     + bytes([0xD9, 0xA0, 0x05]))                               # TRIG ip mult
+    lines = [" ".join(line.split()) for line in _dump("--packets", "sdm", "--no-offset", str(path))]
+    assert lines == ["psb", "cfe 1: 14, ip type intr", "evd 0: 7fff1000 type cr2",
+                     "trig 05, ip, mult"]
+    # ptdump 2.0.5's packet set: CFE is an unknown opcode, and the dump resyncs.
+    assert _dump("--no-offset", str(path))[1] == "[10: error decoding packet: unknown opcode]"

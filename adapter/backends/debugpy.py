@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -66,7 +67,10 @@ class DebugpyBackend(Backend):
         if isinstance(config, AttachConfig) and config.connect is not None:
             self._connect(config.connect.host, config.connect.port)
             return
-        argv = [sys.executable, "-m", "debugpy.adapter"]
+        command = os.environ.get("PTDEBUG_DEBUGPY_ADAPTER")
+        # Another debugpy adapter command (a different interpreter's debugpy, or, in
+        # benchmarks/bench_dap.py, a stand-in peer that answers at once).
+        argv = shlex.split(command) if command else [sys.executable, "-m", "debugpy.adapter"]
         log_dir = os.environ.get("PTDEBUG_DEBUGPY_LOG_DIR")
         if log_dir:
             argv += ["--log-dir", log_dir]

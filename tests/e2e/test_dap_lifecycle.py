@@ -98,3 +98,15 @@ def test_debugpy_and_its_launcher_die_together(start_adapter):
         os.kill(pid, signal.SIGKILL)
     run.client.expect_event("terminated")
     _end(run)
+
+
+def test_adapter_terminated_by_signal_ends_its_processes(start_adapter):
+    """VS Code kills a misbehaving adapter with SIGTERM: debugpy and the debuggee go too."""
+    run = start_adapter()
+    launch(run.client, args=["wait"], breakpoints=["wait"])
+    run.client.expect_stopped("breakpoint")
+    run.track()
+    assert _debuggee_pid(run) in run.seen
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.wait_exit() == 128 + signal.SIGTERM
+    run.assert_nothing_left()

@@ -88,6 +88,9 @@ def _never_hit(work: _Workload, pairs: int, passes: int) -> dict:
             for armed in ((False, True) if k % 2 == 0 else (True, False)):
                 if armed:
                     watch = watcher.add(wp.WatchRequest(work.addr["idle"], 8, wp.Access.WRITE))
+                # Arming holds the threads in a ptrace-stop for a moment; a short
+                # phase after every change lets caches and scheduling settle alike.
+                work.phase("mem 1", "cpu")
                 times[armed] = work.phase(f"mem {passes}", "cpu")
                 if armed:
                     watcher.remove(watch)
@@ -98,9 +101,13 @@ def _never_hit(work: _Workload, pairs: int, passes: int) -> dict:
         assert watcher.poll(0) == [], "the never-hit watch was hit"
     finally:
         watcher.close()
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    # The standard error of a median is about 1.25 sigma / sqrt(n), sigma about IQR / 1.35;
+    # twice that is what this run can tell apart from zero.
+    resolution = 2 * 1.2533 * ((q3 - q1) / 1.349) / len(ratios) ** 0.5
     return {"slowdown_percent": round((statistics.median(ratios) - 1) * 100, 2),
-            "pair_ratio_iqr_percent": round((statistics.quantiles(ratios, n=4)[2]
-                                             - statistics.quantiles(ratios, n=4)[0]) * 100, 2),
+            "resolution_percent": round(resolution * 100, 2),
+            "pair_ratio_iqr_percent": round((q3 - q1) * 100, 2),
             "unwatched_median_ms": round(statistics.median(off_all) / 1e6, 2),
             "watched_median_ms": round(statistics.median(on_all) / 1e6, 2), "pairs": pairs}
 

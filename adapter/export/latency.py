@@ -9,7 +9,8 @@ as a breakpoint would be placed; FILE may be a path suffix or a base name) or a 
 name (its entry address). Pairing: B closes the most recent A before it on the same thread
 (an A repeated before any B restarts the interval); when A and B are the same point, each
 pass to the next is one interval (a loop's period). Times are the instructions' TSC times
-(trace.py); with the ptrace stepper they change only at its stops, so short intervals read 0.
+(trace.py, never running backwards); with the ptrace stepper they change only at its stops,
+so short intervals may read 0 ns while their cycles are counted.
 """
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> Lat
         history = thread.history
         ips = history.ips()
         weights = thread.cycle_weights()
+        times = decoded.times_ns(thread)
         gap_positions = {g.position for g in history.gaps}
         start = None
         cycles = 0
@@ -111,10 +113,8 @@ def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> Lat
             if start is not None:
                 cycles += weights[pos]
             if ip in target.addresses and start is not None and pos != start:
-                report.intervals.append(Interval(
-                    thread.tid, start, pos,
-                    max(0, decoded.ns(history.time(pos)) - decoded.ns(history.time(start))),
-                    cycles))
+                report.intervals.append(Interval(thread.tid, start, pos,
+                                                 times[pos] - times[start], cycles))
                 start = None
             if ip in source.addresses:
                 start, cycles = pos, 0

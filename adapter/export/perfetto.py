@@ -49,15 +49,9 @@ def thread_timeline(decoded: DecodedBundle, thread: ThreadTrace) -> tuple[list[t
         return [], []
     ips = history.ips()
     flags = history.flags_range()
-    times = history.times()
     gaps = {g.position for g in history.gaps}
-    ns = [0] * (n + 1)
-    last = 0
-    for i in range(n):  # clamp: a timeline never runs backwards
-        value = decoded.ns(times[i])
-        last = value if value > last or i == 0 else last
-        ns[i] = last
-    ns[n] = last
+    times = decoded.times_ns(thread)
+    ns = list(times) + [times[n - 1]]
     marks: list[tuple[str, int, str]] = [("B", 0, decoded.function(ips[0])[0])]
     depth = 1
     for i in range(n):
@@ -102,7 +96,7 @@ def trace_events(decoded: DecodedBundle) -> dict:
     gives instructions between two of its stops the same time)."""
     pid = int(decoded.manifest.get("pid") or 0)
     command = decoded.manifest.get("command") or []
-    starts = [decoded.ns(t.history.time(0)) for t in decoded.threads if len(t.history)]
+    starts = [decoded.times_ns(t)[0] for t in decoded.threads if len(t.history)]
     origin = min(starts) if starts else 0
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                            "args": {"name": " ".join(command) or f"process {pid}"}}]

@@ -177,11 +177,11 @@ def _mapping_of(mappings, ip: int) -> int:
 
 
 def _duration_ns(decoded: DecodedBundle) -> int:
-    spans = [(t.history.time(0), t.history.time(len(t.history) - 1))
+    spans = [(decoded.times_ns(t)[0], decoded.times_ns(t)[-1])
              for t in decoded.threads if len(t.history)]
     if not spans:
         return 0
-    return decoded.ns(max(e for _, e in spans)) - decoded.ns(min(s for s, _ in spans))
+    return max(e for _, e in spans) - min(s for s, _ in spans)
 
 
 def _created_ns(text: str | None) -> int:

@@ -10,7 +10,8 @@ Attribution rule (used by every export, and by the tests that check them): the h
 `cycles` column is cumulative (CYC packets, pt_decoder/flow_result.py); the cycles of
 instruction i are `cycles[i] - cycles[i-1]` (0 for the first instruction of a thread and for
 the first instruction after a gap, whose predecessor is unknown). Times are TSC values,
-converted to nanoseconds with the bundle's `timing.tsc_hz` (1 GHz when the bundle does not say).
+converted to nanoseconds with the bundle's `timing.tsc_hz` (1 GHz when the bundle does not say)
+and held where the decoder's estimate steps back (ThreadTrace.times_ns).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class ThreadTrace:
     history: History
     name: str = ""
     _weights: array | None = field(default=None, repr=False)
+    _ns: array | None = field(default=None, repr=False)
 
     def cycle_weights(self) -> array:
         """Cycles of each instruction (array 'Q'), by the module's attribution rule."""
@@ -59,6 +61,23 @@ class ThreadTrace:
                     weights[gap.position] = 0
             self._weights = weights
         return self._weights
+
+
+    def times_ns(self, tsc_hz: int) -> array:
+        """Time of each instruction in ns (array 'Q'), never running backwards: where the
+        decoder's estimate steps back (time between TSC packets is estimated from CYC/MTC
+        and corrected at the next TSC), the latest time so far is kept."""
+        if self._ns is None:
+            times = self.history.times()
+            out = array("Q", bytes(8 * len(times)))
+            latest = 0
+            for i, tsc in enumerate(times):
+                value = tsc if tsc_hz == 1_000_000_000 else tsc * 1_000_000_000 // tsc_hz
+                if value > latest or i == 0:
+                    latest = value
+                out[i] = latest
+            self._ns = out
+        return self._ns
 
 
 class DecodedBundle:
@@ -166,6 +185,10 @@ class DecodedBundle:
     def ns(self, tsc: int) -> int:
         """A TSC value in nanoseconds."""
         return tsc if self.tsc_hz == 1_000_000_000 else tsc * 1_000_000_000 // self.tsc_hz
+
+    def times_ns(self, thread: ThreadTrace) -> array:
+        """`thread`'s instruction times in ns, never running backwards."""
+        return thread.times_ns(self.tsc_hz)
 
     @property
     def total_cycles(self) -> int:

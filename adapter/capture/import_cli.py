@@ -1,0 +1,41 @@
+"""`ptdebug import perf.data -o BUNDLE`: a `perf record -e intel_pt//u` file as a bundle.
+
+Layer: adapter.capture (command line over perfdata.py). Exit status 0 when
+the bundle is complete, 1 when it is partial (perf lost data, a file was not
+the one recorded) or the input cannot be read, 2 for bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from adapter.capture import perfdata
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="ptdebug import",
+                                description="Import a perf.data file with Intel PT data "
+                                            "into a trace bundle.")
+    p.add_argument("perf_data", metavar="perf.data")
+    p.add_argument("-o", "--output", required=True, metavar="BUNDLE")
+    p.add_argument("--sysroot", metavar="DIR",
+                   help="find the recorded programs' files under DIR (recorded elsewhere)")
+    p.add_argument("--no-copy-images", action="store_true",
+                   help="reference the files by path instead of copying them into the bundle")
+    args = p.parse_args(argv)
+    try:
+        perf = perfdata.PerfData(args.perf_data)
+        manifest = perfdata.to_bundle(
+            perf, args.output, copy_images=not args.no_copy_images, sysroot=args.sysroot,
+            log=lambda msg: print(f"ptdebug import: {msg}", file=sys.stderr))
+    except (perfdata.PerfDataError, OSError) as exc:
+        print(f"ptdebug import: {exc}", file=sys.stderr)
+        return 1
+    streams = manifest["streams"]
+    print(f"{manifest['status']}: {len(streams)} stream(s), "
+          f"{sum(s['size'] for s in streams)} bytes of PT, {len(manifest['images'])} "
+          f"image(s) in {args.output}")
+    if manifest["status"] != "complete":
+        print(f"ptdebug import: partial: {manifest['partial_reason']}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,109 @@
+"""Round trip on a real program: its true path (ptrace single-stepping) -> PT
+(FlowEncoder: timing packets, CYC, return compression, periodic PSB+) ->
+InsnDecoder -> exactly the same path.
+
+Layer: tests of pt_decoder (insn/event/timing layers) with the encoder and the
+image of a live process. The fixture (tests/fixtures/programs/flow_mix.c +
+flow_lib.c as a shared library) runs recursion, indirect calls through a
+table, a jump table, a PLT call into the library, a signal handler and
+syscalls inside a small window that the test single-steps.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from pt_decoder.flow_encoder import FlowEncoder
+from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
+from pt_decoder import insn_flags as F
+
+from fixture_builds import PROGRAMS
+from ptrace_path import record
+
+TIMING = dict(mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2, cpuid_0x15_ebx=300)
+
+
+def _symbol(elf_path, name):
+    from elftools.elf.elffile import ELFFile
+    with open(elf_path, "rb") as fh:
+        (sym,) = ELFFile(fh).get_section_by_name(".symtab").get_symbol_by_name(name)
+        return sym["st_value"]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("flow")
+    lib = out / "libflow.so"
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", "-o", str(lib), str(PROGRAMS / "flow_lib.c")], check=True)
+    exe = out / "flow_mix"
+    subprocess.run(["gcc", "-O1", "-no-pie", "-fno-pie", "-fcf-protection=none", "-o", str(exe),
+                    str(PROGRAMS / "flow_mix.c"), "-L" + str(out), "-lflow", "-Wl,-rpath," + str(out)],
+                   check=True)
+    begin, end = _symbol(exe, "window_begin"), _symbol(exe, "window_end")
+    path, image = record([str(exe)], begin, end, image_of_process=Image.from_process)
+    return path, image, exe, end
+
+
+def _collapse_rep(path, image):
+    """A rep-prefixed string instruction is one instruction to PT (single-stepping
+    sees each iteration): collapse its repeats."""
+    out = []
+    for ip in path:
+        if out and out[-1] == ip:
+            continue
+        out.append(ip)
+    return out
+
+
+def test_the_window_exercises_every_kind_of_flow(recorded):
+    path, image, exe, _ = recorded
+    assert 300 < len(path) < 100_000
+    lib = [m for m in image.modules if m.path.endswith("libflow.so")]
+    assert lib, "the shared library is mapped"
+    in_lib = [ip for ip in path if lib[0].load_address <= ip < lib[0].load_address + lib[0].size]
+    assert in_lib, "the path enters the shared library"
+    handler = _symbol(exe, "on_usr1")
+    assert handler in path, "the path runs the signal handler"
+
+
+@pytest.mark.parametrize("psb_period,cyc", [(256, True), (4096, False), (0, True)])
+def test_decoding_the_encoded_path_gives_it_back_exactly(recorded, psb_period, cyc):
+    path, image, _, end = recorded
+    want = _collapse_rep(path, image)
+    tscs = [1_000_000 + 3 * i for i in range(len(want))]
+    fe = FlowEncoder(image.read, timing=True, cyc=cyc, psb_period=psb_period, return_compression=True,
+                     mtc_freq=3, nom_freq=36, cpuid_0x15=(2, 300))
+    data = fe.encode(want, tscs=tscs, end_ip=end)
+    flow = InsnDecoder(data, image, **TIMING).decode()
+    assert flow.errors() == []
+    assert list(flow.ip) == want
+    # time never runs backwards and stays within the window's true TSC range (an
+    # instruction gets the time of the packet that resolved it: TNT bits wait in
+    # their packet until it is full, so a branch may see a somewhat later time)
+    assert all(a <= b for a, b in zip(flow.tsc, flow.tsc[1:]))
+    assert tscs[0] - 1000 <= flow.tsc[0] and flow.tsc[-1] <= tscs[-1] + 1000
+    # ... and is exactly libipt's time for the same stream
+    libipt = pytest.importorskip("oracle.libipt")
+    if libipt.available():
+        sections = [libipt.Section(bytes(s.data), s.vaddr) for s in image.sections]
+        ref = [r for r in libipt.libipt_insns(data, sections, mtc_freq=3, nom_freq=36, cpuid_0x15=(2, 300))
+               if r["type"] == "insn"]
+        assert [r["ip"] for r in ref] == want
+        assert [r.get("tsc") for r in ref] == list(flow.tsc)
+    # calls and returns balance out to what the path did
+    calls = sum(1 for f in flow.flags if f & F.CALL)
+    rets = sum(1 for f in flow.flags if f & F.RETURN)
+    assert calls > 20 and rets > 20
+
+
+def test_return_compression_is_what_the_stream_uses(recorded):
+    path, image, _, end = recorded
+    want = _collapse_rep(path, image)
+    compressed = FlowEncoder(image.read, return_compression=True, psb_period=0).encode(want, end_ip=end)
+    plain = FlowEncoder(image.read, return_compression=False, psb_period=0).encode(want, end_ip=end)
+    assert len(compressed) < len(plain)
+    for data in (compressed, plain):
+        assert list(InsnDecoder(data, image).decode().ip) == want

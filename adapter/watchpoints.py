@@ -295,8 +295,10 @@ class _Frozen:
     PTRACE_DETACH lets it go, re-delivering a signal that arrived meanwhile.
     The loop re-reads /proc/PID/task until every listed thread is stopped, so
     no thread can be cloned while the caller works. If the target is already
-    traced by someone else the freeze is impossible (EPERM): `held` is False
-    and the caller works on the running target.
+    traced (by a debugger, or by ptdebug's own stepper) the freeze is
+    impossible (EPERM): `held` is False and the caller arms the running target,
+    where a thread cloned during the few milliseconds of arming could be
+    missed or armed twice.
     """
 
     def __init__(self, pid: int):
@@ -317,7 +319,7 @@ class _Frozen:
                     except ptrace.PtraceError as exc:
                         if exc.errno == errno.ESRCH:
                             continue
-                        if exc.errno == errno.EPERM and ptrace.tracer_of(tid) not in (0, os.getpid()):
+                        if exc.errno == errno.EPERM and ptrace.tracer_of(tid) != 0:
                             self._release()
                             self.held = False
                             return self

@@ -160,6 +160,34 @@ def test_thread_created_after_arming_is_caught(target_factory):
     target.close()
 
 
+def test_a_target_traced_by_another_debugger_is_armed_without_the_freeze(target_factory):
+    target = target_factory(before=1, after=0, writes=10, interval_us=1000)
+    read_fd, write_fd = os.pipe()
+    tracer = os.fork()
+    if tracer == 0:  # pragma: no cover - the other debugger: seizes every thread, then waits
+        from adapter.hw import ptrace
+        for tid in ptrace.threads_of(target.pid):
+            ptrace.seize(tid)
+        os.write(write_fd, b"x")
+        time.sleep(60)
+        os._exit(0)
+    try:
+        os.read(read_fd, 1)
+        with open(f"/proc/{target.pid}/status") as f:
+            assert f"TracerPid:\t{tracer}\n" in f.read()
+        with wp.PerfWatcher(target.pid) as watcher:
+            watcher.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
+            target.go()
+            hits, lost = collect(watcher, target)
+        assert lost == [] and collections.Counter(h.tid for h in hits) == target.wrote
+    finally:
+        os.kill(tracer, 9)
+        os.waitpid(tracer, 0)
+        os.close(read_fd)
+        os.close(write_fd)
+    target.close()
+
+
 def test_old_and_new_values_follow_each_write(target_factory):
     # One slow writer: each hit is read before the next write, so old -> new is each step.
     target = target_factory(before=1, after=0, writes=6, interval_us=40000)

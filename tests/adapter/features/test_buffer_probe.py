@@ -1,0 +1,82 @@
+"""features.buffer_probe: the probe expression evaluated here as the debuggee would, on real
+objects, against addresses each library reports itself; and the choice of watched bytes."""
+from __future__ import annotations
+
+import array
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+from adapter.features.buffer_probe import (
+    Buffer,
+    NotAnExpression,
+    decode_value,
+    probe_expression,
+    watch_range,
+)
+from adapter.watchpoints import Access, WatchRequest, plan
+
+
+def _probe(expression: str, scope: dict) -> Buffer:
+    return Buffer.from_result(repr(eval(probe_expression(expression), scope)))
+
+
+def _span(expression: str, scope: dict) -> tuple[int, int]:
+    found = _probe(expression, scope)
+    return found.address, found.nbytes
+
+
+def test_numpy_whole_array_element_row_and_slice_are_views():
+    kv = np.zeros((4, 8), dtype=np.float32)
+    base = kv.ctypes.data
+    scope = {"kv": kv}
+    assert _span("kv", scope) == (base, 128)
+    assert _span("kv[1, 2]", scope) == (base + (8 + 2) * 4, 4)
+    assert _span("kv[1]", scope) == (base + 32, 32)
+    assert _span("kv[1, 2:4]", scope) == (base + 40, 8)
+    assert _probe("kv[1, 2]", scope).format == "f"
+    with pytest.raises(ValueError, match="not contiguous"):
+        _probe("kv[:, 0]", scope)
+
+
+def test_buffer_protocol_objects_and_ctypes():
+    buf = bytearray(b"hello world")
+    ints = array.array("i", range(10))
+    cells = (ctypes.c_double * 4)()
+    scope = {"buf": buf, "ints": ints, "cells": cells, "view": memoryview(buf)}
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    assert _span("buf", scope) == (address, 11)
+    assert _span("buf[3]", scope) == (address + 3, 1)
+    assert _span("view[2:6]", scope) == (address + 2, 4)
+    assert _span("ints[4]", scope) == (ints.buffer_info()[0] + 16, 4)
+    assert _span("cells[2]", scope) == (ctypes.addressof(cells) + 16, 8)
+    assert _probe("cells", scope).format == "d"
+    with pytest.raises(ValueError, match="read-only"):
+        _probe("b'abc'", {})
+    with pytest.raises(TypeError):
+        _probe("42", {})
+    with pytest.raises(NotAnExpression):
+        probe_expression("cache[")
+
+
+@pytest.mark.parametrize("address, nbytes, expected", [
+    (0x1000, 128, (0x1000, 32)),     # a big 8-aligned buffer: its first 32 bytes
+    (0x1000, 20, (0x1000, 16)),
+    (0x1000, 8, (0x1000, 8)),
+    (0x1004, 4, (0x1004, 4)),        # a float32 element
+    (0x1002, 4, (0x1002, 2)),
+    (0x1003, 11, (0x1003, 1)),
+])
+def test_watch_range_always_fits_the_debug_registers(address, nbytes, expected):
+    assert watch_range(address, nbytes) == expected
+    start, length = expected
+    plan(WatchRequest(start, length, Access.WRITE))  # the engine accepts it
+
+
+def test_decode_value_by_element_type():
+    assert decode_value(struct.pack("<d", 42.5), "d") == "42.5"
+    assert decode_value(struct.pack("<2f", 1.0, 2.0), "f") == "[1.0, 2.0]"
+    assert decode_value(b"\x01\x02", "") == "01 02"
+    assert decode_value(None, "d") == "?"

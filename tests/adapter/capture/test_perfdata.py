@@ -37,8 +37,8 @@ def perf_record(tmp_path_factory):
     subprocess.run(["gcc", "-O1", "-o", str(prog), str(ROOT / "tests/fixtures/programs/rec_work.c")],
                    check=True)
     out = tmp / "task-clock.data"
-    run = subprocess.run(["perf", "record", "-e", "task-clock", "-o", str(out), "--", str(prog),
-                          "50", "20"], capture_output=True, text=True)
+    run = subprocess.run(["perf", "record", "-e", "task-clock", "--buildid-all", "-o", str(out),
+                          "--", str(prog), "50", "20"], capture_output=True, text=True)
     if run.returncode != 0:
         pytest.fail(f"perf record failed here: {run.stderr.strip()}")
     return out, prog

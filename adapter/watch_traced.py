@@ -21,20 +21,20 @@ import time
 
 from adapter.hw import debugregs, ptrace
 from adapter.watchpoints import (
-    _DR_ACCESS,
+    DR_ACCESS,
     Access,
     Hit,
+    RegisterSlots,
     Watch,
     WatchError,
     WatchRequest,
-    _open_mem,
-    _os_error_to_watch_error,
-    _read_value,
-    _Registers,
-    _threads,
     check_mapped,
+    live_threads,
+    open_memory,
     plan,
+    read_watched,
     require_process,
+    watch_error_from_os,
 )
 
 _DR7_OFFSET = ptrace.DEBUGREG_OFFSET + 7 * 8
@@ -55,8 +55,8 @@ class DebugRegisterWatcher:
     def __init__(self, pid: int):
         require_process(pid)
         self.pid = pid
-        self.registers = _Registers()
-        self._mem_fd = _open_mem(pid)
+        self.registers = RegisterSlots()
+        self._mem_fd = open_memory(pid)
 
     def add(self, request: WatchRequest, stopped_tids: list[int]) -> Watch:
         """Arm `request` on these stopped threads; WatchError and nothing changed if it cannot be."""
@@ -76,9 +76,9 @@ class DebugRegisterWatcher:
                 except OSError:
                     pass
             if isinstance(exc, OSError):
-                raise _os_error_to_watch_error(exc, self.pid, request, "") from None
+                raise watch_error_from_os(exc, self.pid, request, "") from None
             raise WatchError("bad_length", str(exc)) from None
-        watch.previous = _read_value(self._mem_fd, watch) if request.access != Access.EXECUTE else None
+        watch.previous = read_watched(self._mem_fd, watch) if request.access != Access.EXECUTE else None
         return watch
 
     def remove(self, watch: Watch, stopped_tids: list[int]) -> None:
@@ -92,7 +92,7 @@ class DebugRegisterWatcher:
         DR7 is cleared first because Linux re-validates an enabled register's
         length and alignment when its address changes.
         """
-        slots = [debugregs.Slot(index, address, length, _DR_ACCESS[watch.request.access])
+        slots = [debugregs.Slot(index, address, length, DR_ACCESS[watch.request.access])
                  for index, watch, address, length in self.registers.slots()]
         ptrace.pokeuser(tid, _DR7_OFFSET, 0)
         for slot in slots:
@@ -120,7 +120,7 @@ class DebugRegisterWatcher:
         regs = ptrace.getregs(tid).as_dict()
         old, new = None, None
         if watch.request.access != Access.EXECUTE:
-            old, new = watch.previous, _read_value(self._mem_fd, watch)
+            old, new = watch.previous, read_watched(self._mem_fd, watch)
             watch.previous = new
         chain = _frame_pointer_chain(self._mem_fd, regs["rip"], regs["rbp"])
         return Hit(watch, tid, self.pid, regs["rip"], time.clock_gettime_ns(time.CLOCK_MONOTONIC),
@@ -184,7 +184,7 @@ class TracedWatchSession:
 
     def _attach_all(self) -> None:
         while True:
-            fresh = [t for t in _threads(self.pid) if t not in self.threads]
+            fresh = [t for t in live_threads(self.pid) if t not in self.threads]
             if not fresh:
                 return
             for tid in fresh:

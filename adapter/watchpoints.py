@@ -54,9 +54,9 @@ class Access(str, enum.Enum):
     EXECUTE = "x"
 
 
-_PERF_TYPE = {Access.WRITE: perf.HW_BREAKPOINT_W, Access.READ_WRITE: perf.HW_BREAKPOINT_RW,
+PERF_TYPE = {Access.WRITE: perf.HW_BREAKPOINT_W, Access.READ_WRITE: perf.HW_BREAKPOINT_RW,
               Access.EXECUTE: perf.HW_BREAKPOINT_X}
-_DR_ACCESS = {Access.WRITE: debugregs.Access.WRITE, Access.READ_WRITE: debugregs.Access.READ_WRITE,
+DR_ACCESS = {Access.WRITE: debugregs.Access.WRITE, Access.READ_WRITE: debugregs.Access.READ_WRITE,
               Access.EXECUTE: debugregs.Access.EXECUTE}
 
 
@@ -102,8 +102,12 @@ class Hit:
     an execute watch the watched instruction itself (a fault). `old`/`new`
     are the watched bytes before and after (None where they could not be
     told apart: several hits of one watch read in one batch by the perf
-    mechanism, or an execute watch). `exact` is True when the thread was
-    stopped while `new` was read (the ptrace mechanism).
+    mechanism, or an execute watch). With the perf mechanism `new` is read
+    by ptdebug within about a millisecond of the hit, the thread running on.
+    `exact` is True when the hitting thread was held in a ptrace-stop while
+    `new` was read (the ptrace mechanism; another thread may still have
+    written in between, as no all-stop is done). `time_ns` is CLOCK_MONOTONIC:
+    the kernel's sample time with perf, the moment ptdebug saw the stop with ptrace.
     """
     watch: Watch
     tid: int
@@ -143,7 +147,7 @@ def plan(request: WatchRequest) -> list[tuple[int, int]]:
         return [(address, 1)]
     if length in (1, 2, 4, 8):
         try:
-            debugregs.check_breakpoint(address, length, _DR_ACCESS[request.access])
+            debugregs.check_breakpoint(address, length, DR_ACCESS[request.access])
         except debugregs.DebugRegisterError as exc:
             code = "unaligned" if "aligned" in str(exc) else "bad_length"
             raise WatchError(code, str(exc)) from None
@@ -199,7 +203,7 @@ def require_process(pid: int) -> None:
         raise WatchError("no_process", f"no process {pid}")
 
 
-class _Registers:
+class RegisterSlots:
     """Which of the four registers each armed watch holds: the shared allocation policy."""
 
     def __init__(self):
@@ -234,7 +238,7 @@ class _Registers:
         return out
 
 
-def _read_value(mem_fd: int, watch: Watch) -> bytes | None:
+def read_watched(mem_fd: int, watch: Watch) -> bytes | None:
     try:
         data = os.pread(mem_fd, watch.request.length, watch.request.address)
     except OSError:
@@ -242,7 +246,7 @@ def _read_value(mem_fd: int, watch: Watch) -> bytes | None:
     return data if len(data) == watch.request.length else None
 
 
-def _open_mem(pid: int) -> int:
+def open_memory(pid: int) -> int:
     try:
         return os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -252,7 +256,7 @@ def _open_mem(pid: int) -> int:
                          "your own user, or run as root") from None
 
 
-def _os_error_to_watch_error(exc: OSError, pid: int, request: WatchRequest, held: str) -> WatchError:
+def watch_error_from_os(exc: OSError, pid: int, request: WatchRequest, held: str) -> WatchError:
     if exc.errno == errno.ENOSPC:
         return WatchError("busy", f"the debug registers of process {pid} are taken by another tool "
                           f"(a debugger or another watch){held}; the kernel said ENOSPC")
@@ -309,7 +313,7 @@ class _Frozen:
     def __enter__(self) -> _Frozen:
         try:
             while True:
-                fresh = [t for t in _threads(self.pid) if t not in self.stopped]
+                fresh = [t for t in live_threads(self.pid) if t not in self.stopped]
                 if not fresh:
                     return self
                 seized = []
@@ -357,7 +361,7 @@ class _Frozen:
         self.stopped.clear()
 
 
-def _threads(pid: int) -> list[int]:
+def live_threads(pid: int) -> list[int]:
     try:
         return ptrace.threads_of(pid)
     except FileNotFoundError:
@@ -384,8 +388,8 @@ class PerfWatcher:
         self.pid = pid
         self.ring_pages = ring_pages
         self.wakeup = wakeup
-        self.registers = _Registers()
-        self._mem_fd = _open_mem(pid)
+        self.registers = RegisterSlots()
+        self._mem_fd = open_memory(pid)
         self._cpus = online_cpus()
         self._rings: dict[tuple[int, int], perf.RingBuffer] = {}  # (watch id, cpu) -> ring
         self._fds: dict[int, list[int]] = {}         # watch id -> event fds
@@ -403,7 +407,7 @@ class PerfWatcher:
         fds: list[int] = []
         try:
             with _Frozen(self.pid) as frozen:
-                tids = list(frozen.stopped) if frozen.held else _threads(self.pid)
+                tids = list(frozen.stopped) if frozen.held else live_threads(self.pid)
                 for tid in tids:
                     for address, length in pieces:
                         for cpu in self._cpus:
@@ -419,12 +423,12 @@ class PerfWatcher:
             if isinstance(exc, OSError) and not isinstance(exc, ptrace.PtraceError):
                 held = "".join(f"; ptdebug holds {w.request.describe()}"
                                for w in self.registers.watches.values())
-                raise _os_error_to_watch_error(exc, self.pid, request, held) from None
+                raise watch_error_from_os(exc, self.pid, request, held) from None
             if isinstance(exc, ptrace.PtraceError) and exc.errno == errno.EPERM:
                 raise WatchError("permission", f"permission denied: cannot ptrace process {self.pid} "
                                  "to arm every thread (same user, or root)") from None
             raise
-        watch.previous = _read_value(self._mem_fd, watch) if request.access != Access.EXECUTE else None
+        watch.previous = read_watched(self._mem_fd, watch) if request.access != Access.EXECUTE else None
         self._fds[watch.id] = fds
         return watch
 
@@ -433,7 +437,7 @@ class PerfWatcher:
         # (hw_breakpoint.c, arch_build_bp_info); the register itself gets LEN=00B.
         bp_len = 8 if request.access == Access.EXECUTE else length
         wakeup_bytes = self.ring_pages * perf.PAGE_SIZE // 2 if self.wakeup == "batch" else 0
-        attr = perf.breakpoint_attr(address, bp_len, _PERF_TYPE[request.access], inherit=True,
+        attr = perf.breakpoint_attr(address, bp_len, PERF_TYPE[request.access], inherit=True,
                                     wakeup_bytes=wakeup_bytes)
         try:
             return perf.perf_event_open(attr, tid, cpu)
@@ -506,7 +510,7 @@ class PerfWatcher:
                 continue
             # The target ran on since these hits: the bytes read now are the
             # value after the last of them; the ones between are not known.
-            new = _read_value(self._mem_fd, watch)
+            new = read_watched(self._mem_fd, watch)
             hits[0].old = watch.previous
             hits[-1].new = new
             watch.previous = new

@@ -13,6 +13,7 @@ adapter.hw.debugregs; knows nothing of perf, DAP or the other features.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -183,10 +184,12 @@ class TracedWatchSession:
             raise
 
     def _attach_all(self) -> None:
+        tried: set[int] = set()  # a thread that exits stays listed a moment: try it once
         while True:
-            fresh = [t for t in live_threads(self.pid) if t not in self.threads]
+            fresh = [t for t in live_threads(self.pid) if t not in tried]
             if not fresh:
                 return
+            tried.update(fresh)
             for tid in fresh:
                 try:
                     ptrace.seize(tid, ptrace.O_TRACECLONE)
@@ -219,30 +222,30 @@ class TracedWatchSession:
         with self._all_stopped():
             self.watcher.remove(watch, sorted(self.threads))
 
-    def _all_stopped(self):
-        session = self
-
-        class _Stop:
-            def __enter__(self):
-                self.was_running = sorted(session._running)
-                for tid in self.was_running:
-                    try:
-                        ptrace.interrupt(tid)
-                    except ptrace.PtraceError:
-                        pass
-                for tid in self.was_running:
-                    session._drain_until_stopped(tid)
-                return self
-
-            def __exit__(self, *exc):
-                for tid in self.was_running:
-                    if tid in session.threads:
-                        session._cont(tid)
-
-        return _Stop()
+    @contextlib.contextmanager
+    def _all_stopped(self, resume: bool = True):
+        """Every running thread interrupted and in a ptrace-stop for the `with` body,
+        then (with `resume`) let go again."""
+        was_running = sorted(self._running)
+        for tid in was_running:
+            try:
+                ptrace.interrupt(tid)
+            except ptrace.PtraceError:
+                pass  # exited meanwhile: its exit is reaped below
+        for tid in was_running:
+            self._drain_until_stopped(tid)
+        try:
+            yield
+        finally:
+            if resume:
+                for tid in was_running:
+                    if tid in self.threads:
+                        self._cont(tid)
 
     def _drain_until_stopped(self, tid: int) -> None:
-        """Wait for `tid`'s interrupt stop; a hit or signal met first is kept pending."""
+        """Wait until `tid` is in a ptrace-stop. A signal met first is passed on (the
+        interrupt stop follows); a hit met first is dropped, since the watches are
+        being changed or removed."""
         while True:
             status = ptrace.waitpid(tid, ptrace.WALL)
             self._running.discard(tid)
@@ -257,7 +260,7 @@ class TracedWatchSession:
                     self._new.add(child)
                 return
             if status.stop_signal == signal.SIGTRAP and self.watcher.hit_at_stop(tid) is not None:
-                return  # a hit met while stopping everyone: dropped, the watch is being changed
+                return
             ptrace.cont(tid, status.stop_signal)  # pass the signal on; the interrupt follows
 
     def start(self) -> None:
@@ -318,8 +321,13 @@ class TracedWatchSession:
                 self.threads.add(tid)
                 self.watcher.apply(tid)
                 self._cont(tid)
+            elif status.event == ptrace.EVENT_STOP and status.stop_signal != signal.SIGTRAP:
+                # A group-stop (SIGSTOP, SIGTSTP...): the thread stays stopped for job
+                # control, as it would untraced, and is told to us when continued.
+                ptrace.listen(tid)
+                self._running.add(tid)
             elif status.event == ptrace.EVENT_STOP:
-                self._cont(tid)  # group-stop or stray interrupt: keep running
+                self._cont(tid)  # a stray interrupt stop: keep running
             elif status.stop_signal == signal.SIGTRAP:
                 hit = self.watcher.hit_at_stop(tid)
                 if hit is not None:
@@ -335,8 +343,7 @@ class TracedWatchSession:
     def close(self) -> None:
         """Stop every thread, clear its debug registers and detach it."""
         try:
-            with self._all_stopped() as stop:
-                stop.was_running = []  # leave them stopped for the detach below
+            with self._all_stopped(resume=False):
                 for tid in sorted(self.threads):
                     try:
                         self.watcher.clear(tid)

@@ -311,11 +311,13 @@ class _Frozen:
         self.held = True
 
     def __enter__(self) -> _Frozen:
+        tried: set[int] = set()  # a thread that exits stays listed a moment: try it once
         try:
             while True:
-                fresh = [t for t in live_threads(self.pid) if t not in self.stopped]
+                fresh = [t for t in live_threads(self.pid) if t not in tried]
                 if not fresh:
                     return self
+                tried.update(fresh)
                 seized = []
                 for tid in fresh:
                     try:
@@ -337,17 +339,13 @@ class _Frozen:
             raise
 
     def _wait_stopped(self, tid: int) -> None:
-        while True:
-            status = ptrace.waitpid(tid, ptrace.WALL)
-            if status.gone:
-                return
-            if status.event == ptrace.EVENT_STOP:
-                self.stopped.setdefault(tid, 0)
-                return
-            # A signal-delivery-stop came first: keep the signal for detach and
-            # keep waiting for the interrupt stop.
-            self.stopped[tid] = status.stop_signal
-            ptrace.cont(tid, 0)
+        status = ptrace.waitpid(tid, ptrace.WALL)
+        if status.gone:
+            return
+        # An interrupt stop, a group-stop, or a signal-delivery-stop that came first:
+        # stopped either way. The signal of the last is delivered again at detach
+        # (PTRACE_DETACH injects it from a signal-delivery-stop, ptrace(2)).
+        self.stopped[tid] = 0 if status.event else status.stop_signal
 
     def __exit__(self, *exc) -> None:
         self._release()

@@ -139,6 +139,12 @@ def detach(tid: int, sig: int = 0) -> None:
     _ptrace(PTRACE_DETACH, tid, 0, sig)
 
 
+def listen(tid: int) -> None:
+    """PTRACE_LISTEN: let a seized thread in group-stop stay stopped for job control
+    while the tracer is told when it is continued (ptrace(2), "PTRACE_LISTEN")."""
+    _ptrace(PTRACE_LISTEN, tid)
+
+
 def setoptions(tid: int, options: int) -> None:
     _ptrace(PTRACE_SETOPTIONS, tid, 0, options)
 

@@ -147,3 +147,30 @@ def test_sigterm_to_the_target_is_passed_on(target_factory):
         session.close()
     # The tracer (also the parent here) reaped the exit; the process is gone.
     assert not os.path.exists(f"/proc/{target.pid}")
+
+
+def test_a_job_control_stop_is_kept(target_factory):
+    """SIGSTOP to the traced target stops it for job control (PTRACE_LISTEN), as untraced."""
+    target = target_factory(before=1, after=0, writes=3, interval_us=1000)
+    session = wt.TracedWatchSession(target.pid)
+    try:
+        session.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
+        session.start()
+        os.kill(target.pid, signal.SIGSTOP)
+        target.go()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGALRM})
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            assert session.wait_hit(frozenset({signal.SIGALRM})) is None  # no hit while stopped
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.sigtimedwait({signal.SIGALRM}, 0)
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        assert {_thread_state(target.pid, int(t)) for t in os.listdir(f"/proc/{target.pid}/task")} == {"t"}
+        os.kill(target.pid, signal.SIGCONT)
+        hit = session.wait_hit()
+        assert int.from_bytes(hit.new, "little") == (1 << 16) | 1
+        session.resume(hit)
+    finally:
+        session.close()
+    _finish(target)

@@ -256,3 +256,48 @@ def test_close_leaves_the_target_untouched(target_factory):
         assert "TracerPid:\t0\n" in f.read()
     target.close()
     assert target.proc.returncode == 0
+
+
+def test_threads_born_while_arming_are_armed_once(tmp_path):
+    """Arm in the middle of a stream of new threads: every thread born after the
+    arming ends is reported exactly once (inherited events), and no thread twice."""
+    binary = tmp_path / "watch_spawn"
+    subprocess.run(["gcc", "-O1", "-pthread", "-o", str(binary), str(PROGRAMS / "watch_spawn.c")],
+                   check=True)
+    proc = subprocess.Popen([str(binary), "300", "300"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        value = int(re.search(r"value=(0x[0-9a-f]+)", proc.stdout.readline()).group(1), 16)
+        born: dict[int, int] = {}
+        reader_done = threading.Event()
+
+        def read_births():
+            for line in proc.stdout:
+                if line.startswith("born"):
+                    _, tid, ns = line.split()
+                    born[int(tid)] = int(ns)
+                if line.startswith("done"):
+                    break
+            reader_done.set()
+
+        threading.Thread(target=read_births, daemon=True).start()
+        time.sleep(0.02)                     # let the stream of threads start
+        with wp.PerfWatcher(proc.pid) as watcher:
+            watcher.add(wp.WatchRequest(value, 8, wp.Access.WRITE))
+            armed_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            hits = []
+            quiet = time.monotonic()
+            while not reader_done.is_set() or time.monotonic() - quiet < 0.3:
+                got = watcher.poll(0.05)
+                hits.extend(got)
+                if got:
+                    quiet = time.monotonic()
+        assert all(isinstance(h, wp.Hit) for h in hits), hits
+        per_tid = collections.Counter(h.tid for h in hits)
+        assert max(per_tid.values()) == 1                       # nobody armed twice
+        later = [tid for tid, ns in born.items() if ns > armed_ns]
+        assert len(later) > 50
+        assert all(per_tid[tid] == 1 for tid in later)          # everybody born later caught
+    finally:
+        proc.kill()
+        proc.wait()

@@ -8,7 +8,8 @@ Each hit is printed as it is read: thread, IP, the function and source line
 there (ELF symbols and DWARF lines, the perf-map file of a JIT or CPython's
 trampolines, Go's pclntab), and the watched bytes before and after. With
 --json, one JSON object a line: watch, pid, tid, ip, symbol, file, line,
-time (CLOCK_MONOTONIC ns), address, old, new, exact, callchain. Values of up
+time (CLOCK_MONOTONIC ns), address (the register's piece that fired) and
+its offset in the watch, old, new, exact, callchain. Values of up
 to 8 bytes are shown as little-endian integers ("0x..."), longer ones as hex
 bytes in memory order; null where not known.
 
@@ -17,7 +18,8 @@ or on Ctrl-C / SIGTERM; the target is then left as it was (every perf event
 closed, or every thread's debug registers cleared and detached).
 
 Layer: a command of the adapter's console script. It parses, symbolises and
-prints; the engine is adapter.watchpoints. Symbols come from pt_decoder.
+prints; the engines are adapter.watchpoints (perf) and adapter.watch_traced
+(ptrace). Symbols come from pt_decoder.
 """
 from __future__ import annotations
 
@@ -152,6 +154,7 @@ def hit_record(hit: wp.Hit, symbols: Symbolizer) -> dict:
         "symbol": symbols.function(where), "module": symbols.module(where),
         "file": line[0] if line else None, "line": line[1] if line else None,
         "time": hit.time_ns, "address": f"{hit.address:#x}",
+        "offset": hit.address - hit.watch.request.address,
         "old": _value(hit.old), "new": _value(hit.new), "exact": hit.exact, "callchain": chain,
     }
 
@@ -160,9 +163,9 @@ def format_text(rec: dict) -> str:
     where = rec["symbol"] or "??"
     if rec["file"]:
         where += f" ({os.path.basename(rec['file'])}:{rec['line']})"
-    values = ""
+    values = f"  [+{rec['offset']:#x}]" if rec["offset"] else ""
     if rec["old"] is not None or rec["new"] is not None:
-        values = f"  {rec['old'] or '?'} -> {rec['new'] or '?'}"
+        values += f"  {rec['old'] or '?'} -> {rec['new'] or '?'}"
     return (f"tid {rec['tid']}  ip {rec['ip']}  {where}{values}  "
             f"t={rec['time'] / 1e9:.6f}")
 

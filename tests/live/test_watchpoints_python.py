@@ -26,7 +26,6 @@ FIXTURE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "program
 
 
 def test_numpy_buffer_write_is_reported_from_the_writing_thread():
-    pytest.importorskip("numpy", reason="numpy is a test dependency (pyproject [test])")
     marker = [n for n, line in enumerate(FIXTURE.read_text().splitlines(), 1) if "# @marker" in line]
     assert len(marker) == 1 and "arr[0] =" in FIXTURE.read_text().splitlines()[marker[0] - 1]
     writes = 12

@@ -13,7 +13,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 
@@ -72,7 +71,6 @@ def test_jit_code_is_named_from_the_perf_map(tmp_path):
         pathlib.Path(f"/tmp/perf-{proc.pid}.map").unlink(missing_ok=True)
 
 
-@pytest.mark.skipif(shutil.which("go") is None, reason="the Go toolchain is not installed")
 def test_go_variable_by_name_and_line_from_pclntab(tmp_path):
     binary = tmp_path / "watch_go"
     subprocess.run(["go", "build", "-o", str(binary), str(PROGRAMS / "watch_go.go")], check=True,

@@ -120,40 +120,68 @@ cdef class _IpHash:
         free(old_vals)
 
 
+cdef class IpInterner:
+    """Gives each distinct IP a dense id as instructions arrive (first seen, first
+    numbered); `sorted_table()` then gives the IPs ascending and the rank that
+    renumbers first-seen ids into ascending-IP ids."""
+    cdef _IpHash seen
+
+    def __cinit__(self):
+        self.seen = _IpHash()
+
+    def __len__(self):
+        return self.seen.count
+
+    def add(self, const uint64_t[:] ips):
+        """The first-seen id of every IP in `ips`, as array('I')."""
+        cdef Py_ssize_t n = ips.shape[0], i
+        cdef uint64_t last_ip = 0
+        cdef uint32_t last_id = EMPTY
+        ids = _new(_U32, n)
+        cdef uint32_t[:] out = ids
+        for i in range(n):
+            if ips[i] != last_ip or last_id == EMPTY:
+                last_ip = ips[i]
+                last_id = self.seen.get_or_add(last_ip)
+            out[i] = last_id
+        return ids
+
+    def sorted_table(self):
+        """(table 'Q' ascending, rank 'I': rank[first-seen id] = index in table)."""
+        cdef uint32_t count = self.seen.count
+        cdef uint64_t j
+        firsts = _new(_U64, count)
+        cdef uint64_t[:] f = firsts
+        for j in range(self.seen.cap):
+            if self.seen.vals[j] != EMPTY:
+                f[self.seen.vals[j]] = self.seen.keys[j]
+        table = array("Q", sorted(firsts))
+        cdef uint64_t[:] t = table
+        rank = _new(_U32, count)
+        cdef uint32_t[:] r = rank
+        for j in range(count):
+            r[self.seen.get_or_add(t[j])] = <uint32_t> j
+        return table, rank
+
+
+def renumber(uint32_t[:] ids, const uint32_t[:] rank):
+    """ids[i] = rank[ids[i]] in place."""
+    cdef Py_ssize_t i
+    for i in range(ids.shape[0]):
+        ids[i] = rank[ids[i]]
+
+
 def intern_ips(const uint64_t[:] ips):
     """Distinct IPs and the index of each instruction's IP among them.
 
     Returns (table array('Q') sorted ascending, ids array('I') with
     table[ids[i]] == ips[i]): a hash pass, a sort of the (few) distinct
-    values, one remapping pass.
+    values, one renumbering pass.
     """
-    cdef Py_ssize_t n = ips.shape[0], i
-    cdef _IpHash seen = _IpHash()
-    cdef uint64_t last_ip = 0
-    cdef uint32_t last_id = EMPTY
-    ids = _new(_U32, n)
-    cdef uint32_t[:] out = ids
-    for i in range(n):
-        if ips[i] != last_ip or last_id == EMPTY:
-            last_ip = ips[i]
-            last_id = seen.get_or_add(last_ip)
-        out[i] = last_id
-    cdef uint32_t count = seen.count
-    firsts = _new(_U64, count)
-    cdef uint64_t[:] f = firsts
-    cdef uint64_t j
-    for j in range(seen.cap):
-        if seen.vals[j] != EMPTY:
-            f[seen.vals[j]] = seen.keys[j]
-    table = array("Q", sorted(firsts))
-    cdef uint64_t[:] t = table
-    # rank[first-seen id] = sorted position, by merging the sorted table back.
-    rank = _new(_U32, count)
-    cdef uint32_t[:] r = rank
-    for j in range(count):
-        r[seen.get_or_add(t[j])] = <uint32_t> j
-    for i in range(n):
-        out[i] = r[out[i]]
+    interner = IpInterner()
+    ids = interner.add(ips)
+    table, rank = interner.sorted_table()
+    renumber(ids, rank)
     return table, ids
 
 

@@ -35,18 +35,19 @@ from typing import NamedTuple
 
 from . import insn_flags
 from ._history import (
+    IpInterner,
     call_return_events,
     gather,
     gather64,
-    intern_ips,
     pack_column,
+    renumber,
     scan_line,
     scan_marked,
     unpack_column,
 )
-from .errors import ErrorCode, PtError
+from .errors import ErrorCode, PtError, errstr
 
-__all__ = ["FORMAT_VERSION", "Gap", "History", "Insn", "Step"]
+__all__ = ["FORMAT_VERSION", "Gap", "History", "HistoryBuilder", "Insn", "Step"]
 
 FORMAT_VERSION = 1
 MAGIC = b"PTDHIST\0"
@@ -97,6 +98,20 @@ class _Packed:
     @classmethod
     def pack(cls, values: array, shift: int) -> _Packed:
         return cls(*pack_column(values, shift), shift, len(values))
+
+    def extend(self, other: _Packed) -> None:
+        """Append `other`'s values; this column's count must be a whole number of chunks."""
+        if self.count % (1 << self.shift):
+            raise PtError(ErrorCode.INTERNAL, detail="a packed column grows by whole chunks only")
+        shift_by = len(self.data)
+        top = self.prefix_max[-1] if len(self.prefix_max) else 0
+        self.bases += other.bases
+        self.widths += other.widths
+        del self.offsets[-1]
+        self.offsets += array("Q", (o + shift_by for o in other.offsets))
+        self.data += other.data
+        self.prefix_max += array("Q", (max(top, m) for m in other.prefix_max))
+        self.count += other.count
 
     def get(self, i: int) -> int:
         c = i >> self.shift
@@ -171,30 +186,11 @@ class History:
         Raises PtError(INVALID) if the lengths differ, a value does not fit,
         a gap lies outside 0..len, or there are 2**32 instructions or more.
         """
-        ip, time, cycles = _as_u64(ip, "ip"), _as_u64(time, "time"), _as_u64(cycles, "cycles")
-        if not (isinstance(flags, array) and flags.typecode == "B"):
-            try:
-                flags = array("B", flags)
-            except (TypeError, OverflowError) as e:
-                raise PtError(ErrorCode.INVALID, detail=f"history column flags is not bytes: {e}")
-        n = len(ip)
-        if not len(time) == len(cycles) == len(flags) == n:
-            raise PtError(ErrorCode.INVALID, detail=(
-                f"history columns differ in length: ip {n}, time {len(time)}, "
-                f"cycles {len(cycles)}, flags {len(flags)}"))
-        if n > MAX_INSTRUCTIONS:
-            raise PtError(ErrorCode.INVALID, detail=f"{n} instructions: a history holds fewer than 2**32")
-        try:
-            json.dumps(meta or {})
-        except (TypeError, ValueError) as e:
-            raise PtError(ErrorCode.INVALID, detail=f"history meta must be JSON-able: {e}")
-        gaps = sorted((Gap(*g) for g in gaps), key=lambda g: g.position)
-        for g in gaps:
-            if not 0 <= g.position <= n:
-                raise PtError(ErrorCode.INVALID, detail=f"gap at position {g.position} outside 0..{n}")
-        table, ids = intern_ips(ip)
-        return cls(table, ids, _Packed.pack(time, CHUNK_SHIFT), _Packed.pack(cycles, CHUNK_SHIFT),
-                   array("B", flags), gaps, dict(meta or {}))
+        builder = HistoryBuilder(meta)
+        builder.append(ip, time, cycles, flags)
+        for gap in gaps:
+            builder.add_gap(*gap)
+        return builder.finish()
 
     # -- the columns -----------------------------------------------------
 
@@ -542,6 +538,114 @@ class History:
         except (ValueError, KeyError, TypeError) as e:
             raise PtError(ErrorCode.BAD_FILE, detail=f"{path} is a damaged history file: {e}")
         return cls(parts["ip_table"], parts["ip_ids"], time, cycles, parts["flags"], gaps, header["meta"])
+
+
+class HistoryBuilder:
+    """Builds a History block by block as a decoder produces instructions, so the raw
+    columns (25 bytes an instruction) of a long decode are never all held at once:
+    every BLOCK instructions are interned and packed as they arrive.
+
+    `append` columns, `add_gap` where the flow broke, then `finish` once.
+    """
+
+    BLOCK = 1 << 20  # a whole number of packing chunks
+
+    def __init__(self, meta: dict | None = None):
+        try:
+            json.dumps(meta or {})
+        except (TypeError, ValueError) as e:
+            raise PtError(ErrorCode.INVALID, detail=f"history meta must be JSON-able: {e}")
+        self._meta = dict(meta or {})
+        self._interner = IpInterner()
+        self._ids = array("I")
+        self._flags = array("B")
+        self._time: _Packed | None = None
+        self._cycles: _Packed | None = None
+        self._pending = (array("Q"), array("Q"), array("Q"))
+        self._gaps: list[Gap] = []
+        self._finished = False
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def append(self, ip, time, cycles, flags) -> None:
+        """Append equal-length columns: ip, time (TSC-based, per instruction) and
+        cycles (cumulative) as unsigned 64-bit (array('Q') is taken as is, other
+        iterables are converted), flags as array('B') or bytes (insn_flags bits).
+        Raises PtError(INVALID) if the lengths differ, a value does not fit, the
+        history would reach 2**32 instructions, or `finish` was already called."""
+        self._check_open()
+        ip, time, cycles = _as_u64(ip, "ip"), _as_u64(time, "time"), _as_u64(cycles, "cycles")
+        if not (isinstance(flags, array) and flags.typecode == "B"):
+            try:
+                flags = array("B", flags)
+            except (TypeError, OverflowError) as e:
+                raise PtError(ErrorCode.INVALID, detail=f"history column flags is not bytes: {e}")
+        n = len(ip)
+        if not len(time) == len(cycles) == len(flags) == n:
+            raise PtError(ErrorCode.INVALID, detail=(
+                f"history columns differ in length: ip {n}, time {len(time)}, "
+                f"cycles {len(cycles)}, flags {len(flags)}"))
+        if len(self) + n > MAX_INSTRUCTIONS:
+            raise PtError(ErrorCode.INVALID, detail=f"{len(self) + n} instructions: a history holds fewer than 2**32")
+        self._flags += flags
+        pending = self._pending
+        sources = (ip, time, cycles)
+        if not len(pending[0]):
+            # Whole blocks straight from the caller's arrays; keep only the rest.
+            done = n - n % self.BLOCK
+            for start in range(0, done, self.BLOCK):
+                self._flush(*(memoryview(c)[start: start + self.BLOCK] for c in sources))
+            for column, values in zip(pending, sources):
+                column += values[done:] if done else values
+            return
+        for column, values in zip(pending, sources):
+            column += values
+        done = len(pending[0]) - len(pending[0]) % self.BLOCK
+        for start in range(0, done, self.BLOCK):
+            self._flush(*(memoryview(c)[start: start + self.BLOCK] for c in pending))
+        if done:
+            for column in pending:
+                del column[:done]
+
+    def add_gap(self, position: int | None = None, offset: int = 0, ip: int = 0,
+                code: int = ErrorCode.INTERNAL, reason: str = "") -> Gap:
+        """Record a gap before `position` (default: before the next instruction to be
+        appended); `reason` defaults to the error code's text. Returns the Gap."""
+        self._check_open()
+        gap = Gap(len(self) if position is None else position, offset, ip, int(code),
+                  reason or errstr(code))
+        self._gaps.append(gap)
+        return gap
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise PtError(ErrorCode.INVALID, detail="this history builder has already finished")
+
+    def _flush(self, ip, time, cycles) -> None:
+        self._ids += self._interner.add(ip)
+        packed_time, packed_cycles = _Packed.pack(time, CHUNK_SHIFT), _Packed.pack(cycles, CHUNK_SHIFT)
+        if self._time is None:
+            self._time, self._cycles = packed_time, packed_cycles
+        else:
+            self._time.extend(packed_time)
+            self._cycles.extend(packed_cycles)
+
+    def finish(self) -> History:
+        """The History of everything appended. Raises PtError(INVALID) if a gap lies
+        outside 0..len or `finish` was already called."""
+        self._check_open()
+        n = len(self)
+        gaps = sorted(self._gaps, key=lambda g: g.position)
+        for g in gaps:
+            if not 0 <= g.position <= n:
+                raise PtError(ErrorCode.INVALID, detail=f"gap at position {g.position} outside 0..{n}")
+        self._finished = True
+        if len(self._pending[0]) or self._time is None:
+            self._flush(*self._pending)
+        table, rank = self._interner.sorted_table()
+        renumber(self._ids, rank)
+        return History(table, self._ids, self._time, self._cycles, self._flags, gaps, self._meta)
 
 
 def _little_endian(buffer) -> bytes:

@@ -20,7 +20,7 @@ from fixture_builds import build_c, marker_line
 from adapter.hw import ptrace
 from pt_decoder import insn_flags as F
 from pt_decoder.errors import ErrorCode, PtError
-from pt_decoder.history import FORMAT_VERSION, Gap, History, Insn, Step
+from pt_decoder.history import FORMAT_VERSION, Gap, History, HistoryBuilder, Insn, Step
 from pt_decoder.image import Image
 from pt_decoder.lines import LineTable
 
@@ -370,3 +370,40 @@ def test_compact_with_every_index_built():
     h.line_id(100, table)
     h.line_id(100, table, statements=False)
     assert h.nbytes / len(h) <= 16
+
+
+def test_builder_in_pieces_equals_one_shot():
+    """Appending in uneven pieces across block boundaries gives the same history as
+    from_columns, index for index."""
+    from benchmarks.bench_history import realistic_columns
+
+    ips, times, cycles, flags, table = realistic_columns(50_000, seed=9)
+    whole = History.from_columns(ips, times, cycles, flags, [Gap(7, 1, 2, ErrorCode.OVERFLOW, "overflow")])
+    builder = HistoryBuilder({"tid": 3})
+    builder.BLOCK = 4096                      # many blocks (a multiple of the 1024 chunk)
+    rng = random.Random(2)
+    at, gap = 0, None
+    while at < len(ips):
+        step = rng.choice((1, 7, 1000, 4095, 4096, 9000))
+        if gap is None and at + step > 7:
+            builder.append(ips[at:7], times[at:7], cycles[at:7], flags[at:7])
+            gap = builder.add_gap(offset=1, ip=2, code=ErrorCode.OVERFLOW)
+            at = 7
+            continue
+        builder.append(ips[at: at + step], times[at: at + step], cycles[at: at + step], bytes(flags[at: at + step]))
+        at += step
+    built = builder.finish()
+    assert gap == Gap(7, 1, 2, ErrorCode.OVERFLOW, "overflow") and built.gaps == whole.gaps
+    assert built.ips() == ips and built.times() == times and built.cycles_range() == cycles
+    assert built.flags_range() == flags and built.meta == {"tid": 3}
+    assert list(built.distinct_ips) == list(whole.distinct_ips)
+    for t in (times[0], times[12345], times[-1], times[40_000] + 1):
+        assert built.position_at_time(t) == whole.position_at_time(t)
+    for p in (5, 4095, 4096, 30_000, 49_999):
+        assert built.prev_line(p, table) == whole.prev_line(p, table)
+        assert built.depth(p) == whole.depth(p) and built.time(p) == times[p]
+    with pytest.raises(PtError) as err:
+        builder.finish()
+    assert err.value.code == ErrorCode.INVALID and "finished" in str(err.value)
+    with pytest.raises(PtError):
+        builder.append([1], [1], [1], [0])

@@ -1,0 +1,84 @@
+"""`ptdebug doctor` on this machine: says whether intel_pt is there and why
+not, that hardware breakpoints work (probed, not assumed), and which backend
+`record --backend auto` will use."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+from adapter.hw import cpu, doctor
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "adapter.cli", "doctor", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_json_report_tells_the_truth_about_this_machine():
+    run = _run("--json")
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout)
+    ident = cpu.cpu_id()
+    assert r["cpu"]["family"] == ident.family and r["cpu"]["vendor"] == ident.vendor
+    has_pt = pathlib.Path("/sys/bus/event_source/devices/intel_pt").exists()
+    assert r["intel_pt"]["available"] == has_pt
+    if not has_pt:
+        assert r["intel_pt"]["why_not"] and r["intel_pt"]["fix"]
+        assert r["recorder"]["backend"] == "stepper"
+    bp = r["breakpoints"]
+    if bp["available"]:
+        assert bp["debug_registers"] == doctor.probe_breakpoints()["count"]
+    assert r["kernel"] == cpu.kernel_release()
+    with open("/proc/sys/kernel/perf_event_paranoid") as f:
+        assert r["perf_event_paranoid"] == int(f.read())
+
+
+def test_text_report_names_every_no():
+    run = _run()
+    assert run.returncode == 0
+    out = run.stdout
+    for key in ("kernel", "cpu", "virtual machine", "perf_event_paranoid", "ptrace_scope",
+                "capabilities", "intel_pt", "hw breakpoints", "ptrace", "recorder"):
+        assert key in out
+    if not pathlib.Path("/sys/bus/event_source/devices/intel_pt").exists():
+        assert "intel_pt          no" in out and "  why:" in out and "  fix:" in out
+
+
+def test_breakpoint_probe_stops_at_the_hardware_limit():
+    probe = doctor.probe_breakpoints()
+    if probe["count"] == 4:   # x86: DR0-DR3, a fifth gives ENOSPC
+        assert probe["error"] == "No space left on device"
+    assert 0 <= probe["count"] <= 4
+
+
+def test_fake_sysfs_with_intel_pt(tmp_path):
+    """doctor reads caps and formats from sysfs: a tree laid out like an Intel host's."""
+    pmu = tmp_path / "intel_pt"
+    (pmu / "caps").mkdir(parents=True)
+    (pmu / "format").mkdir()
+    (pmu / "type").write_text("8\n")
+    (pmu / "caps" / "num_address_ranges").write_text("2\n")
+    (pmu / "caps" / "ptwrite").write_text("1\n")
+    (pmu / "format" / "tsc").write_text("config:10\n")
+    (tmp_path / "breakpoint").mkdir()
+    (tmp_path / "breakpoint" / "type").write_text("5\n")
+    r = doctor.check(root=tmp_path)
+    assert r["intel_pt"]["available"] and r["intel_pt"]["type"] == 8
+    assert r["intel_pt"]["caps"] == {"num_address_ranges": 2, "ptwrite": 1}
+    assert r["intel_pt"]["format"] == {"tsc": "config:10"}
+    if r["intel_pt"].get("usable"):
+        assert r["recorder"]["backend"] == "intel_pt"
+
+
+def test_cpuinfo_parsing():
+    text = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\n"
+            "model name\t: Intel(R) Xeon(R)\nstepping\t: 4\nflags\t\t: fpu pt hypervisor\n\n"
+            "processor\t: 1\nvendor_id\t: Other\n")
+    ident = cpu.cpu_id(text)
+    assert (ident.vendor, ident.family, ident.model, ident.stepping) == \
+        ("GenuineIntel", 6, 85, 4)
+    assert "hypervisor" in ident.flags

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import queue
+import resource
 import signal
 import sys
 import threading
@@ -201,8 +202,16 @@ def _raise_stop(signum, frame):
     raise _Stop()
 
 
+def _raise_fd_limit() -> None:
+    """The perf mechanism needs an event fd per thread, CPU and register: take the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
+    _raise_fd_limit()
     try:
         wp.require_process(args.pid)
         wp.check_readable(args.pid)

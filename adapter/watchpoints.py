@@ -266,6 +266,9 @@ def watch_error_from_os(exc: OSError, pid: int, request: WatchRequest, held: str
                           f"kernel.perf_event_paranoid = {_paranoid()}")
     if exc.errno == errno.ESRCH:
         return WatchError("no_process", f"no process {pid}")
+    if exc.errno == errno.EMFILE:
+        return WatchError("busy", f"out of file descriptors arming {request.describe()} in process {pid}: "
+                          "one perf event per thread and CPU is needed; raise `ulimit -n`")
     if exc.errno == errno.EINVAL:
         return WatchError("bad_length", f"the kernel refused {request.describe()} (EINVAL): x86 "
                           "breakpoints are 1/2/4/8 bytes, aligned, write, read-write or execute")

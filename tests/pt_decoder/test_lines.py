@@ -224,3 +224,27 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(PtError) as err:
         LineTable.for_elf(str(tmp_path / "absent"))
     assert err.value.code == ErrorCode.BAD_FILE
+
+
+@pytest.mark.live
+def test_live_go_process_image_and_lines(go_binary):
+    """A running Go program: its image (static, non-PIE) names Go functions, and the
+    line table built from the image's modules reads pclntab at the right base."""
+    proc = subprocess.Popen([str(go_binary), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("ready")
+        image = Image.from_process(proc.pid)
+        exe = next(m for m in image.modules if m.path == str(go_binary))
+        assert exe.kind == "elf" and exe.base == 0
+        square = function_ranges(go_binary)["main.square"][0]
+        assert image.symbolize(square + 1).name == "main.square"
+        with open(f"/proc/{proc.pid}/mem", "rb", buffering=0) as mem:
+            mem.seek(square)
+            assert image.read(square, 16) == mem.read(16)
+        table = LineTable.for_image(image)
+        own = LineTable.for_elf(str(go_binary))
+        assert table.lookup(square) == own.lookup(square) and table.lookup(square)[0].endswith(GO_SRC)
+        assert table.function(square + 1) == ("main.square", square)
+    finally:
+        proc.kill()
+        proc.wait()

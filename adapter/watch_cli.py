@@ -9,7 +9,8 @@ there (ELF symbols and DWARF lines, the perf-map file of a JIT or CPython's
 trampolines, Go's pclntab), and the watched bytes before and after. With
 --json, one JSON object a line: watch, pid, tid, ip, symbol, file, line,
 time (CLOCK_MONOTONIC ns), address (the register's piece that fired) and
-its offset in the watch, old, new, exact, callchain. Values of up
+its offset in the watch, old, new, exact, callchain, regs (the user registers
+at the hit; an execute watch's text line shows the first arguments rdi rsi rdx). Values of up
 to 8 bytes are shown as little-endian integers ("0x..."), longer ones as hex
 bytes in memory order; null where not known.
 
@@ -157,6 +158,7 @@ def hit_record(hit: wp.Hit, symbols: Symbolizer) -> dict:
         "time": hit.time_ns, "address": f"{hit.address:#x}",
         "offset": hit.address - hit.watch.request.address,
         "old": _value(hit.old), "new": _value(hit.new), "exact": hit.exact, "callchain": chain,
+        "regs": {name: f"{value:#x}" for name, value in hit.regs.items()},
     }
 
 
@@ -165,6 +167,9 @@ def format_text(rec: dict) -> str:
     if rec["file"]:
         where += f" ({os.path.basename(rec['file'])}:{rec['line']})"
     values = f"  [+{rec['offset']:#x}]" if rec["offset"] else ""
+    if rec["regs"] and rec["old"] is None and rec["new"] is None and not rec["offset"]:
+        # An execute watch: the first integer arguments (System V AMD64 ABI: rdi, rsi, rdx).
+        values = "  args " + " ".join(rec["regs"].get(r, "?") for r in ("rdi", "rsi", "rdx"))
     if rec["old"] is not None or rec["new"] is not None:
         values += f"  {rec['old'] or '?'} -> {rec['new'] or '?'}"
     return (f"tid {rec['tid']}  ip {rec['ip']}  {where}{values}  "

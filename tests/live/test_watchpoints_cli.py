@@ -61,6 +61,7 @@ def test_json_lines_with_count(target, mechanism):
         assert rec["symbol"].startswith("store_value") and rec["line"] == _marker_line("store")
         assert rec["address"] == hex(t.addr["value"])
         assert rec["callchain"][0]["symbol"].startswith("writer_main")
+        assert int(rec["regs"]["rip"], 16) == int(rec["ip"], 16)
     if mechanism == "ptrace":
         assert all(r["exact"] and r["new"] is not None for r in lines)
     t.close()
@@ -77,6 +78,8 @@ def test_text_lines_for_an_execute_watch_by_symbol(target):
     assert len(lines) == 20
     assert all(f"tid {t.pid}  ip {t.addr['counted']:#x}  counted_call (watch_threads.c:" in line
                for line in lines)
+    # counted_call(i) for i = 0..19: the first argument, rdi, is the call's number.
+    assert [line.split("  args ")[1].split()[0] for line in lines] == [hex(i) for i in range(20)]
     t.wait_done()
     t.close()
 

@@ -108,7 +108,7 @@ def _classify(ins) -> tuple[Kind, int | None]:
         return Kind.SYSCALL, None
     if groups & {capstone.CS_GRP_INT, capstone.CS_GRP_IRET, capstone.CS_GRP_CALL,
                  capstone.CS_GRP_RET} or iid in (
-            x86.X86_INS_UD2, x86.X86_INS_HLT, x86.X86_INS_LJMP, x86.X86_INS_SYSENTER,
+            x86.X86_INS_UD0, x86.X86_INS_UD1, x86.X86_INS_UD2, x86.X86_INS_HLT, x86.X86_INS_LJMP, x86.X86_INS_SYSENTER,
             x86.X86_INS_XBEGIN, x86.X86_INS_XABORT, x86.X86_INS_XEND, x86.X86_INS_INT3):
         return Kind.OTHER, None
     return Kind.PLAIN, None

@@ -10,7 +10,8 @@ name (its entry address). Pairing: B closes the most recent A before it on the s
 (an A repeated before any B restarts the interval); when A and B are the same point, each
 pass to the next is one interval (a loop's period). Times are the instructions' TSC times
 (trace.py, never running backwards); with the ptrace stepper they change only at its stops,
-so short intervals may read 0 ns while their cycles are counted.
+so short intervals may read 0 ns while their cycles are counted. Cycles of an interval are the
+difference of the cumulative cycle counter between B and A (no per-instruction attribution).
 """
 from __future__ import annotations
 
@@ -101,21 +102,19 @@ def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> Lat
     for thread in decoded.threads:
         history = thread.history
         ips = history.ips()
-        weights = thread.cycle_weights()
+        cycles_column = history.cycles_range()
         times = decoded.times_ns(thread)
         gap_positions = {g.position for g in history.gaps}
         start = None
-        cycles = 0
         for pos in range(len(ips)):
             if pos in gap_positions:
                 start = None  # an interval never spans lost trace
             ip = ips[pos]
-            if start is not None:
-                cycles += weights[pos]
             if ip in target.addresses and start is not None and pos != start:
-                report.intervals.append(Interval(thread.tid, start, pos,
-                                                 times[pos] - times[start], cycles))
+                report.intervals.append(Interval(
+                    thread.tid, start, pos, times[pos] - times[start],
+                    max(0, cycles_column[pos] - cycles_column[start])))
                 start = None
             if ip in source.addresses:
-                start, cycles = pos, 0
+                start = pos
     return report

@@ -37,23 +37,23 @@ class Message:
     def __init__(self) -> None:
         self._parts: list[bytes] = []
 
-    def int(self, field: int, value: int, keep_zero: bool = False) -> "Message":
+    def int(self, field: int, value: int, keep_zero: bool = False) -> Message:
         """A varint field (int64, uint64, int32, bool, enum). proto3 omits zero values."""
         if value or keep_zero:
             self._parts.append(key(field, VARINT) + varint(int(value)))
         return self
 
-    def bytes_field(self, field: int, data: bytes) -> "Message":
+    def bytes_field(self, field: int, data: bytes) -> Message:
         self._parts.append(key(field, LEN) + varint(len(data)) + data)
         return self
 
-    def string(self, field: int, text: str) -> "Message":
+    def string(self, field: int, text: str) -> Message:
         return self.bytes_field(field, text.encode("utf-8"))
 
-    def message(self, field: int, message: "Message") -> "Message":
+    def message(self, field: int, message: Message) -> Message:
         return self.bytes_field(field, message.bytes())
 
-    def packed(self, field: int, values) -> "Message":
+    def packed(self, field: int, values) -> Message:
         """A packed repeated varint field (omitted when empty)."""
         values = list(values)
         if values:

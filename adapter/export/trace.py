@@ -7,18 +7,21 @@ pt_decoder's public layers (Image, InsnDecoder -> FlowResult -> History, LineTab
 nothing of DAP sessions or of how the bundle was recorded.
 
 Attribution rule (used by every export, and by the tests that check them): the history's
-`cycles` column is cumulative (CYC packets, pt_decoder/flow_result.py); the cycles of
-instruction i are `cycles[i] - cycles[i-1]` (0 for the first instruction of a thread and for
-the first instruction after a gap, whose predecessor is unknown). Times are TSC values,
-converted to nanoseconds with the bundle's `timing.tsc_hz` (1 GHz when the bundle does not say)
-and held where the decoder's estimate steps back (ThreadTrace.times_ns).
+`cycles` column is cumulative (CYC packets, pt_decoder/flow_result.py) and grows only at the
+instructions whose packets carried cycles (branches, for Intel PT and for the stepper alike).
+The cycles that appear at such an instruction were spent on every instruction since the
+previous one that carried cycles: they are spread evenly over those instructions (the
+remainder of the division to the last one). The first instruction of a thread, the first
+after a gap and those after the last report get none; cycles across a gap are not counted.
+Times are TSC values, converted to nanoseconds with the bundle's `timing.tsc_hz` (1 GHz when
+the bundle does not say) and held where the decoder's estimate steps back (ThreadTrace.times_ns).
 """
 from __future__ import annotations
 
 import os
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from adapter.capture.bundle import Bundle, BundleError
 from pt_decoder import insn_flags
@@ -52,16 +55,23 @@ class ThreadTrace:
         if self._weights is None:
             cycles = self.history.cycles_range()
             n = len(cycles)
+            gaps = {g.position for g in self.history.gaps}
             weights = array("Q", bytes(8 * n))
+            first = 1  # the first instruction that has not received its cycles yet
             for i in range(1, n):
+                if i in gaps:
+                    first = i + 1  # the cycles across lost trace belong to nobody known
+                    continue
                 delta = cycles[i] - cycles[i - 1]
-                weights[i] = delta if delta > 0 else 0
-            for gap in self.history.gaps:
-                if gap.position < n:
-                    weights[gap.position] = 0
+                if delta <= 0:
+                    continue
+                share, rest = divmod(delta, i - first + 1)
+                for k in range(first, i + 1):
+                    weights[k] = share
+                weights[i] += rest
+                first = i + 1
             self._weights = weights
         return self._weights
-
 
     def times_ns(self, tsc_hz: int) -> array:
         """Time of each instruction in ns (array 'Q'), never running backwards: where the
@@ -101,7 +111,7 @@ class DecodedBundle:
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> "DecodedBundle":
+    def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> DecodedBundle:
         """Decode every stream of the bundle at `path`.
 
         Raises TraceError naming the bundle when it is missing, unreadable or not decodable.

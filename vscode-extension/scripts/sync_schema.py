@@ -172,7 +172,7 @@ def typescript() -> str:
     blocks = [_ts_interface(getattr(schema, name), nested) for name in REQUESTS.values()]
     done = set(REQUESTS.values())
     while set(nested) - done:
-        name = sorted(set(nested) - done)[0]
+        name = min(set(nested) - done)
         blocks.append(_ts_interface(nested[name], nested))
         done.add(name)
     header = [

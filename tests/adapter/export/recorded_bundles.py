@@ -112,3 +112,25 @@ def function_at(rows: list[tuple[int, int, str]], ip: int) -> str | None:
         if start <= ip < end:
             return name
     return None
+
+
+def spread_cycles(history) -> list[int]:
+    """Cycles per instruction by the rule in adapter/export/trace.py's header, computed here
+    from the history's cumulative column alone: a report's cycles spread evenly over the
+    instructions since the previous report (remainder to the last); none across gaps."""
+    cycles = list(history.cycles_range())
+    gaps = {g.position for g in history.gaps}
+    out = [0] * len(cycles)
+    pending: list[int] = []
+    for pos in range(1, len(cycles)):
+        if pos in gaps:
+            pending = []
+            continue
+        pending.append(pos)
+        delta = cycles[pos] - cycles[pos - 1]
+        if delta > 0:
+            for k in pending:
+                out[k] = delta // len(pending)
+            out[pos] += delta % len(pending)
+            pending = []
+    return out

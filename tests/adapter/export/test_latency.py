@@ -9,8 +9,15 @@ import struct
 import zlib
 
 import pytest
-from recorded_bundles import (PROGRAMS, REQUESTS, c_bundle, c_program, marker_line,  # noqa: F401
-                              nm_functions, ptdebug)
+from recorded_bundles import (  # noqa: F401
+    PROGRAMS,
+    REQUESTS,
+    c_bundle,
+    c_program,
+    marker_line,
+    nm_functions,
+    ptdebug,
+)
 
 from adapter.export.trace import DecodedBundle
 

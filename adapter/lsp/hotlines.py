@@ -1,0 +1,186 @@
+"""Hot lines: what each source line did in a recorded window: how often it ran, its cycles
+and instructions, its share of the window's cycles, and the branches taken on it.
+
+Layer: adapter.lsp (the model behind the language server; server.py shows it). Built from a
+DecodedBundle (adapter/export/trace.py, whose cycle attribution rule it uses); knows nothing
+of LSP or DAP.
+
+Definitions (the tests check the lenses against them):
+- an instruction belongs to the line its address has in the line table (DWARF row, or Go
+  pclntab), not only to statement starts;
+- a line *executes* each time control enters it from another line: a position whose line
+  differs from the previous instruction's, except when that instruction was a return into the
+  line of the matching call (coming back from a callee continues the calling line's execution);
+- cycles of a line: the sum of its instructions' cycles; share: cycles / the window's cycles.
+- branches: per conditional branch on the line, how often it was taken and not taken; per
+  call and indirect jump, how often each target (function) was reached.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from adapter.export.trace import DecodedBundle
+from pt_decoder import insn_flags
+
+
+@dataclass
+class Branch:
+    """A conditional branch instruction at `address`."""
+
+    address: int
+    taken: int = 0
+    not_taken: int = 0
+
+
+@dataclass
+class LineStats:
+    file: str
+    line: int
+    executions: int = 0
+    instructions: int = 0
+    cycles: int = 0
+    branches: dict[int, Branch] = field(default_factory=dict)
+    """Conditional branches by address."""
+    calls: Counter = field(default_factory=Counter)
+    """Function name -> calls made from this line."""
+    indirect: Counter = field(default_factory=Counter)
+    """Target function -> indirect jumps/calls from this line that went there."""
+
+
+class HotLines:
+    """Per-file, per-line statistics of one decoded bundle."""
+
+    def __init__(self, bundle: str, by_file: dict[str, dict[int, LineStats]], total_cycles: int,
+                 total_instructions: int):
+        self.bundle = bundle
+        self.by_file = by_file
+        """Source path as the line table names it -> line number -> stats."""
+        self.total_cycles = total_cycles
+        self.total_instructions = total_instructions
+
+    @classmethod
+    def from_decoded(cls, decoded: DecodedBundle) -> HotLines:
+        lines = decoded.lines
+        stats: dict[int, LineStats] = {}   # by line id
+        total_cycles = total_instructions = 0
+        for thread in decoded.threads:
+            history = thread.history
+            n = len(history)
+            if not n:
+                continue
+            ids = history.line_ids(lines, statements=False)
+            flags = history.flags_range()
+            ips = history.ips()
+            weights = thread.cycle_weights()
+            gap_positions = {g.position for g in history.gaps}
+            total_instructions += n
+            previous_id = 0
+            call_lines: list[int] = []   # line of each open call instruction
+            resumes = -1                 # the line a return just went back to (-1: none)
+            for pos in range(n):
+                line_id = ids[pos]
+                f = flags[pos]
+                total_cycles += weights[pos]
+                if pos in gap_positions:
+                    call_lines, resumes = [], -1
+                if line_id:
+                    entry = stats.get(line_id)
+                    if entry is None:
+                        file, number = lines.line_key(line_id)
+                        entry = stats[line_id] = LineStats(file, number)
+                    entry.instructions += 1
+                    entry.cycles += weights[pos]
+                    if line_id != previous_id and line_id != resumes:
+                        entry.executions += 1
+                    if pos + 1 < n and (pos + 1) not in gap_positions:
+                        _branch(decoded, entry, ips[pos], f, ips[pos + 1])
+                previous_id, resumes = line_id, -1
+                if not f & insn_flags.FAR:
+                    if f & insn_flags.CALL:
+                        call_lines.append(line_id)
+                    elif f & insn_flags.RETURN:
+                        resumes = call_lines.pop() if call_lines else -1
+        by_file: dict[str, dict[int, LineStats]] = {}
+        for entry in stats.values():
+            by_file.setdefault(entry.file, {})[entry.line] = entry
+        return cls(os.path.abspath(decoded.root), by_file, total_cycles, total_instructions)
+
+    def share(self, entry: LineStats) -> float:
+        return entry.cycles / self.total_cycles if self.total_cycles else 0.0
+
+    def for_path(self, path: str) -> dict[int, LineStats]:
+        """The lines of the source file at `path`: the same path, else the recorded path that
+        shares the longest tail of directories with it (sources built elsewhere)."""
+        norm = os.path.normpath(path)
+        if norm in self.by_file:
+            return self.by_file[norm]
+        wanted = norm.split(os.sep)
+        best, best_len = None, 0
+        for recorded in self.by_file:
+            parts = os.path.normpath(recorded).split(os.sep)
+            common = 0
+            while common < min(len(parts), len(wanted)) and \
+                    parts[-1 - common] == wanted[-1 - common]:
+                common += 1
+            if common > best_len:
+                best, best_len = recorded, common
+            elif common == best_len and common:
+                best = None  # two recorded files match as well: do not guess
+        return self.by_file.get(best, {}) if best else {}
+
+
+def _branch(decoded: DecodedBundle, entry: LineStats, ip: int, flags: int, next_ip: int) -> None:
+    if flags & insn_flags.FAR:
+        return
+    if flags & insn_flags.CONDITIONAL:
+        branch = entry.branches.get(ip)
+        if branch is None:
+            branch = entry.branches[ip] = Branch(ip)
+        if flags & insn_flags.TAKEN:
+            branch.taken += 1
+        else:
+            branch.not_taken += 1
+    elif flags & insn_flags.CALL:
+        entry.calls[decoded.function(next_ip)[0]] += 1
+        if flags & insn_flags.INDIRECT:
+            entry.indirect[decoded.function(next_ip)[0]] += 1
+    elif flags & insn_flags.INDIRECT and not flags & insn_flags.RETURN:
+        entry.indirect[decoded.function(next_ip)[0]] += 1
+
+
+def format_count(n: float) -> str:
+    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def lens_title(hot: HotLines, entry: LineStats) -> str:
+    return (f"{format_count(entry.executions)}× · {format_count(entry.cycles)} cycles · "
+            f"{100 * hot.share(entry):.1f}% of window")
+
+
+def hover_markdown(hot: HotLines, entry: LineStats) -> str:
+    parts = [f"**ptdebug** `{os.path.basename(entry.file)}:{entry.line}`: "
+             f"{entry.executions:,} executions, {entry.instructions:,} instructions, "
+             f"{entry.cycles:,} cycles ({100 * hot.share(entry):.2f}% of the window)"]
+    if entry.branches:
+        parts.append("")
+        parts.append("| conditional branch | taken | not taken |")
+        parts.append("|---|---:|---:|")
+        for address in sorted(entry.branches):
+            b = entry.branches[address]
+            parts.append(f"| `{address:#x}` | {b.taken:,} | {b.not_taken:,} |")
+    if entry.calls:
+        parts.append("")
+        parts.append("calls: " + ", ".join(f"`{name}` ×{count:,}"
+                                            for name, count in entry.calls.most_common()))
+    if entry.indirect:
+        parts.append("")
+        parts.append("indirect targets: " + ", ".join(
+            f"`{name}` ×{count:,}" for name, count in entry.indirect.most_common()))
+    parts.append("")
+    parts.append(f"_capture: {hot.bundle}_")
+    return "\n".join(parts)

@@ -105,29 +105,90 @@ def test_registers_held_by_another_tool(capsys, target):
     _assert_untouched(target)
 
 
+def _watch_as_nobody(argv: list[str]) -> tuple[int, str, str]:
+    """watch_cli.main(argv) in a forked child that dropped root for `nobody`: (rc, out, err)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        rc = 3
+        try:
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the child's whole life
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            rc = watch_cli.main(argv)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent as a failure
+            os.write(2, f"unexpected {exc!r}".encode())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    os.close(out_w)
+    os.close(err_w)
+    with os.fdopen(out_r) as out_f, os.fdopen(err_r) as err_f:
+        out, err = out_f.read(), err_f.read()
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status), out, err
+
+
+NOBODY = 65534
+# A process of `nobody` writing a word every 10 ms; with argv[1] == "0" it makes itself
+# non-dumpable first (prctl PR_SET_DUMPABLE = 4), which hides it even from its own user.
+_NOBODY_TARGET = """
+import ctypes, sys, time
+if sys.argv[1] == "0":
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+word = ctypes.c_uint64(0)
+print(f"ready value={ctypes.addressof(word):#x}", flush=True)
+for i in range(1, 3000):
+    word.value = i
+    time.sleep(0.01)
+"""
+
+
+@pytest.fixture
+def nobody_target(request):
+    proc = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                             "/usr/bin/python3", "-c", _NOBODY_TARGET, request.param],
+                            stdout=subprocess.PIPE, text=True, cwd="/")
+    value = int(proc.stdout.readline().split("value=")[1], 16)
+    yield proc, value
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("nobody_target", ["1"], indirect=True)
+@pytest.mark.parametrize("mechanism", ["perf", "ptrace"])
+def test_an_unprivileged_user_watches_its_own_process(nobody_target, mechanism):
+    proc, value = nobody_target
+    rc, out, err = _watch_as_nobody(["--pid", str(proc.pid), "--addr", hex(value), "--count", "2",
+                                     "--json", "--mechanism", mechanism])
+    assert rc == 0, err
+    assert len(out.splitlines()) == 2
+    assert proc.poll() is None
+    with open(f"/proc/{proc.pid}/status") as f:
+        assert "TracerPid:\t0\n" in f.read()
+
+
+@pytest.mark.parametrize("nobody_target", ["0"], indirect=True)
+@pytest.mark.parametrize("mechanism", ["perf", "ptrace"])
+def test_permission_denied_for_a_non_dumpable_process_of_the_same_user(nobody_target, mechanism):
+    proc, value = nobody_target
+    rc, _, err = _watch_as_nobody(["--pid", str(proc.pid), "--addr", hex(value), "--count", "1",
+                                   "--mechanism", mechanism])
+    assert rc == 1, err
+    assert f"permission denied reading /proc/{proc.pid}/maps" in err
+    assert proc.poll() is None
+
+
 @pytest.mark.parametrize("mechanism", ["perf", "ptrace"])
 def test_permission_denied_for_another_users_process(target, mechanism):
     """The watcher runs as `nobody` (a forked child drops root); the target is root's."""
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        try:
-            os.dup2(write_fd, 2)
-            sys.stderr = open(2, "w", closefd=False)
-            os.setgroups([])
-            os.setresgid(65534, 65534, 65534)
-            os.setresuid(65534, 65534, 65534)
-            rc = watch_cli.main(["--pid", str(target.pid), "--addr", hex(target.addr["value"]),
-                                 "--mechanism", mechanism, "--count", "1"])
-        except BaseException as exc:  # anything else is a failure the parent reports
-            os.write(2, f"unexpected {exc!r}".encode())
-            rc = 3
-        sys.stderr.flush()
-        os._exit(rc)
-    os.close(write_fd)
-    with os.fdopen(read_fd) as f:
-        err = f.read()
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 1, err
+    rc, _, err = _watch_as_nobody(["--pid", str(target.pid), "--addr", hex(target.addr["value"]),
+                                   "--mechanism", mechanism, "--count", "1"])
+    assert rc == 1, err
     assert f"permission denied reading /proc/{target.pid}/maps" in err
     _assert_untouched(target)

@@ -57,6 +57,12 @@ class LaunchConfig:
     """Step and break in user code only (debugpy's option of the same name)."""
     noDebug: bool = False
     """Run without debugging (VS Code's "Run Without Debugging")."""
+    mode: Literal["auto", "debug", "exec", "test"] | None = None
+    """Go only (vscode-go's name): build and debug the package `program` ("debug"), run the
+    built binary `program` ("exec"), or debug the package's tests ("test"); "auto" (the
+    default) is "exec" for an ELF file and "debug" otherwise."""
+    buildFlags: str | None = None
+    """Go only (vscode-go's name): flags for `go build`, e.g. "-tags=integration"."""
 
     def __post_init__(self) -> None:
         if self.program is None and self.module is None:

@@ -21,6 +21,10 @@ export interface LaunchConfig {
     justMyCode?: boolean;
     /** Run without debugging (VS Code's "Run Without Debugging"). */
     noDebug?: boolean;
+    /** Go only (vscode-go's name): build and debug the package `program` ("debug"), run the built binary `program` ("exec"), or debug the package's tests ("test"); "auto" (the default) is "exec" for an ELF file and "debug" otherwise. */
+    mode?: "auto" | "debug" | "exec" | "test" | null;
+    /** Go only (vscode-go's name): flags for `go build`, e.g. "-tags=integration". */
+    buildFlags?: string | null;
 }
 
 /** `attach` arguments: a process id, or a debugpy server to connect to. */

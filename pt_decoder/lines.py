@@ -229,12 +229,7 @@ class LineTable:
 
     @classmethod
     def _from_pclntab(cls, elf: ELFFile, data: bytes, base: int, path: str) -> LineTable:
-        text_start = 0
-        symtab = elf.get_section_by_name(".symtab")
-        if symtab is not None and hasattr(symtab, "get_symbol_by_name"):
-            found = symtab.get_symbol_by_name("runtime.text")
-            if found:
-                text_start = found[0]["st_value"]
+        text_start = _raw_symbol_value(elf, b"runtime.text") or 0
         if not text_start:
             text = elf.get_section_by_name(".text")
             text_start = text["sh_addr"] if text is not None else 0
@@ -372,6 +367,24 @@ def _separate_debug_file(elf: ELFFile) -> str | None:
         return None
     candidate = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
     return candidate if os.path.isfile(candidate) else None
+
+
+def _raw_symbol_value(elf: ELFFile, name: bytes) -> int | None:
+    """st_value of the .symtab symbol called `name`, read straight from the section
+    bytes (pyelftools' by-name lookup parses every symbol first: seconds on a big
+    Go binary). ELF64 little-endian only; None if absent."""
+    symtab, strtab = elf.get_section_by_name(".symtab"), elf.get_section_by_name(".strtab")
+    if symtab is None or strtab is None or elf.elfclass != 64 or not elf.little_endian:
+        return None
+    strings = strtab.data()
+    at = strings.find(b"\0" + name + b"\0")
+    if at < 0:
+        return None
+    # Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
+    for st_name, _info, _other, _shndx, value, _size in struct.iter_unpack("<IBBHQQ", symtab.data()):
+        if st_name == at + 1:
+            return value
+    return None
 
 
 def _uvarint(buf: bytes, i: int) -> tuple[int, int]:

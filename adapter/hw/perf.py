@@ -51,6 +51,8 @@ FLAG_WATERMARK = 1 << 14
 FLAG_SAMPLE_ID_ALL = 1 << 18
 FLAG_EXCLUDE_CALLCHAIN_KERNEL = 1 << 21
 FLAG_USE_CLOCKID = 1 << 25
+FLAG_INHERIT_THREAD = 1 << 35  # Linux 5.13+
+FLAG_REMOVE_ON_EXEC = 1 << 36  # Linux 5.13+
 
 PERF_FLAG_FD_CLOEXEC = 1 << 3  # the flags argument of perf_event_open
 
@@ -114,7 +116,7 @@ the breakpoint address, the user call chain and the user registers."""
 
 
 def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = True,
-                    disabled: bool = False, max_stack: int = 64,
+                    threads_only: bool = True, disabled: bool = False, max_stack: int = 64,
                     wakeup_bytes: int = 0) -> PerfEventAttr:
     """A sampling breakpoint event that records every hit (sample_period = 1).
 
@@ -123,7 +125,10 @@ def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = 
     it); kernel frames are left out of the call chain. Times are
     CLOCK_MONOTONIC (use_clockid) so they compare with the target's own
     clock_gettime. `inherit` makes threads the watched thread creates later
-    carry the event too (perf_event_open(2), "inherit"). Pollers are woken at
+    carry the event too (perf_event_open(2), "inherit"); with `threads_only`
+    only threads do (inherit_thread: a fork()ed child is another process, with
+    its own copy of the memory) and an exec removes the event (remove_on_exec:
+    the address means nothing in the new program). Pollers are woken at
     every sample, or with `wakeup_bytes` only once that much data waits (the
     `watermark` flag): each wakeup costs the hitting thread an irq_work and,
     if a reader sleeps in poll, a cross-CPU wakeup.
@@ -144,6 +149,8 @@ def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = 
              | FLAG_USE_CLOCKID | FLAG_SAMPLE_ID_ALL)
     if inherit:
         flags |= FLAG_INHERIT
+        if threads_only:
+            flags |= FLAG_INHERIT_THREAD | FLAG_REMOVE_ON_EXEC
     if wakeup_bytes:
         flags |= FLAG_WATERMARK
     if disabled:

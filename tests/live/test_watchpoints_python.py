@@ -1,4 +1,4 @@
-"""A watchpoint on a numpy array's buffer in a live Python process.
+"""Watchpoints on live Python processes: a numpy array's buffer, and fork().
 
 The fixture (tests/fixtures/programs/watch_numpy.py) stores into arr[0] at
 the line marked `# @marker` from a thread it starts only after the watch is
@@ -70,6 +70,50 @@ def test_numpy_buffer_write_is_reported_from_the_writing_thread():
         # The values are the floats stored (read within milliseconds of each hit).
         last = records[-1]
         assert last["new"] == f"{int.from_bytes(struct.pack('<d', float(writes)), 'little'):#018x}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+_FORKER = """
+import ctypes, os, sys, time
+word = ctypes.c_uint64(0)
+print(f"ready value={ctypes.addressof(word):#x}", flush=True)
+sys.stdin.readline()
+child = os.fork()
+if child == 0:                     # a copy of the memory: not the watched process
+    for i in range(5):
+        word.value = 100 + i
+        time.sleep(0.002)
+    os._exit(0)
+os.waitpid(child, 0)
+for i in range(3):
+    word.value = i + 1
+    time.sleep(0.002)
+print(f"done child={child}", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_forked_child_is_not_watched():
+    proc = subprocess.Popen([sys.executable, "-c", _FORKER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        value = int(proc.stdout.readline().split("value=")[1], 16)
+        with wp.PerfWatcher(proc.pid) as watcher:
+            watcher.add(wp.WatchRequest(value, 8, wp.Access.WRITE))
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            done = proc.stdout.readline()
+            assert done.startswith("done")
+            hits, quiet = [], time.monotonic()
+            while time.monotonic() - quiet < 0.3:
+                got = watcher.poll(0.05)
+                hits.extend(got)
+                if got:
+                    quiet = time.monotonic()
+        assert len(hits) == 3 and {h.pid for h in hits} == {proc.pid}
+        assert int.from_bytes(hits[-1].new, "little") == 3
     finally:
         proc.kill()
         proc.wait()

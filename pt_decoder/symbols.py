@@ -14,6 +14,7 @@ tools/perf/Documentation/jit-interface.txt.
 from __future__ import annotations
 
 import bisect
+import struct
 from array import array
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -97,19 +98,42 @@ def elf_function_symbols(elf: ELFFile, bias: int) -> list[tuple[int, int, str]]:
         section = elf.get_section_by_name(section_name)
         if section is None or not hasattr(section, "iter_symbols"):
             continue
-        for sym in section.iter_symbols():
-            kind = sym["st_info"]["type"]
-            if kind not in ("STT_FUNC", "STT_GNU_IFUNC", "STT_NOTYPE"):
+        for value, size, name, kind, bind, shndx in _symbols(elf, section):
+            if kind not in (STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC) or shndx in (SHN_UNDEF, SHN_ABS) or not name:
                 continue
-            if sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS") or not sym.name:
-                continue
-            if kind == "STT_NOTYPE" and sym["st_size"] == 0 and sym.name.startswith("$"):
+            if kind == STT_NOTYPE and size == 0 and name.startswith("$"):
                 continue  # mapping symbols of other architectures
-            # Versioned .dynsym names are plain here (pyelftools strips @VER).
-            entry = (sym["st_value"] + bias, sym["st_size"], sym.name)
-            bind = sym["st_info"]["bind"]
-            ranked[0 if bind == "STB_GLOBAL" else 1 if bind == "STB_WEAK" else 2].append(entry)
+            ranked[0 if bind == STB_GLOBAL else 1 if bind == STB_WEAK else 2].append((value + bias, size, name))
     return ranked[0] + ranked[1] + ranked[2]
+
+
+# ELF symbol fields (System V gABI, "Symbol Table"): st_info = bind << 4 | type.
+STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
+STB_GLOBAL, STB_WEAK = 1, 2
+SHN_UNDEF, SHN_ABS = 0, 0xFFF1
+
+
+def _symbols(elf: ELFFile, section):
+    """(value, size, name, type, bind, shndx) of every symbol of a symbol section.
+
+    ELF64 little-endian tables are read straight from their bytes (pyelftools
+    parses each symbol through `construct`: most of a second on a large Go
+    binary); anything else goes through pyelftools."""
+    if elf.elfclass == 64 and elf.little_endian and section["sh_entsize"] == 24:
+        strings = elf.get_section(section["sh_link"]).data()
+        # Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
+        for st_name, info, _other, shndx, value, size in struct.iter_unpack("<IBBHQQ", section.data()):
+            end = strings.find(b"\0", st_name)
+            name = strings[st_name: end if end >= 0 else len(strings)].decode("utf-8", "replace")
+            yield value, size, name, info & 0xF, info >> 4, shndx
+        return
+    types = {"STT_NOTYPE": STT_NOTYPE, "STT_FUNC": STT_FUNC, "STT_GNU_IFUNC": STT_GNU_IFUNC}
+    binds = {"STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}
+    for sym in section.iter_symbols():
+        shndx = sym["st_shndx"]
+        shndx = {"SHN_UNDEF": SHN_UNDEF, "SHN_ABS": SHN_ABS}.get(shndx, shndx if isinstance(shndx, int) else 0xFFFF)
+        yield (sym["st_value"], sym["st_size"], sym.name, types.get(sym["st_info"]["type"], -1),
+               binds.get(sym["st_info"]["bind"], 0), shndx)
 
 
 def read_perf_map(path: str) -> tuple[list[tuple[int, int, str]], list[str]]:

@@ -22,6 +22,20 @@ import { HotLines } from './hotLines';
 import { TraceScopeView } from './traceScopeView';
 
 const HISTORY_SCHEME = 'ptdebug-history';
+/** How long a ptdebug custom request may take before the user is told it got no answer. */
+const CUSTOM_REQUEST_TIMEOUT_MS = 120_000;
+
+/** `session.customRequest` that fails with a clear message instead of waiting forever (an
+ * adapter that does not know the request may forward it to a backend that drops it). */
+function ptdebugRequest(session: vscode.DebugSession, command: string, args: object): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`the adapter did not answer ${command} within ` +
+            `${CUSTOM_REQUEST_TIMEOUT_MS / 1000} s (does this ptdebug version support it?)`)), CUSTOM_REQUEST_TIMEOUT_MS);
+        Promise.resolve(session.customRequest(command, args)).then(
+            value => { clearTimeout(timer); resolve(value); },
+            error => { clearTimeout(timer); reject(error); });
+    });
+}
 
 export function activate(context: vscode.ExtensionContext): void {
     const output = vscode.window.createOutputChannel('ptdebug');
@@ -101,7 +115,7 @@ export function activate(context: vscode.ExtensionContext): void {
             const session = activePtdebugSession();
             if (!session) { return; }
             try {
-                const body = await session.customRequest('ptdebug/goroutineHistory', {}) as GoroutineHistoryBody;
+                const body = await ptdebugRequest(session, 'ptdebug/goroutineHistory', {}) as GoroutineHistoryBody;
                 const uri = vscode.Uri.parse(`${HISTORY_SCHEME}:/${encodeURIComponent(session.name)}/goroutines.md`);
                 histories.set(uri.toString(), renderGoroutineHistory(body));
                 historyChanged.fire(uri);
@@ -205,7 +219,7 @@ async function captureNow(store: CaptureStore, stoppedThread: Map<string, number
     try {
         const body = await vscode.window.withProgress(
             { location: vscode.ProgressLocation.Notification, title: 'ptdebug: capturing trace' },
-            () => session.customRequest('ptdebug/captureNow', threadId === undefined ? {} : { threadId }));
+            () => ptdebugRequest(session, 'ptdebug/captureNow', threadId === undefined ? {} : { threadId }));
         // The adapter also sends a ptdebug/capture event; the store does not duplicate a bundle.
         if (!invalidCaptureBody(body)) {
             store.add(session.name, body as CaptureEventBody);

@@ -293,6 +293,8 @@ class ThreadRecorder:
         if self.ptw_probe is not None:
             value = self.ptw_probe(regs)
             if value is not None and value != self._last_ptw:
+                if rec.ptw and rec.ptw[-1][0] == len(rec.ips):
+                    rec.ptw.pop()  # nothing ran since (a signal came first): one value
                 rec.ptw.append((len(rec.ips), value))
                 self._last_ptw = value
 

@@ -9,10 +9,11 @@ Two mechanisms, one policy (validation and register allocation are shared):
 - `PerfWatcher`, for a process ptdebug does not trace: perf_event_open(2)
   PERF_TYPE_BREAKPOINT events. The target never stops; the kernel writes a
   sample per hit into a ring we read. New threads are covered by `inherit`:
-  a per-thread event is copied into every thread that thread clones. The
-  kernel refuses to mmap an inherited per-task (cpu = -1) event, so each
-  (thread, CPU) pair gets an event and all events of one CPU share that CPU's
-  ring (PERF_EVENT_IOC_SET_OUTPUT), as `perf record -p` does. To close the race
+  a per-thread event is copied into every thread that thread clones (threads
+  only, `inherit_thread`: a fork()ed child is another process). The kernel
+  refuses to mmap an inherited per-task (cpu = -1) event, so each (thread,
+  CPU) pair gets an event and the events of one watch on one CPU share a ring
+  (PERF_EVENT_IOC_SET_OUTPUT), as `perf record -p` does. To close the race
   between listing /proc/PID/task and opening the events (a thread created by
   a not-yet-armed thread would be missed, one created by an armed thread
   would be armed twice), all threads are held in a ptrace interrupt-stop
@@ -31,8 +32,8 @@ breakpoints are 1, 2, 4 or 8 bytes, naturally aligned (SDM Vol. 3B §17.2.5).
 A region of 16, 24 or 32 bytes (8-aligned) is split into 8-byte registers.
 
 Layer: adapter feature. Uses adapter.hw (debugregs, perf, ptrace) for the
-mechanism and pt_decoder.image / pt_decoder.lines for symbols; knows nothing
-of DAP, sessions or the other features.
+mechanism; knows nothing of symbols (adapter.watch_cli symbolises hits), DAP,
+sessions or the other features.
 """
 from __future__ import annotations
 

@@ -220,9 +220,21 @@ def test_step_by_line_follows_the_markers(rec, hist, lines):
     assert hist.next_line(len(L) - 1, lines) == Step(len(L) - 1, "end")
 
 
+@pytest.fixture(scope="module")
+def rec_o2(tmp_path_factory):
+    return Recording(build_c(SRC, tmp_path_factory.mktemp("history_o2"), "-g", "-O2"))
+
+
 @pytest.mark.live
-def test_step_by_line_at_every_position_matches_its_contract(rec, hist, lines):
+@pytest.mark.parametrize("optimised", [False, True], ids=["O0", "O2"])
+def test_step_by_line_at_every_position_matches_its_contract(optimised, request):
+    """At -O2 the statement line ids fold is_stmt=false rows, and calls sit mid-line."""
+    rec = request.getfixturevalue("rec_o2" if optimised else "rec")
+    lines = LineTable.for_elf(rec.binary, rec.base)
+    hist = History.from_columns(rec.ips, rec.times, rec.cycles, rec.flags)
     L, D, n = line_list(rec, lines), rec.depths, len(rec.ips)
+    if optimised:
+        assert sum(1 for f in rec.flags if f & F.CALL) == 10 and len(set(L)) > 4
     for over in (True, False):
         for p in range(n):
             pos, found = ref_prev_line(L, D, p, 0, over)

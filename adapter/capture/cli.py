@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reference the program's files by path instead of copying them")
     p.add_argument("--no-aslr", action="store_true",
                    help="launch the command with address randomisation off (repeatable runs)")
+    p.add_argument("--breakpoints", choices=("auto", "int3", "dr"), default="auto",
+                   help="stepper: how it stops the thread: int3 (planted bytes, fastest; "
+                        "for a launched single-threaded program), dr (debug registers; any "
+                        "target, nothing patched); auto picks")
     p.add_argument("--exact-returns", action="store_true",
                    help="stepper: stop at every return instead of following proven ones")
     p.add_argument("--max-instructions", type=int, default=10_000_000,
@@ -113,7 +117,7 @@ def main(argv: list[str]) -> int:
             args.output, command=args.command or None, pid=args.pid, tid=args.tid,
             start=args.start, end=end, predict_returns=not args.exact_returns,
             copy_images=not args.no_copy_images, no_aslr=args.no_aslr,
-            trigger_timeout=args.trigger_timeout, log=log,
+            trigger_timeout=args.trigger_timeout, log=log, breakpoints=args.breakpoints,
             wait_for_exit=True)
     except record.RecordFailed as exc:
         print(f"ptdebug record: {exc}", file=sys.stderr)

@@ -439,6 +439,21 @@ def record_cli(args, log) -> dict:
                 break
             for ev in events:
                 records += ev.drain()
+            # follow new threads: the sideband's FORK records name them
+            head, tail = struct.unpack_from("<QQ", side_ring, RING_FIELDS_AT)
+            fresh = parse_ring_records(ring_copy(memoryview(side_ring)[PAGE:], PAGE * 16,
+                                                 tail, head))
+            struct.pack_into("<Q", side_ring, RING_FIELDS_AT + 8, head)
+            records += fresh
+            for rec in fresh:
+                if rec["type"] == "FORK" and rec["pid"] == pid and \
+                        rec["tid"] not in {e.tid for e in events}:
+                    attr = pt_attr(pmu, config, start_disabled=False, start_paused=windows)
+                    try:
+                        events.append(PtEvent(perf_event_open(attr, rec["tid"]), rec["tid"],
+                                              snapshot=args.snapshot))
+                    except IntelPtError as exc:
+                        problems.append(f"thread {rec['tid']} not traced: {exc}")
             time.sleep(0.01)
         for ev in events:
             if ev.snapshot:
@@ -446,10 +461,9 @@ def record_cli(args, log) -> dict:
             else:
                 ioctl(ev.fd, IOC_DISABLE)
                 records += ev.drain()
-        f = dict(zip(("data_head", "data_tail"), struct.unpack_from("<QQ", side_ring,
-                                                                    RING_FIELDS_AT)))
+        head, tail = struct.unpack_from("<QQ", side_ring, RING_FIELDS_AT)
         records += parse_ring_records(ring_copy(memoryview(side_ring)[PAGE:], PAGE * 16,
-                                                f["data_tail"], f["data_head"]))
+                                                tail, head))
         side_ring.close()
         os.close(sb_fd)
         for ev in events:

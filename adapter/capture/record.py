@@ -147,6 +147,9 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                 raise TargetError(f"thread {rec_tid} is not traced")
         if end.until is None and end.until_spec:
             end.until = target.resolve(end.until_spec)
+        if breakpoints == "int3" and len(pt.threads_of(target.pid)) > 1:
+            raise TargetError("--breakpoints int3 needs a single-threaded target (another "
+                              "thread would die on a planted INT3); use dr")
         if breakpoints == "auto":
             single = len(pt.threads_of(target.pid)) == 1
             breakpoints = "int3" if target.launched is not None and single else "dr"

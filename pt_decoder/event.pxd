@@ -168,33 +168,5 @@ cdef class EventDecoder:
     cdef int _will_event(self) noexcept nogil
     cdef int _read_ahead(self) noexcept nogil
     cdef int _fetch_error(self) noexcept nogil
-    cdef int _decode(self) noexcept nogil
-    cdef int _decode_timing(self, int k) noexcept nogil
-    cdef int _decode_psb(self) noexcept nogil
-    cdef int _read_psb_header(self) noexcept nogil
-    cdef int _header_fup(self) noexcept nogil
-    cdef int _scan_set(self, uint64_t offset) noexcept nogil
-    cdef int _scan_bdm70(self, uint64_t offset) noexcept nogil
-    cdef int _pending_psb_events(self) noexcept nogil
-    cdef int _decode_tip(self) noexcept nogil
-    cdef int _decode_tip_pge(self) noexcept nogil
-    cdef int _decode_tip_pgd(self) noexcept nogil
-    cdef int _decode_fup(self) noexcept nogil
-    cdef int _decode_pip(self) noexcept nogil
-    cdef int _decode_vmcs(self) noexcept nogil
-    cdef int _decode_cbr(self) noexcept nogil
-    cdef int _decode_mode(self, int k) noexcept nogil
-    cdef int _decode_standalone(self, int k) noexcept nogil
-    cdef int _decode_fup_bound(self, int k) noexcept nogil
-    cdef int _find_ovf_fup(self) noexcept nogil
-    cdef int _decode_ovf(self) noexcept nogil
-    cdef int _ovf_disabled(self) noexcept nogil
-    cdef void _jump(self, uint64_t offset) noexcept nogil
-    cdef int _scan_timing(self, PtTime* t, PtTimeCal* c, const PtPacket* p) noexcept nogil
-    cdef int _header_fup_scan(self, PtPacket* p) noexcept nogil
-    cdef int _skd010(self) noexcept nogil
-    cdef int _apl12(self, int offset) noexcept nogil
-    cdef int _apl11(self) noexcept nogil
-    cdef int _skd010_recover(self, const PtPacket* fup, const PtTimeCal* c, const PtTime* t, uint64_t offset) noexcept nogil
     cdef inline int _pending(self, int evb) noexcept nogil
     cdef int warm_up_c(self, uint64_t from_psb, uint64_t to_psb) noexcept nogil

@@ -130,5 +130,6 @@ def create_backend(name: str, hooks: BackendHooks) -> Backend:
         from .debugpy import DebugpyBackend
         return DebugpyBackend(hooks)
     if name == "go":
-        raise UnsupportedBackend("the Go backend (Delve) is not part of this build yet")
+        from .delve import DelveBackend
+        return DelveBackend(hooks)
     raise UnsupportedBackend(f"unknown backend {name!r}; expected 'python' or 'go'")

@@ -1,0 +1,411 @@
+"""The Go backend: one headless Delve, spoken to in DAP (everything a Go user does in VS Code)
+and through the Delve-RPC bridge (delve_rpc.py: the debuggee's pid, goroutine labels,
+registers, memory, watchpoints).
+
+Layer: backends. Starts `dlv debug|exec|test|attach --headless --accept-multiclient
+--api-version=2 --listen=127.0.0.1:0` (or connects to a headless Delve the user runs), attaches
+to it in DAP with `{"mode": "remote"}`, forwards every request Delve's DAP server answers, and
+reports Delve's events, the program's output and Delve's death to the session. Knows nothing of
+VS Code, features or hardware.
+
+Why headless and not `dlv dap`: `dlv dap` serves DAP only, one client, and has no JSON-RPC;
+a headless multiclient Delve serves both on one port (docs/go.md, "One Delve, two protocols").
+Run control (continue, next, pause...) only ever goes through DAP: a JSON-RPC `Command` would
+move the target without Delve's DAP server telling VS Code. The program's stdout and stderr are
+Delve's own (headless Delve does not redirect them), so they are read here and sent as `output`
+events.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+from adapter.protocol.channel import DEFERRED, Channel
+from adapter.protocol.errors import BackendError, BackendGone, InvalidLaunchConfig
+from adapter.protocol.framing import MessageReader, MessageWriter
+from adapter.protocol.messages import Event, Request, Response
+from adapter.protocol.schema import AttachConfig, LaunchConfig
+
+from . import Backend, BackendHooks
+from .delve_rpc import DelveRpc
+
+log = logging.getLogger("ptdebug.dap")
+
+STARTUP_TIMEOUT = float(os.environ.get("PTDEBUG_DLV_STARTUP_TIMEOUT", "120"))
+"""Seconds for Delve to build the program and listen (a cold `go build` can be slow)."""
+CONNECT_TIMEOUT = 10.0
+STOP_GRACE = 3.0
+"""Seconds Delve gets to end after a polite request before it is killed."""
+
+LISTENING = re.compile(rb"API server listening at: (\S+):(\d+)")
+
+NOT_FORWARDED = frozenset({
+    # answered by ptdebug itself (session/client handlers), never by Delve
+    "launch", "attach", "readMemory", "writeMemory", "disassemble", "dataBreakpointInfo",
+    "setDataBreakpoints", "setInstructionBreakpoints", "stepBack", "reverseContinue",
+    # Delve's DAP server only runs these for a target it launched itself (`dlv dap`), never
+    # for the remote attach ptdebug uses: answered "unsupported" instead of half-working
+    "restart",
+})
+
+CUSTOM = "ptdebug/goroutines"
+"""Custom request served by this backend: Delve's goroutine list with pprof labels, wait
+reasons and OS threads, which DAP's `threads` cannot carry."""
+
+
+def find_dlv() -> str:
+    """The dlv to run: $PTDEBUG_DLV, else $(go env GOPATH)/bin/dlv (where scripts/bootstrap.sh
+    installs it), else `dlv` on PATH. Raises BackendError naming where it looked."""
+    explicit = os.environ.get("PTDEBUG_DLV")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise BackendError(f"PTDEBUG_DLV={explicit} is not an executable")
+        return explicit
+    candidates = []
+    go = shutil.which("go")
+    if go:
+        try:
+            gopath = subprocess.run([go, "env", "GOPATH"], capture_output=True, text=True,
+                                    timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            gopath = ""
+        for entry in filter(None, gopath.split(os.pathsep)):
+            candidates.append(os.path.join(entry, "bin", "dlv"))
+    candidates.append(os.path.expanduser("~/go/bin/dlv"))
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    on_path = shutil.which("dlv")
+    if on_path:
+        return on_path
+    raise BackendError("Delve (dlv) was not found in $(go env GOPATH)/bin, ~/go/bin or PATH; "
+                       "install it with `go install github.com/go-delve/delve/cmd/dlv@latest` "
+                       "(scripts/bootstrap.sh does) or set PTDEBUG_DLV")
+
+
+def go_mode(config: LaunchConfig) -> str:
+    """vscode-go's `mode` resolved: "auto" is "exec" for an ELF file, "debug" otherwise."""
+    mode = config.mode or "auto"
+    if not config.program:
+        raise InvalidLaunchConfig("a Go launch needs 'program': a package directory, a .go "
+                                  "file or (mode \"exec\") a built binary")
+    if mode == "auto":
+        try:
+            with open(config.program, "rb") as f:
+                mode = "exec" if f.read(4) == b"\x7fELF" else "debug"
+        except OSError:
+            mode = "debug"
+    return mode
+
+
+def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple[list[str], str]:
+    """Delve's command line for `config` (without the dlv path) and the directory to run it
+    in. Raises InvalidLaunchConfig naming what is wrong with the configuration."""
+    headless = ["--headless", "--accept-multiclient", "--api-version=2",
+                "--listen=127.0.0.1:0"]
+    if isinstance(config, AttachConfig):
+        return ["attach", str(config.pid), *headless], os.getcwd()
+    mode = go_mode(config)
+    program = os.path.abspath(os.path.expanduser(config.program))
+    if mode == "exec":
+        if not os.path.isfile(program):
+            raise InvalidLaunchConfig(f"program {config.program!r} is not a file; mode "
+                                      "\"exec\" runs a built binary")
+        argv, run_dir = ["exec", program], config.cwd or os.path.dirname(program)
+    else:
+        if program.endswith(".go") and os.path.isfile(program):
+            package, run_dir = program, os.path.dirname(program)
+        elif os.path.isdir(program):
+            package, run_dir = ".", program
+        else:
+            raise InvalidLaunchConfig(f"program {config.program!r} is neither a package "
+                                      f"directory nor a .go file (mode {mode!r})")
+        argv = [mode, package, "--output", os.path.join(output_dir, "__debug_bin")]
+        if config.buildFlags:
+            argv.append("--build-flags=" + config.buildFlags)
+    if config.cwd:
+        if not os.path.isdir(config.cwd):
+            raise InvalidLaunchConfig(f"cwd {config.cwd!r} is not a directory")
+        argv += ["--wd", os.path.abspath(config.cwd)]
+    argv += headless
+    if config.args:
+        argv += ["--", *config.args]
+    return argv, run_dir
+
+
+class DelveBackend(Backend):
+    name = "delve"
+
+    def __init__(self, hooks: BackendHooks):
+        super().__init__(hooks)
+        self.process: subprocess.Popen | None = None
+        """The dlv process, when ptdebug started it."""
+        self.channel: Channel | None = None
+        """DAP to Delve."""
+        self.rpc: DelveRpc | None = None
+        """The Delve-RPC bridge (JSON-RPC on the same port)."""
+        self.address: tuple[str, int] | None = None
+        """Where Delve listens."""
+        self.output_dir: str | None = None
+        """Temporary directory for the binary Delve builds (removed by close())."""
+        self.closing = False
+        """Set by close(): the end of the channel is then expected, not a crash."""
+        self.stop_on_entry = False
+        self._socket: socket.socket | None = None
+        self._pump: threading.Thread | None = None
+        self._early_output: list[bytes] = []
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self, config: LaunchConfig | AttachConfig) -> None:
+        if isinstance(config, AttachConfig) and config.connect is not None:
+            # a headless Delve the user runs (`dlv ... --headless --accept-multiclient
+            # --api-version=2 --listen=HOST:PORT`): ptdebug is one more client of it
+            self.address = (config.connect.host, config.connect.port)
+        else:
+            self.launched = isinstance(config, LaunchConfig)
+            self.output_dir = tempfile.mkdtemp(prefix="ptdebug-go-")
+            argv, run_dir = dlv_arguments(config, self.output_dir)
+            self.address = self._run_dlv([find_dlv(), *argv], run_dir,
+                                         getattr(config, "env", None) or {})
+        if isinstance(config, LaunchConfig):
+            self.stop_on_entry = config.stopOnEntry
+        host, port = self.address
+        try:
+            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise BackendError(f"cannot connect to Delve at {host}:{port}: "
+                               f"{exc.strerror or exc}") from None
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._socket = sock
+        self.channel = Channel(MessageReader(sock.makefile("rb")),
+                               MessageWriter(sock.makefile("wb")), self, "delve")
+        self.channel.start()
+        self.rpc = DelveRpc(host, port)
+        version = self.rpc.version()
+        log.info("Delve %s (API %s, backend %s) at %s:%d", version.get("DelveVersion"),
+                 version.get("APIVersion"), version.get("Backend"), host, port)
+
+    def _run_dlv(self, argv: list[str], run_dir: str, env_changes: dict) -> tuple[str, int]:
+        env = dict(os.environ)
+        for key, value in env_changes.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        log.info("starting %s (in %s)", shlex.join(argv), run_dir)
+        try:
+            # its own session: Delve, its `go build` and the debuggee can be ended as a group
+            self.process = subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        except OSError as exc:
+            raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        stdout = self.process.stdout
+        while True:
+            if time.monotonic() > deadline:
+                raise BackendError(f"Delve did not start listening within {STARTUP_TIMEOUT:g} s"
+                                   f"{self._early_text()}")
+            line = stdout.readline()
+            if not line:
+                status = self.process.wait()
+                text = self._early_text()
+                # the client sees the compiler's (or Delve's) words, then the end of the
+                # session: nothing was started that could be debugged
+                self.hooks.backend_event(_event("output", {"category": "stderr",
+                                                           "output": text[2:] + "\n"}))
+                self.hooks.backend_event(_event("terminated", {}))
+                what = ("the build failed" if self.launched and
+                        argv[1] in ("debug", "test") else "Delve exited")
+                raise BackendError(f"{what} (dlv exit status {status}){text}")
+            match = LISTENING.search(line)
+            if match:
+                break
+            self._early_output.append(line)
+        self._pump = threading.Thread(target=self._pump_output, name="delve-output",
+                                      daemon=True)
+        self._pump.start()
+        return match.group(1).decode(), int(match.group(2))
+
+    def _early_text(self) -> str:
+        text = b"".join(self._early_output).decode(errors="replace").strip()
+        return f": {text}" if text else ""
+
+    def _pump_output(self) -> None:
+        """The program's output (and Delve's own lines) as `output` events."""
+        stdout = self.process.stdout
+        for line in iter(stdout.readline, b""):
+            self.hooks.backend_event(_event("output", {
+                "category": "stdout", "output": line.decode(errors="replace")}))
+
+    def initialize(self, client_arguments: dict) -> dict:
+        arguments = dict(client_arguments)
+        arguments["adapterID"] = "go"
+        response = self.request("initialize", arguments, timeout=CONNECT_TIMEOUT)
+        if not response.success:
+            raise BackendError(f"Delve refused initialize: {response.error_text}")
+        return dict(response.raw.get("body") or {})
+
+    def launch(self, request: Request, config: LaunchConfig) -> None:
+        self._attach_remote(request)
+
+    def attach(self, request: Request, config: AttachConfig) -> None:
+        self._attach_remote(request)
+
+    def _attach_remote(self, request: Request) -> None:
+        """DAP `attach {"mode": "remote"}` to the headless Delve, answered to the client's
+        launch/attach; then the debuggee's pid from the bridge."""
+        arguments = {"mode": "remote", "stopOnEntry": self.stop_on_entry}
+        for key in ("substitutePath", "showGlobalVariables", "showRegisters",
+                    "hideSystemGoroutines", "goroutineFilters", "showPprofLabels",
+                    "stackTraceDepth"):
+            if key in (request.raw.get("arguments") or {}):
+                arguments[key] = request.raw["arguments"][key]
+
+        def answered(response: Response) -> None:
+            request.respond_like(response.raw)
+            if response.success:
+                threading.Thread(target=self._learn_pid, name="delve-pid", daemon=True).start()
+
+        self.channel.send_request("attach", arguments, answered)
+
+    def _learn_pid(self) -> None:
+        try:
+            pid = self.rpc.process_pid()
+        except BackendError as exc:
+            log.warning("Delve did not tell the debuggee's pid: %s", exc.message)
+            return
+        self.pid = pid
+        name = ""
+        try:
+            name = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            pass
+        self.hooks.backend_event(_event("process", {
+            "name": name or str(pid), "systemProcessId": pid, "isLocalProcess": True,
+            "startMethod": "launch" if self.launched else "attach", "pointerSize": 64}))
+        self.hooks.backend_process(pid)
+
+    def close(self, timeout: float = STOP_GRACE) -> None:
+        self.closing = True
+        rpc = self.rpc
+        if rpc is not None and not rpc.closed.is_set() and self.process is not None:
+            try:
+                # Delve ends (launch) or lets go of (attach) the debuggee itself
+                rpc.detach(kill=self.launched, timeout=timeout)
+            except BackendError as exc:
+                log.info("Detach: %s", exc.message)
+        if rpc is not None:
+            rpc.close()
+        if self._socket is not None:
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._socket.close()
+        process = self.process
+        if process is not None:
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("Delve did not exit within %g s; killing it", timeout)
+                _kill_group(process.pid, signal.SIGKILL)
+                process.wait(timeout)
+            if self.launched and self.pid is not None:
+                # Delve killed by someone else leaves its debuggee detached and running
+                _kill_pid(self.pid)
+        if self.channel is not None:
+            self.channel.join(timeout)
+        if self._pump is not None:
+            self._pump.join(timeout)
+        if self.output_dir is not None:
+            shutil.rmtree(self.output_dir, ignore_errors=True)
+
+    # --- forwarding -----------------------------------------------------------------------
+    def handles(self, command: str) -> bool:
+        # Delve's DAP server answers every command, an unknown one with an error (no stall).
+        return command not in NOT_FORWARDED
+
+    def forward(self, request: Request, observe=None) -> None:
+        if request.command == CUSTOM:
+            threading.Thread(target=self._goroutines, args=(request,), daemon=True,
+                             name="delve-goroutines").start()
+            return
+        if self.channel is None:
+            raise BackendGone("Delve is not running")
+        if observe is None:
+            relay = lambda response: request.respond_like(response.raw)
+        else:
+            def relay(response: Response) -> None:
+                try:
+                    observe(response.raw)
+                finally:
+                    request.respond_like(response.raw)
+        self.channel.send_request(request.command, request.raw.get("arguments"), relay)
+
+    def request(self, command: str, arguments: dict | None = None,
+                timeout: float = 10.0) -> Response:
+        if self.channel is None:
+            raise BackendGone("Delve is not running")
+        return self.channel.request(command, arguments, timeout)
+
+    def _goroutines(self, request: Request) -> None:
+        """`ptdebug/goroutines`: every goroutine with its OS thread, status, location, labels."""
+        try:
+            goroutines = self.rpc.goroutines()
+        except BackendError as exc:
+            request.fail(exc)
+            return
+        request.respond({"goroutines": [
+            {"id": g.id, "threadId": g.thread_id, "status": g.status,
+             "waitReason": g.wait_reason, "function": g.function, "file": g.file,
+             "line": g.line, "userFunction": g.user_function, "labels": g.labels}
+            for g in goroutines]})
+
+    # --- Delve -> us (Channel handlers) ---------------------------------------------------
+    def default_event(self, event: Event) -> None:
+        self.hooks.backend_event(event)
+
+    def default_request(self, request: Request) -> object:
+        self.hooks.backend_reverse_request(request)
+        return DEFERRED
+
+    def channel_closed(self, reason: str) -> None:
+        if self.closing:
+            return
+        code = self.process.poll() if self.process else None
+        if code is None and self.process is not None:
+            try:
+                code = self.process.wait(1.0)
+            except subprocess.TimeoutExpired:
+                code = None
+        self.hooks.backend_gone(f"Delve's connection closed ({reason}"
+                                f"{'' if code is None else f', exit status {code}'})")
+
+
+def _event(name: str, body: dict) -> Event:
+    return Event({"type": "event", "seq": 0, "event": name, "body": body})
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

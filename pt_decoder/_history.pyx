@@ -440,3 +440,126 @@ def gather64(const uint64_t[:] table, const uint32_t[:] ids):
     for i in range(n):
         o[i] = table[ids[i]]
     return out
+
+
+cdef Py_ssize_t _pcvalue(const uint8_t[:] buf, Py_ssize_t off, uint64_t entry, int quantum,
+                         list pcs, list values) except -1:
+    """Decode one Go pc-value table into `pcs`/`values` (change points; the last pc
+    ends the table). Pairs of zig-zag value delta and pc delta in quanta, as
+    uvarints, from value -1 at the entry; a zero value delta after the first
+    pair ends it (Go's src/runtime/symtab.go, pcvalue/step)."""
+    cdef uint64_t pc = entry, uv, shift
+    cdef int64_t value = -1
+    cdef bint first = True
+    cdef uint8_t b
+    cdef Py_ssize_t n = buf.shape[0]
+    while True:
+        uv = 0
+        shift = 0
+        while True:
+            if off >= n:
+                raise ValueError("pc-value table runs past .gopclntab")
+            b = buf[off]
+            off += 1
+            uv |= (<uint64_t> (b & 0x7F)) << shift
+            if b < 0x80:
+                break
+            shift += 7
+        if uv == 0 and not first:
+            pcs.append(pc)
+            values.append(value)
+            return 0
+        first = False
+        if uv & 1:
+            value += -<int64_t> (uv >> 1) - 1
+        else:
+            value += <int64_t> (uv >> 1)
+        pcs.append(pc)
+        values.append(value)
+        uv = 0
+        shift = 0
+        while True:
+            if off >= n:
+                raise ValueError("pc-value table runs past .gopclntab")
+            b = buf[off]
+            off += 1
+            uv |= (<uint64_t> (b & 0x7F)) << shift
+            if b < 0x80:
+                break
+            shift += 7
+        pc += uv * quantum
+
+
+def go_function_rows(const uint8_t[:] pctab, Py_ssize_t pcfile, Py_ssize_t pcln,
+                     uint64_t entry, int quantum):
+    """The line rows of one Go function: (pcs, file numbers, lines) where either the
+    file or the line changes, and the function's end pc (from its pc-value tables)."""
+    lpcs, lvals, fpcs, fvals = [], [], [], []
+    _pcvalue(pctab, pcln, entry, quantum, lpcs, lvals)
+    _pcvalue(pctab, pcfile, entry, quantum, fpcs, fvals)
+    cdef uint64_t end = max(<uint64_t> lpcs[len(lpcs) - 1], <uint64_t> fpcs[len(fpcs) - 1]), pc = entry, nxt
+    cdef Py_ssize_t li = 0, fi = 0, nl = len(lpcs), nf = len(fpcs)
+    pcs, fnos, lines = [], [], []
+    while pc < end:
+        while li + 1 < nl and <uint64_t> lpcs[li + 1] <= pc:
+            li += 1
+        while fi + 1 < nf and <uint64_t> fpcs[fi + 1] <= pc:
+            fi += 1
+        pcs.append(pc)
+        fnos.append(fvals[fi])
+        lines.append(lvals[li])
+        nxt = end
+        if li + 1 < nl and <uint64_t> lpcs[li + 1] < nxt:
+            nxt = lpcs[li + 1]
+        if fi + 1 < nf and <uint64_t> fpcs[fi + 1] < nxt:
+            nxt = fpcs[fi + 1]
+        pc = nxt
+    return pcs, fnos, lines, end
+
+
+def assign_line_ids(const uint64_t[:] address, const uint32_t[:] file_id, const uint32_t[:] line,
+                    const uint8_t[:] flags, int is_stmt_bit, int end_bit):
+    """Line ids of the rows of a sorted line table (see lines.LineTable).
+
+    Returns (line_id 'I', stmt_line_id 'I', keys: list of (file id, line) with
+    keys[id - 1] the pair of id; id 0 is "no line")."""
+    cdef Py_ssize_t n = address.shape[0], i
+    lid = _new(_U32, n)
+    sid = _new(_U32, n)
+    cdef uint32_t[:] l = lid, s = sid
+    cdef dict ids = {}
+    cdef list keys = []
+    cdef uint32_t ident, current = 0
+    cdef uint64_t stmt_at = 0
+    cdef bint have_stmt = False
+    cdef object key
+    for i in range(n):
+        if flags[i] & end_bit:
+            l[i] = 0
+            s[i] = 0
+            current = 0
+            have_stmt = False
+            continue
+        ident = 0
+        if line[i]:
+            key = (<uint64_t> file_id[i] << 32) | line[i]
+            found = ids.get(key)
+            if found is None:
+                keys.append((file_id[i], line[i]))
+                ident = len(keys)
+                ids[key] = ident
+            else:
+                ident = found
+        l[i] = ident
+        if flags[i] & is_stmt_bit:
+            current = ident
+            stmt_at = address[i]
+            have_stmt = True
+            s[i] = ident
+        elif (have_stmt and stmt_at == address[i]) or not current:
+            # A statement begins at this very address; this row only says
+            # which of its lines the instruction belongs to.
+            s[i] = ident
+        else:
+            s[i] = current
+    return lid, sid, keys

@@ -22,6 +22,7 @@ present in every Go binary, stripped or not, and gives function names too.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import struct
 from array import array
@@ -31,7 +32,7 @@ from typing import NamedTuple
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ._history import lookup_sorted
+from ._history import assign_line_ids, go_function_rows, lookup_sorted
 from .errors import ErrorCode, PtError
 
 __all__ = ["LineRow", "LineTable"]
@@ -66,44 +67,26 @@ class LineTable:
         in sequence order. Use the classmethods; this is the common end of them."""
         self.files = list(files)
         """File id -> path."""
+        rows = list(rows)
         # End rows first among equal addresses: a sequence that ends where the
-        # next one starts must not hide the next one's first row.
-        ordered = sorted(enumerate(rows), key=lambda ir: (ir[1][0], not ir[1][4] & END_SEQUENCE, ir[0]))
-        self.address = array("Q", (r[0] for _, r in ordered))
-        self.file_id = array("I", (r[1] for _, r in ordered))
-        self.line = array("I", (r[2] for _, r in ordered))
-        self.column = array("I", (r[3] for _, r in ordered))
-        self.flags = array("B", (r[4] for _, r in ordered))
-        keys: dict[tuple[int, int], int] = {}
-        self._keys: list[tuple[int, int] | None] = [None]
-        self.line_id = array("I", bytes(4 * len(self.address)))
+        # next one starts must not hide the next one's first row. Go's rows
+        # arrive in that order already; only sort when they are not.
+        if not _in_table_order(rows):
+            rows = [r for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1][0], not ir[1][4] & END_SEQUENCE, ir[0]))]
+        columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
+        self.address = array("Q", columns[0])
+        self.file_id = array("I", columns[1])
+        self.line = array("I", columns[2])
+        self.column = array("I", columns[3])
+        self.flags = array("B", columns[4])
+        line_id, stmt_line_id, keys = assign_line_ids(self.address, self.file_id, self.line, self.flags,
+                                                      IS_STMT, END_SEQUENCE)
+        self._keys: list[tuple[int, int] | None] = [None, *keys]
+        self.line_id = line_id
         """Per row: the id of its (file, line); 0 for end rows and line 0."""
-        self.stmt_line_id = array("I", bytes(4 * len(self.address)))
+        self.stmt_line_id = stmt_line_id
         """Per row: its line id if a statement begins at its address, else the id of
         the last statement row before it in its sequence (the statement it continues)."""
-        current = 0
-        stmt_at = -1  # address of the last statement row
-        for i in range(len(self.address)):
-            if self.flags[i] & END_SEQUENCE:
-                current, stmt_at = 0, -1
-                continue
-            ident = 0
-            if self.line[i]:
-                key = (self.file_id[i], self.line[i])
-                ident = keys.get(key)
-                if ident is None:
-                    ident = keys[key] = len(self._keys)
-                    self._keys.append(key)
-            self.line_id[i] = ident
-            if self.flags[i] & IS_STMT:
-                current, stmt_at = ident, self.address[i]
-                self.stmt_line_id[i] = ident
-            elif stmt_at == self.address[i] or not current:
-                # A statement begins at this very address; this row only says
-                # which of its lines the instruction belongs to.
-                self.stmt_line_id[i] = ident
-            else:
-                self.stmt_line_id[i] = current
         self._functions = functions
 
     # -- construction ----------------------------------------------------
@@ -333,6 +316,14 @@ class LineTable:
         return self._functions.function(addr)
 
 
+def _in_table_order(rows: list) -> bool:
+    """Whether rows are sorted by address with end rows first among equal addresses."""
+    for a, b in itertools.pairwise(rows):
+        if b[0] < a[0] or (b[0] == a[0] and b[4] & END_SEQUENCE and not a[4] & END_SEQUENCE):
+            return False
+    return True
+
+
 def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -387,17 +378,6 @@ def _raw_symbol_value(elf: ELFFile, name: bytes) -> int | None:
     return None
 
 
-def _uvarint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i
-        shift += 7
-
-
 class _GoFunctions:
     """The function table of a Go 1.18+ .gopclntab, at runtime addresses."""
 
@@ -425,6 +405,7 @@ class _GoFunctions:
         self.entries = array("Q", (text + base + ftab[2 * i] for i in range(nfunc + 1)))
         self.func_offsets = [ftab[2 * i + 1] for i in range(nfunc)]
         self._name_cache: dict[int, str] = {}
+        self.path = path
 
     def merged(self, other: _GoFunctions) -> _GoFunctions:
         raise PtError(ErrorCode.NOT_SUPPORTED, detail="merging the tables of two Go binaries")
@@ -448,58 +429,34 @@ class _GoFunctions:
             name = self._name_cache[i] = self._cstring(self.names, self._func(i)[0])
         return name, self.entries[i]
 
-    def _pcvalue(self, off: int, entry: int) -> list[tuple[int, int]]:
-        """(pc, value) change points of one pc-value table; the last pc ends it.
-        Encoding: pairs of zig-zag value delta and pc delta (in quanta) as
-        uvarints, from value -1 at the entry; a 0 value delta after the first
-        pair ends the table."""
-        out = []
-        buf = self.pctab
-        pc, value, first = entry, -1, True
-        while True:
-            delta, off = _uvarint(buf, off)
-            if delta == 0 and not first:
-                out.append((pc, value))
-                return out
-            first = False
-            value += -(delta >> 1) - 1 if delta & 1 else delta >> 1
-            step, off = _uvarint(buf, off)
-            out.append((pc, value))
-            pc += step * self.quantum
-
     def rows(self) -> tuple[list[str], list[tuple[int, int, int, int, int]]]:
-        """Every function's rows, ending each function with an end-of-sequence row."""
+        """Every function's rows (pc-value tables decoded in C), each function ended
+        by an end-of-sequence row; in address order."""
         files: list[str] = []
         file_ids: dict[int, int] = {}  # filetab offset -> file id
+        by_cu: dict[tuple[int, int], int] = {}  # (cu offset, file number) -> file id
         rows = []
+        pctab = self.pctab
         for i in range(len(self.func_offsets)):
             entry = self.entries[i]
             _name, pcfile, pcln, cu_offset = self._func(i)
             if not pcln or not pcfile:
                 continue
-            lines = self._pcvalue(pcln, entry)
-            fnos = self._pcvalue(pcfile, entry)
-            end = max(lines[-1][0], fnos[-1][0])
-            # Merge the two step functions: a row wherever either changes.
-            li = fi = 0
-            pc = entry
-            while pc < end:
-                while li + 1 < len(lines) and lines[li + 1][0] <= pc:
-                    li += 1
-                while fi + 1 < len(fnos) and fnos[fi + 1][0] <= pc:
-                    fi += 1
-                fno = fnos[fi][1]
+            try:
+                pcs, fnos, lines, end = go_function_rows(pctab, pcfile, pcln, entry, self.quantum)
+            except ValueError as e:
+                raise PtError(ErrorCode.BAD_IMAGE, detail=f"{self.path}: function {i} of .gopclntab: {e}")
+            for pc, fno, line in zip(pcs, fnos, lines):
                 fid = 0
                 if fno >= 0:
-                    name_at = struct.unpack_from("<I", self.cutab, 4 * (cu_offset + fno))[0]
-                    fid = file_ids.get(name_at)
+                    fid = by_cu.get((cu_offset, fno))
                     if fid is None:
-                        fid = file_ids[name_at] = len(files)
-                        files.append(self._cstring(self.filetab, name_at))
-                line = lines[li][1]
+                        name_at = struct.unpack_from("<I", self.cutab, 4 * (cu_offset + fno))[0]
+                        fid = file_ids.get(name_at)
+                        if fid is None:
+                            fid = file_ids[name_at] = len(files)
+                            files.append(self._cstring(self.filetab, name_at))
+                        by_cu[(cu_offset, fno)] = fid
                 rows.append((pc, fid, max(0, line), 0, IS_STMT))
-                nxt = min(lines[li + 1][0] if li + 1 < len(lines) else end,
-                          fnos[fi + 1][0] if fi + 1 < len(fnos) else end)
-                pc = nxt
             rows.append((end, 0, 0, 0, END_SEQUENCE))
         return files or [""], rows

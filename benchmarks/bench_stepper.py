@@ -87,6 +87,48 @@ def _end_to_end(argv, out: pathlib.Path) -> tuple[stepper.Recording, float]:
     return result.recording, time.perf_counter() - t0
 
 
+def intel_pt_costs(threads: int = 16, rounds: int = 5) -> dict:
+    """Per-thread set-up (perf_event_open + ring and AUX mmaps + enable) and
+    per-snapshot cost (disable + copy the newest AUX bytes) of the intel_pt
+    backend, on a child process with `threads` sleeping threads. Only where
+    the intel_pt PMU exists; elsewhere says why it did not run."""
+    from adapter.capture import intel_pt as ipt
+    try:
+        pmu, formats, caps = ipt.require_pmu()
+    except ipt.IntelPtError as exc:
+        return {"skipped": str(exc)}
+    config = ipt.config_from_formats(formats, ipt.PtOptions().terms(caps))
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import threading, time\n"
+                              f"[threading.Thread(target=time.sleep, args=(60,)).start() "
+                              f"for _ in range({threads - 1})]\ntime.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        tids = sorted(int(t) for t in __import__("os").listdir(f"/proc/{child.pid}/task"))
+        setup, snap = [], []
+        for _ in range(rounds):
+            events = []
+            t0 = time.perf_counter()
+            for tid in tids:
+                ev = ipt.PtEvent(ipt.perf_event_open(ipt.pt_attr(pmu, config), tid), tid,
+                                 aux_pages=1024, snapshot=True)
+                ipt.ioctl(ev.fd, ipt.IOC_ENABLE)
+                events.append(ev)
+            setup.append((time.perf_counter() - t0) / len(tids))
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            for ev in events:
+                ev.take_snapshot()
+            snap.append((time.perf_counter() - t0) / len(tids))
+            for ev in events:
+                ev.close()
+        return {"threads": len(tids), "setup_us_per_thread": round(min(setup) * 1e6, 1),
+                "snapshot_us_per_thread_4MiB_aux": round(min(snap) * 1e6, 1)}
+    finally:
+        child.kill()
+        child.wait()
+
+
 def run(quick: bool = False) -> dict:
     rounds_arg = "10" if quick else "40"
     repeats = 2 if quick else 3
@@ -115,6 +157,7 @@ def run(quick: bool = False) -> dict:
             stops = {"stepper": rec.stops, "exact_returns": exact.stops,
                      "single_steps_in_stepper": rec.single_steps}
     return {
+        "intel_pt": intel_pt_costs(4 if quick else 16, 2 if quick else 5),
         "instructions": n,
         "rounds": repeats,
         "single_step_insn_per_s": round(best["single"]),

@@ -42,8 +42,12 @@ import enum
 import errno
 import os
 import select
+from typing import TYPE_CHECKING
 
 from adapter.hw import debugregs, perf, ptrace
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations are not evaluated here
+    from typing_extensions import Self
 
 NUM_REGISTERS = debugregs.NUM_ADDRESS_REGISTERS
 
@@ -314,7 +318,7 @@ class _Frozen:
         self.stopped: dict[int, int] = {}  # tid -> signal to re-deliver at detach
         self.held = True
 
-    def __enter__(self) -> _Frozen:
+    def __enter__(self) -> Self:
         tried: set[int] = set()  # a thread that exits stays listed a moment: try it once
         try:
             while True:
@@ -537,7 +541,7 @@ class PerfWatcher:
             os.close(self._mem_fd)
             self._mem_fd = -1
 
-    def __enter__(self) -> PerfWatcher:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -141,6 +141,46 @@ def _latency(fn, args_list) -> dict:
             "calls": len(samples)}
 
 
+def _go_binary() -> str | None:
+    """Delve's binary (scripts/bootstrap.sh installs it): a large real Go program."""
+    import os
+    import shutil
+    import subprocess
+
+    found = shutil.which("dlv")
+    if found is None and shutil.which("go"):
+        gopath = subprocess.run(["go", "env", "GOPATH"], capture_output=True, text=True).stdout.strip()
+        candidate = os.path.join(gopath, "bin", "dlv")
+        found = candidate if os.path.isfile(candidate) else None
+    return found
+
+
+def go_tables() -> dict:
+    """Line table and symbols of a large real Go binary: build time and lookups."""
+    from pt_decoder.image import Image
+
+    binary = _go_binary()
+    if binary is None:
+        return {"go_binary": None}
+    import os
+
+    t0 = time.perf_counter()
+    table = LineTable.for_elf(binary)
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    image = Image()
+    image.add_elf(binary)
+    entry = image.find_symbol("main.main")[0]
+    symbols_s = time.perf_counter() - t0
+    main_go = next(f for f in table.files if f.endswith("/main.go"))
+    t0 = time.perf_counter()
+    table.addresses(main_go, table.lookup(entry)[1])
+    addresses_ms = (time.perf_counter() - t0) * 1000
+    return {"go_binary": binary, "go_binary_mb": round(os.path.getsize(binary) / 1e6, 1),
+            "go_pclntab_rows": len(table), "go_line_table_s": round(build_s, 3),
+            "go_symbols_first_lookup_s": round(symbols_s, 3), "go_addresses_ms": round(addresses_ms, 1)}
+
+
 def run(quick: bool = False) -> dict:
     n = 500_000 if quick else 5_000_000
     rng = random.Random(42)
@@ -241,6 +281,7 @@ def run(quick: bool = False) -> dict:
         "worst_query_ms": worst,
         "target_ms": TARGET_MS,
         "meets_target": worst < TARGET_MS,
+        **go_tables(),
     }
 
 

@@ -30,6 +30,13 @@ echo "bootstrap: installing ptdebug (editable) with test extras"
 # them in place as well so the source tree imports the same code.
 .venv/bin/python setup.py -q build_ext --inplace >/dev/null
 
+# Go (fixtures, Delve): the machine's toolchain where there is one, else Debian's.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+    echo "bootstrap: installing Debian's Go toolchain"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq golang-go >/dev/null
+fi
+[ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"
 # Delve, for the Go backend (go install builds it from the Go module proxy).
 if command -v go >/dev/null 2>&1; then
     GOBIN_DIR="$(go env GOPATH)/bin"

@@ -66,7 +66,7 @@ _LEGACY_PREFIXES = frozenset({0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0x
 class Insn:
     """One decoded instruction: address, length, flow kind, direct target and
     (for the stepper's emulation) the capstone instruction."""
-    __slots__ = ("addr", "size", "kind", "target", "cs", "cond", "stack", "rep", "text")
+    __slots__ = ("addr", "cond", "cs", "kind", "rep", "size", "stack", "target", "text")
 
     def __init__(self, addr, size, kind, target=None, cs=None, cond=None, stack=(0, 0),
                  rep=False, text=""):
@@ -255,7 +255,7 @@ class ShadowEntry:
 class Walk:
     """The outcome of one walk: the instructions that will run, the
     instruction the target must stop at, and the shadow stack afterwards."""
-    __slots__ = ("ips", "stop", "reason")
+    __slots__ = ("ips", "reason", "stop")
 
     def __init__(self, ips, stop, reason):
         self.ips = ips

@@ -141,7 +141,7 @@ class Bundle:
         self.manifest = manifest
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "Bundle":
+    def open(cls, path: str | os.PathLike) -> Bundle:
         root = pathlib.Path(path)
         return cls(root, read_manifest(root))
 

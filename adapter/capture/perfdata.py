@@ -210,7 +210,7 @@ class PerfData:
                 else "not a"
             raise PerfDataError(f"{path} is {what} perf.data file (no PERFILE2 header); "
                                 "record with `perf record -o FILE` (not to a pipe)")
-        (_, hsize, attr_size, a_off, a_size, d_off, d_size, _, _, *feat) = \
+        (_, _, attr_size, a_off, a_size, d_off, d_size, _, _, *feat) = \
             HEADER.unpack_from(self.raw)
         self.data_offset, self.data_size = d_off, d_size
         self.feature_bits = sum(w << (64 * i) for i, w in enumerate(feat))
@@ -442,6 +442,7 @@ def to_bundle(perf: PerfData, output: str, *, copy_images: bool = True,
 def _file_build_id(path: str) -> str | None:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
+
     from pt_decoder.image import elf_build_id
     try:
         with open(path, "rb") as f:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import os
 import signal
 import time
 from array import array

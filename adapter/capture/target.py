@@ -48,7 +48,7 @@ def _describe_seize_error(exc: pt.PtraceError, pid: int) -> str:
 class Target:
     """The traced process. `threads` maps tid -> "stopped" | "running"."""
 
-    def __init__(self, pid: int, launched: "_Child | None"):
+    def __init__(self, pid: int, launched: _Child | None):
         self.pid = pid
         self.launched = launched
         self.threads: dict[int, str] = {}
@@ -60,7 +60,7 @@ class Target:
 
     @classmethod
     def launch(cls, argv: list[str], env: dict | None = None, cwd: str | None = None,
-               no_aslr: bool = False) -> "Target":
+               no_aslr: bool = False) -> Target:
         """Start `argv` stopped at its first instruction after execve, seized
         (so PTRACE_INTERRUPT works) and killed if ptdebug dies (EXITKILL).
         `no_aslr` starts it with address-space randomisation off
@@ -105,7 +105,7 @@ class Target:
                     (signal.SIGSTOP, signal.SIGCONT, signal.SIGTRAP) else st.stop_signal)
 
     @classmethod
-    def attach(cls, pid: int | None = None, tid: int | None = None) -> "Target":
+    def attach(cls, pid: int | None = None, tid: int | None = None) -> Target:
         """Seize a running process (every thread, following new ones) or one
         thread, and stop what was seized."""
         if tid is not None:

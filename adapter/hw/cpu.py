@@ -98,7 +98,7 @@ def pmu_caps(name: str, root: pathlib.Path = PMU_ROOT) -> dict[str, int]:
         except OSError:
             continue
         try:
-            caps[entry.name] = int(text, 16) if text.lower().startswith("0x") else int(text, 16)
+            caps[entry.name] = int(text, 16)  # the driver prints them with "%x"
         except ValueError:
             continue
     return caps

@@ -248,7 +248,7 @@ class Memory:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "Memory":
+    def __enter__(self) -> Memory:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -93,8 +93,9 @@ def errors_in(events: list[str]) -> list[str]:
 def libipt_decode_ips(bundle) -> tuple[list[int], list[dict]]:
     """The bundle decoded by the reference decoder (libipt 2.0.5 through the
     project's oracle binding): (instruction addresses, error records)."""
-    from adapter.capture.bundle import Bundle
     from oracle import libipt
+
+    from adapter.capture.bundle import Bundle
     if not libipt.available():
         pytest.fail("libipt is missing: scripts/bootstrap.sh installs libipt-dev")
     b = Bundle.open(bundle)

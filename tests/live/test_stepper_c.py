@@ -8,11 +8,18 @@ import shutil
 import subprocess
 
 import pytest
+from stepper_support import (
+    PTDEBUG,
+    ROOT,
+    build_c,
+    decode_ips,
+    errors_in,
+    libipt_decode_ips,
+    reference_launched,
+)
 
 from adapter.capture import record, stepper
 from adapter.capture.bundle import Bundle, validate
-from stepper_support import (PTDEBUG, ROOT, build_c, decode_ips, errors_in,
-                             libipt_decode_ips, reference_launched)
 
 pytestmark = pytest.mark.live
 

@@ -8,16 +8,15 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from stepper_support import PTDEBUG, ROOT, build_c, decode_ips, errors_in
 
 from adapter.capture import record, stepper
 from adapter.capture.bundle import read_manifest
 from adapter.hw import ptrace as pt
-from stepper_support import PTDEBUG, ROOT, build_c, decode_ips, errors_in
 
 pytestmark = pytest.mark.live
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from stepper_support import build_go, decode_ips, errors_in, libipt_decode_ips, reference_launched
 
 from adapter.capture import record, stepper
-from stepper_support import build_go, decode_ips, errors_in, libipt_decode_ips, \
-    reference_launched
 
 pytestmark = pytest.mark.live
 

@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
+from stepper_support import PROGRAMS, decode_ips, errors_in, reference_from_trigger
 
 from adapter.capture import record, stepper
 from adapter.capture.target import Target
 from adapter.hw import ptrace as pt
-from stepper_support import PROGRAMS, decode_ips, errors_in, reference_from_trigger
 
 pytestmark = pytest.mark.live
 SYMBOL = "_Py_bytes_count"

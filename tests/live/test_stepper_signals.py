@@ -5,10 +5,10 @@ recorded path. PTWRITE values from the ptw_probe hook land in the trace."""
 from __future__ import annotations
 
 import pytest
+from stepper_support import build_c, decode_ips, errors_in, libipt_decode_ips
 
 from adapter.capture import record, stepper
 from pt_decoder.image import Image
-from stepper_support import build_c, decode_ips, errors_in, libipt_decode_ips
 
 pytestmark = pytest.mark.live
 
@@ -40,6 +40,7 @@ def test_signal_handlers_are_recorded_and_decode(rec_signal, tmp_path):
 
 def test_ptw_probe_values_reach_the_trace(rec_signal, tmp_path):
     from oracle import libipt
+
     from adapter.capture.bundle import Bundle
     out = tmp_path / "ptw.bundle"
     seen = []

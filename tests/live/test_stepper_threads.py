@@ -9,9 +9,9 @@ import shutil
 import subprocess
 
 import pytest
+from stepper_support import PROGRAMS, decode_ips, errors_in
 
 from adapter.capture import record, stepper
-from stepper_support import PROGRAMS, decode_ips, errors_in
 
 pytestmark = pytest.mark.live
 

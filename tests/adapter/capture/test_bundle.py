@@ -7,8 +7,15 @@ import sys
 
 import pytest
 
-from adapter.capture.bundle import (FORMAT, VERSION, Bundle, BundleError, BundleWriter,
-                                    read_manifest, validate)
+from adapter.capture.bundle import (
+    FORMAT,
+    VERSION,
+    Bundle,
+    BundleError,
+    BundleWriter,
+    read_manifest,
+    validate,
+)
 
 CPU = {"vendor": "GenuineIntel", "family": 6, "model": 85, "stepping": 4}
 

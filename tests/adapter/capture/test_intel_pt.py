@@ -87,8 +87,8 @@ def test_attr_layout_matches_the_uapi_offsets():
 def test_ring_copy_wraps_and_drops_overwritten_bytes():
     ring = bytes(range(16))
     assert ipt.ring_copy(ring, 16, 4, 10) == bytes(range(4, 10))
-    assert ipt.ring_copy(ring, 16, 12, 20) == bytes(range(12, 16)) + bytes(range(0, 4))
-    assert ipt.ring_copy(ring, 16, 0, 40) == bytes(range(8, 16)) + bytes(range(0, 8))
+    assert ipt.ring_copy(ring, 16, 12, 20) == bytes(range(12, 16)) + bytes(range(4))
+    assert ipt.ring_copy(ring, 16, 0, 40) == bytes(range(8, 16)) + bytes(range(8))
     assert ipt.snapshot_bytes(ring, 16, 5) == bytes(range(5))
     assert ipt.snapshot_bytes(ring, 16, 37) == bytes(range(5, 16)) + bytes(range(5))
 

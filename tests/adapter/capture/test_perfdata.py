@@ -10,11 +10,18 @@ import subprocess
 import sys
 
 import pytest
+from perf_writer import (
+    attr_bytes,
+    auxtrace,
+    auxtrace_info_intel_pt,
+    build_id_feature,
+    header_string,
+    record,
+    write_perf_data,
+)
 
 from adapter.capture import perfdata
 from adapter.capture.bundle import read_manifest, validate
-from perf_writer import (attr_bytes, auxtrace, auxtrace_info_intel_pt, build_id_feature,
-                         header_string, record, write_perf_data)
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 HELLO = "dynamorio-drpt2trace/test_simple.raw-2022-07-07-x86_64-hello"

@@ -104,3 +104,17 @@ def test_record_cli_count_and_decode(rec_work, tmp_path):
     assert "complete: 500 instructions" in run.stdout
     ips, events = decode_ips(out)
     assert len(ips) == 500 and errors_in(events) == []
+
+
+def test_until_symbol_stops_before_it_runs(rec_work, reference, tmp_path):
+    from pt_decoder.image import Image
+    image = Image()
+    image.add_elf(str(rec_work), base=0x555555554000)   # PIE at the no-ASLR base
+    classify = image.find_symbol("classify")[0]
+    result = record.record_stepper(str(tmp_path / "until.bundle"),
+                                   command=[str(rec_work), "12", "2"], start="work",
+                                   end=stepper.EndCondition(until_spec="classify"),
+                                   no_aslr=True)
+    assert result.manifest["status"] == "complete"
+    assert result.recording.end_ip == classify
+    assert list(result.recording.ips) == reference[:reference.index(classify)]

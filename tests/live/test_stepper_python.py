@@ -60,3 +60,19 @@ def test_running_python_native_frame_equals_single_step_reference(python_loop, t
     assert python_loop.poll() is None
     with open(f"/proc/{pid}/stat") as f:
         assert f.read().split(") ")[1][0] in "RS"
+
+
+def test_one_thread_for_a_duration(python_loop, tmp_path):
+    """--tid: one thread of the running process, for 200 ms (it sleeps most of
+    that time in a system call: the watchdog ends the recording on time)."""
+    pid = python_loop.pid
+    t0 = time.monotonic()
+    result = record.record_stepper(str(tmp_path / "tid.bundle"), tid=pid,
+                                   end=stepper.EndCondition(duration_ms=200))
+    assert time.monotonic() - t0 < 5
+    assert result.manifest["status"] == "complete"
+    assert result.recording.reason == "recorded for 200 ms"
+    assert result.manifest["stats"]["breakpoints"] == "dr"   # attached: nothing patched
+    ips, events = decode_ips(tmp_path / "tid.bundle")
+    assert ips == list(result.recording.ips) and errors_in(events) == []
+    assert pt.tracer_of(pid) == 0 and python_loop.poll() is None

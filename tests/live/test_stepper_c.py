@@ -118,3 +118,21 @@ def test_until_symbol_stops_before_it_runs(rec_work, reference, tmp_path):
     assert result.manifest["status"] == "complete"
     assert result.recording.end_ip == classify
     assert list(result.recording.ips) == reference[:reference.index(classify)]
+
+
+def test_code_in_anonymous_memory_is_snapshotted(tmp_path):
+    """JIT-style code (an anonymous RWX page) runs inside the recording: the bundle
+    carries a snapshot of that memory and decodes to the single-step path."""
+    from stepper_support import PROGRAMS
+    exe = tmp_path / "rec_jit"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(PROGRAMS / "rec_jit.c")], check=True)
+    reference = reference_launched([exe], "run_jit")
+    out = tmp_path / "jit.bundle"
+    result = record.record_stepper(str(out), command=[str(exe)], start="run_jit",
+                                   end=stepper.EndCondition(until_return=True), no_aslr=True)
+    assert result.manifest["status"] == "complete"
+    assert list(result.recording.ips) == reference
+    snapshots = [im for im in result.manifest["images"] if im["kind"] == "snapshot"]
+    assert any(im["path"] == "[anon]" for im in snapshots)
+    ips, events = decode_ips(out)
+    assert errors_in(events) == [] and ips == reference

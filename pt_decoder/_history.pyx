@@ -171,20 +171,6 @@ def renumber(uint32_t[:] ids, const uint32_t[:] rank):
         ids[i] = rank[ids[i]]
 
 
-def intern_ips(const uint64_t[:] ips):
-    """Distinct IPs and the index of each instruction's IP among them.
-
-    Returns (table array('Q') sorted ascending, ids array('I') with
-    table[ids[i]] == ips[i]): a hash pass, a sort of the (few) distinct
-    values, one renumbering pass.
-    """
-    interner = IpInterner()
-    ids = interner.add(ips)
-    table, rank = interner.sorted_table()
-    renumber(ids, rank)
-    return table, ids
-
-
 def pack_column(const uint64_t[:] values, int shift):
     """Chunked delta packing: per chunk of 2**shift values, a base (the minimum)
     and the smallest byte width (0, 1, 2, 4 or 8) holding every value - base.

@@ -17,7 +17,8 @@ Indexes, built on first use: the call/return events with their stack depth,
 grouped by depth (a few bytes per call or return); the running maximum of
 time per chunk (position at a time); the gaps sorted by position.
 
-Positions are 0..len-1. A `Gap` sits between position-1 and position (a gap
+Build with `History.from_columns` (all at once) or `HistoryBuilder` (block by
+block as a decoder runs; the raw columns are never all held). Positions are 0..len-1. A `Gap` sits between position-1 and position (a gap
 at len is at the very end). Queries that step (by line, to an address) never
 cross a gap: they stop at the first instruction after it and return the gap,
 so the caller can tell the user why (STYLE.md, "trace damage is data").

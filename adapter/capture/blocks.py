@@ -227,19 +227,31 @@ class CodeCache:
     def run(self, addr: int) -> tuple[list[int], Insn]:
         """The straight run from `addr`: the addresses of the plain instructions
         before the first one that is not plain, and that instruction."""
-        cached = self._runs.get(addr)
-        if cached is not None:
-            return cached
+        info = self._runs.get(addr)
+        if info is None:
+            info = self._run_info(addr)
+        return info[0], info[1]
+
+    def _run_info(self, addr: int):
+        """(ips, end instruction, stack effects of the run in order, set of ips),
+        cached: the walker's hot path touches no per-instruction object."""
+        info = self._runs.get(addr)
+        if info is not None:
+            return info
         ips = []
+        effects = []
         a = addr
         while True:
             ins = self.insn(a)
             if ins.kind != Kind.PLAIN:
                 break
             ips.append(a)
+            if ins.stack[0]:
+                effects.append(ins.stack)
             a = ins.next
-        self._runs[addr] = (ips, ins)
-        return ips, ins
+        info = (ips, ins, effects, frozenset(ips))
+        self._runs[addr] = info
+        return info
 
 
 class ShadowEntry:
@@ -284,11 +296,14 @@ class Walker:
         before the first instruction that needs the registers, or when `budget`
         instructions have been collected."""
         ips: list[int] = []
-        code = self.code
+        run_info = self.code._run_info
+        n_armed = len(armed)
         while True:
-            run, end = code.run(rip)
+            run, end, effects, members = run_info(rip)
             base = len(ips)
-            if armed or base + len(run) >= budget:
+            if base + len(run) >= budget or (n_armed and (
+                    any(a in members for a in armed) if n_armed <= len(run)
+                    else any(a in armed for a in run))):
                 for i, a in enumerate(run):
                     if base + i >= budget:
                         ips.extend(run[:i])
@@ -296,10 +311,8 @@ class Walker:
                     if a in armed:
                         ips.extend(run[:i])
                         return Walk(ips, a, "armed")
-            for a in run:
-                effect = code.insn(a).stack
-                if effect[0]:
-                    rsp, rbp = _apply(effect, rsp, rbp)
+            for effect in effects:
+                rsp, rbp = _apply(effect, rsp, rbp)
             ips.extend(run)
             if len(ips) >= budget:
                 return Walk(ips, end.addr, "budget")

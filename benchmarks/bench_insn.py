@@ -121,12 +121,12 @@ def run(quick: bool = False) -> dict:
         exe = build_driver(pathlib.Path(tmp))
         measures = [
             ("libipt_insn", lambda: _libipt(exe, "insn", stream, info["elf"], 1)),
-            ("libipt_block", lambda: _libipt(exe, "blk", stream, info["elf"], 2)),
-            ("ptdebug", lambda: _best(lambda: InsnDecoder(data, image, **opts).count()[0], 2)),
+            ("libipt_block", lambda: _libipt(exe, "blk", stream, info["elf"], 3)),
+            ("ptdebug", lambda: _best(lambda: InsnDecoder(data, image, **opts).count()[0], 4)),
         ]
         if cores > 1:
             measures.append((f"ptdebug_{cores}", lambda: _best(
-                lambda: decode_parallel(data, image, workers=cores, count_only=True, **opts), 2)))
+                lambda: decode_parallel(data, image, workers=cores, count_only=True, **opts), 3)))
         for _ in range(rounds):
             for name, measure in measures:
                 seconds, n = measure()

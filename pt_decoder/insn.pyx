@@ -169,6 +169,7 @@ cdef class InsnDecoder:
     cdef int need_sync, done, oom, ustatus
     cdef uint64_t last_sync, err_ip
     cdef public uint64_t blocks_built
+    cdef list _pending                # next(): decoded, not yet returned (reversed)
 
     def __cinit__(self, data, image, *, int mtc_freq=0, int nom_freq=0, int cpuid_0x15_eax=0,
                   int cpuid_0x15_ebx=0, errata=None, tick=False, sdm_packets=True, addr_filters=None,
@@ -658,6 +659,65 @@ cdef class InsnDecoder:
         return 0
 
     # --- Python API ------------------------------------------------------------------------------------------
+    # The layer's verbs (as the packet and event layers'): sync_forward(), sync_set(offset),
+    # offset, next(); decode()/chunks()/count() are the bulk forms the tools use.
+
+    def sync_forward(self):
+        """Synchronise at the next PSB; returns its offset. Raises PtError(EOS) if
+        there is none. The output buffers restart (next() and result() see only
+        what follows)."""
+        return self._sync_now(0, 0)
+
+    def sync_set(self, uint64_t offset):
+        """Synchronise at the PSB at `offset`; raises PtError(NOSYNC) if there is none."""
+        return self._sync_now(1, offset)
+
+    cdef object _sync_now(self, int at, uint64_t offset):
+        cdef int st
+        self.n = 0
+        self.nitems = 0
+        self._pending = None
+        self.err_ip = 0
+        if at:
+            self.start_offset = offset
+            self.pending_start = 1
+        st = _sync_forward(self)
+        if st < 0:
+            self.pending_start = 0
+            raise PtError(-st)
+        self.need_sync = 0
+        self.done = 0
+        self.ustatus = st
+        self.next_flags |= F_RESUMED
+        return self.evd.sync
+
+    def next(self):
+        """The next thing in the flow: ("insn", ip, tsc, cycles, flags), or an item
+        ("event"|"error"|"sync_error"|"eos", pos, offset, ip, code, event dict);
+        None at the end of the stream. Synchronises at the first PSB if needed."""
+        cdef size_t k
+        while not self._pending:
+            if self.done:
+                return None
+            self.n = 0
+            self.nitems = 0
+            with nogil:
+                self._run(1)
+            if self.oom:
+                raise MemoryError("out of memory while decoding")
+            flow = self.result()
+            merged = []
+            k = 0
+            items = flow.items
+            for i in range(len(flow.ip)):
+                while k < len(items) and items[k][1] <= i:
+                    merged.append(items[k])
+                    k += 1
+                merged.append(("insn", flow.ip[i], flow.tsc[i], flow.cycles[i], flow.flags[i]))
+            merged.extend(items[k:])
+            merged.reverse()
+            self._pending = merged
+        return self._pending.pop()
 
     def decode(self, size_t max_insns=<size_t>-1):
         """Decode to the end of the stream (or `max_insns` instructions); returns a FlowResult."""

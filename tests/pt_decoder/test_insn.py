@@ -212,3 +212,41 @@ def test_overflow_is_a_gap_and_tracing_resumes(traces_dir):
     (gap,) = flow.gaps()
     assert gap.reason == "overflow" and gap.ip
     assert len(flow) > gap.position and flow.flags[gap.position] & F.RESUMED
+
+
+def test_the_layer_verbs_step_through_the_same_flow(glibc):
+    data, image, _ = glibc
+    whole = _decode(data, image)
+    dec = InsnDecoder(data, image, errata=cpu_errata(6, 85))
+    assert dec.sync_forward() == 8 and dec.offset > 8
+    seen, items = [], 0
+    while (thing := dec.next()) is not None:
+        if thing[0] == "insn":
+            seen.append(thing[1])
+        else:
+            items += 1
+    assert seen == list(whole.ip)
+    assert items == len(whole.items)
+    from pt_decoder.errors import PtError
+    with pytest.raises(PtError):
+        InsnDecoder(data, image).sync_set(3)
+    again = InsnDecoder(data, image, errata=cpu_errata(6, 85))
+    assert again.sync_set(8) == 8 and again.next()[0] in ("insn", "event")
+
+
+def test_random_damage_never_crashes_or_hangs(glibc):
+    import random
+    data, image, _ = glibc
+    rng = random.Random(1234)
+    for trial in range(150):
+        bad = bytearray(data)
+        for _ in range(rng.choice((1, 3, 20))):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        if trial % 10 == 0:
+            bad = bad[:rng.randrange(len(bad))]
+        flow = _decode(bytes(bad), image)
+        assert len(flow) <= 2 * 59234
+        for pos, off, ip, code in flow.errors():
+            assert 0 <= pos <= len(flow) and 0 < code < 30 and off <= len(bad)
+    noise = bytes(rng.randrange(256) for _ in range(20000))
+    assert len(_decode(b"\x02\x82" * 8 + noise, image).items) >= 0

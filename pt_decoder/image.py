@@ -14,6 +14,7 @@ decoder can bisect it and hold on to the byte buffers.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import io
 import os
 from dataclasses import dataclass
@@ -274,32 +275,51 @@ class Image:
                 if "x" not in perms or name == "[vsyscall]":
                     continue
                 if name.startswith("/") and os.path.isfile(name):
-                    image._map_process_file(name, lo, hi, offset, files[name])
+                    try:
+                        image.add_mapping(name, lo, offset, hi - lo)
+                    except PtError as e:
+                        image.warnings.append(str(e))
                 else:
                     image._map_process_memory(mem, pid, lo, hi, name or "[anon]")
         finally:
             if mem is not None:
                 mem.close()
+        # A module spans all of its file's mappings (headers, data), not only the code.
+        for index, module in enumerate(image.modules):
+            maps = files.get(module.path)
+            if maps:
+                low, high = min(m[0] for m in maps), max(m[1] for m in maps)
+                image._replace_module(index, dataclasses.replace(
+                    module, load_address=low, size=high - low, offset=min(maps)[3]))
         perf_map_path = f"/tmp/perf-{pid}.map"
         if perf_map and os.path.exists(perf_map_path):
             image.add_perf_map(perf_map_path)
         return image
 
-    def _map_process_file(self, path: str, lo: int, hi: int, offset: int,
-                          all_maps: list[tuple[int, int, str, int]]) -> None:
+    def add_mapping(self, path: str, vaddr: int, offset: int = 0, size: int | None = None) -> Module:
+        """Map `size` bytes (default: to the end) of the file at `path` from `offset`
+        at `vaddr`, as mmap(2) and a trace bundle's image entries do, and, if the
+        file is an ELF, add its symbols at the load bias this mapping implies.
+
+        Several mappings of one file make one Module spanning them all. Raises
+        PtError(BAD_FILE) if the file cannot be read; a file that is not ELF is
+        mapped as raw bytes (kind "raw") and named in `warnings`.
+        """
         try:
             with open(path, "rb") as f:
                 f.seek(offset)
-                data = f.read(hi - lo)
+                data = f.read() if size is None else f.read(size)
         except OSError as e:
-            self.warnings.append(f"cannot read {path} mapped at {lo:#x}: {e.strerror}")
-            return
-        self.add_section(lo, data, path, offset)
-        if any(m.path == path for m in self.modules):
-            return
-        load_lo = min(m[0] for m in all_maps)
-        load_hi = max(m[1] for m in all_maps)
-        first_offset = min(all_maps)[3]
+            raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read {path} to map at {vaddr:#x}: {e.strerror}")
+        self.add_section(vaddr, data, path, offset)
+        end = vaddr + (len(data) if size is None else size)
+        for index, module in enumerate(self.modules):
+            if module.path == path:
+                low, high = min(module.load_address, vaddr), max(module.load_address + module.size, end)
+                grown = dataclasses.replace(module, load_address=low, size=high - low,
+                                            offset=module.offset if module.load_address <= vaddr else offset)
+                self._replace_module(index, grown)
+                return grown
         base, build_id, kind = 0, None, "raw"
         try:
             elf, f = _open_elf(path)
@@ -308,16 +328,46 @@ class Image:
                 for seg in elf.iter_segments():
                     if seg["p_type"] == "PT_LOAD" and seg["p_offset"] <= offset < seg["p_offset"] + max(seg["p_filesz"], 1):
                         # The file byte at `offset` sits at p_vaddr + (offset - p_offset)
-                        # in the ELF's own addresses and at `lo` in the process.
-                        base = lo - (seg["p_vaddr"] + offset - seg["p_offset"])
+                        # in the ELF's own addresses and at `vaddr` in memory.
+                        base = vaddr - (seg["p_vaddr"] + offset - seg["p_offset"])
                         kind = "elf"
                         break
         except PtError as e:
             self.warnings.append(f"{path}: {e}; mapped as raw bytes without symbols")
-        module = Module(path, kind, load_lo, load_hi - load_lo, first_offset, base, build_id)
+        module = Module(path, kind, vaddr, end - vaddr, offset, base, build_id)
         self.modules.append(module)
         if kind == "elf":
             self._add_elf_symbols(module, path=path)
+        return module
+
+    def add_snapshot(self, data: bytes, vaddr: int, name: str = "[anon]") -> Module:
+        """Map bytes copied from a process's memory (JIT code, the vDSO) at `vaddr`.
+        If they are a whole ELF image, as the vDSO is, its symbols come with it."""
+        self.add_section(vaddr, data, name, 0)
+        build_id, base, elf_data = None, 0, None
+        if data[:4] == b"\x7fELF":
+            try:
+                elf = ELFFile(io.BytesIO(data))
+                build_id = elf_build_id(elf)
+                loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+                if loads:
+                    base = vaddr - min(s["p_vaddr"] for s in loads)
+                elf_data = data
+            except ELFError as e:
+                self.warnings.append(f"{name} at {vaddr:#x} looks like ELF but is not: {e}")
+        module = Module(name, "snapshot", vaddr, len(data), 0, base, build_id)
+        self.modules.append(module)
+        if elf_data is not None:
+            self._add_elf_symbols(module, data=elf_data)
+        return module
+
+    def _replace_module(self, index: int, module: Module) -> None:
+        old = self.modules[index]
+        self.modules[index] = module
+        for k, (source, loader) in enumerate(self._symbol_sources):
+            if source is old:
+                self._symbol_sources[k] = (module, loader)
+                self._symbol_tables.pop(k, None)  # size-0 symbols are bounded by the module
 
     def _map_process_memory(self, mem, pid: int, lo: int, hi: int, name: str) -> None:
         if mem is None:
@@ -329,23 +379,7 @@ class Image:
         except OSError as e:
             self.warnings.append(f"cannot read {name} at {lo:#x}-{hi:#x} from /proc/{pid}/mem: {e.strerror}")
             return
-        self.add_section(lo, data, name, 0)
-        build_id, base, kind = None, 0, "snapshot"
-        if data[:4] == b"\x7fELF":
-            # The vDSO is a whole ELF image in memory; read its symbols from there.
-            try:
-                elf = ELFFile(io.BytesIO(data))
-                build_id = elf_build_id(elf)
-                loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-                if loads:
-                    base = lo - min(s["p_vaddr"] for s in loads)
-            except ELFError as e:
-                self.warnings.append(f"{name} at {lo:#x} looks like ELF but is not: {e}")
-                data = None
-        module = Module(name, kind, lo, hi - lo, 0, base, build_id)
-        self.modules.append(module)
-        if data is not None and data[:4] == b"\x7fELF":
-            self._add_elf_symbols(module, data=data)
+        self.add_snapshot(data, lo, name)
 
     # -- symbols ---------------------------------------------------------
 

@@ -218,3 +218,36 @@ def test_perf_map_later_lines_win_and_bad_lines_are_reported(tmp_path):
     with pytest.raises(PtError) as err:
         image.add_perf_map(str(tmp_path / "absent.map"))
     assert err.value.code == ErrorCode.BAD_FILE
+
+
+@pytest.mark.live
+def test_bundle_style_mappings_and_snapshots_rebuild_the_process_image(demo):
+    """What a trace bundle keeps (file mappings at their addresses, snapshot bytes)
+    rebuilds an image with the same bytes and the same symbols as the live one."""
+    proc, _ = _start_and_stop([str(demo), "10", "wait"])
+    try:
+        live = Image.from_process(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    again = Image()
+    for section in live.sections:
+        if section.name.startswith("/"):
+            again.add_mapping(section.name, section.vaddr, section.offset, len(section.data))
+        else:
+            again.add_snapshot(bytes(section.data), section.vaddr, section.name)
+    assert [(s.vaddr, bytes(s.data)) for s in again.sections] == [(s.vaddr, bytes(s.data)) for s in live.sections]
+    for name in ("square", "printf", "__vdso_clock_gettime"):
+        address = live.find_symbol(name)[0]
+        assert again.symbolize(address + 1) == live.symbolize(address + 1)
+    exe = next(m for m in again.modules if m.path == str(demo))
+    assert exe.base == next(m for m in live.modules if m.path == str(demo)).base
+    # Two mappings of one file make one module spanning both.
+    image = Image()
+    first = image.add_mapping(str(demo), 0x10000, 0, 0x1000)
+    both = image.add_mapping(str(demo), 0x11000, 0x1000, 0x1000)
+    assert len(image.modules) == 1 and both.load_address == 0x10000 and both.size == 0x2000
+    assert both.base == first.base == 0x10000 and both.offset == 0
+    with pytest.raises(PtError) as err:
+        image.add_mapping("/nonexistent/lib.so", 0x20000)
+    assert err.value.code == ErrorCode.BAD_FILE

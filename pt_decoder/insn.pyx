@@ -518,6 +518,8 @@ cdef class InsnDecoder:
         cdef uint8_t* lens
         cdef uint8_t c, flags
         cdef int taken, st, edge
+        cdef size_t k
+        cdef uint8_t spec = F_SPECULATIVE if self.speculative else 0
         if blkp == NULL:
             return -PTE_NOMEM
         b = <int32_t>(blkp - self.blocks)
@@ -590,7 +592,14 @@ cdef class InsnDecoder:
                 st = _check_ip_event(self, &insn)
                 self._emit(ip, flags)
                 return st
-            self._emit(ip, flags)
+            # the branch itself (capacity for the whole block was ensured above)
+            k = self.n
+            self.o_ip[k] = ip
+            self.o_tsc[k] = self.evd.last_time.tsc
+            self.o_cyc[k] = self.evd.last_time.cyc
+            self.o_flags[k] = flags | self.next_flags | spec
+            self.next_flags = 0
+            self.n = k + 1
             if edge == 2:
                 blkp = self._block(target, self.mode)
                 if blkp == NULL:

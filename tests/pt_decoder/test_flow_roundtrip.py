@@ -6,7 +6,8 @@ Layer: tests of pt_decoder (insn/event/timing layers) with the encoder and the
 image of a live process. The fixture (tests/fixtures/programs/flow_mix.c +
 flow_lib.c as a shared library) runs recursion, indirect calls through a
 table, a jump table, a PLT call into the library, a signal handler and
-syscalls inside a small window that the test single-steps.
+syscalls inside a small window that the test single-steps; a Go program
+(flow_goroutines.go) switches goroutines on the stepped thread.
 """
 from __future__ import annotations
 
@@ -107,3 +108,25 @@ def test_return_compression_is_what_the_stream_uses(recorded):
     assert len(compressed) < len(plain)
     for data in (compressed, plain):
         assert list(InsnDecoder(data, image).decode().ip) == want
+
+
+def test_a_go_program_switching_goroutines_round_trips(tmp_path, monkeypatch):
+    """Go (tests/fixtures/programs/flow_goroutines.go): the stepped thread runs the
+    scheduler, which switches goroutines (runtime.gogo's indirect jump to a saved PC),
+    closures, deferred calls and channel operations. One P and no asynchronous
+    preemption, so that the window stays on one thread and short (single-stepping is
+    slow enough to make every goroutine look preemptible)."""
+    from fixture_builds import build_go
+    exe = build_go("flow_goroutines.go", tmp_path)
+    monkeypatch.setenv("GOMAXPROCS", "1")
+    monkeypatch.setenv("GODEBUG", "asyncpreemptoff=1")
+    begin, end = _symbol(exe, "main.windowBegin"), _symbol(exe, "main.windowEnd")
+    path, image = record([str(exe)], begin, end, image_of_process=Image.from_process)
+    want = _collapse_rep(path, image)
+    assert _symbol(exe, "main.work") in want, "a goroutine ran on the stepped thread"
+    assert _symbol(exe, "runtime.gogo.abi0") in want, "the scheduler switched goroutines"
+    data = FlowEncoder(image.read, timing=True, cyc=True, psb_period=1024, mtc_freq=3, nom_freq=36,
+                       cpuid_0x15=(2, 300)).encode(want, end_ip=end)
+    flow = InsnDecoder(data, image, **TIMING).decode()
+    assert flow.errors() == []
+    assert list(flow.ip) == want

@@ -280,6 +280,13 @@ cdef class EventDecoder:
             k = self.nxt.kind
             if k == PK_TIP or _is_tnt(k):
                 return 0
+            if k == PK_CYC and not self.errata.skd007:
+                # the most frequent status packet, straight to the timing layer
+                err = apply_cyc(&self.time, &self.tcal, self.nxt.payload, &self.tcfg)
+                if err < 0:
+                    return err
+                self._consume()
+                continue
             if self._will_event():
                 return 0
             err = _decode(self)
@@ -382,6 +389,16 @@ cdef class EventDecoder:
 
     cdef int cond_branch_c(self, int* taken) noexcept nogil:
         cdef int err, k
+        if self.tnt_index == 0 and self.nxt_err == 0 and self.nxt.offset == self.pos and _is_tnt(self.nxt.kind) \
+                and self.nxt.count != 0:
+            # the read-ahead stopped at a TNT packet: take it (what the loop below does)
+            self.tnt = self.nxt.payload
+            self.tnt_index = (<uint64_t>1) << (self.nxt.count - 1)
+            self._consume()
+            self.last_time = self.time
+            err = self._read_ahead()
+            if err < 0 and err != -PTE_EOS:
+                return err
         if self.tnt_index == 0:
             while True:
                 err = self._refetch()

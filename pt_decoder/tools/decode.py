@@ -38,10 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--raw", action="append", default=[], metavar="FILE[:FROM[-TO]]:BASE",
                     help="map a raw file (or the byte range FROM..TO of it) at BASE")
     ap.add_argument("--cpu", help="F/M[/S]: the traced CPU, for its errata")
-    ap.add_argument("--mtc-freq", type=_int, default=None)
-    ap.add_argument("--nom-freq", type=_int, default=None)
-    ap.add_argument("--cpuid-0x15.eax", dest="cpuid_eax", type=_int, default=None)
-    ap.add_argument("--cpuid-0x15.ebx", dest="cpuid_ebx", type=_int, default=None)
+    ap.add_argument("--mtc-freq", type=_int, default=None, metavar="N",
+                    help="IA32_RTIT_CTL.MTCFreq: one MTC per 2^N crystal clock ticks")
+    ap.add_argument("--nom-freq", type=_int, default=None, metavar="N",
+                    help="nominal core:bus ratio (calibrates CYC with CBR)")
+    ap.add_argument("--cpuid-0x15.eax", dest="cpuid_eax", type=_int, default=None, metavar="N",
+                    help="CPUID leaf 0x15 EAX (TSC:crystal ratio denominator)")
+    ap.add_argument("--cpuid-0x15.ebx", dest="cpuid_ebx", type=_int, default=None, metavar="N",
+                    help="CPUID leaf 0x15 EBX (TSC:crystal ratio numerator)")
     ap.add_argument("--format", choices=FORMATS, default="ptxed")
     ap.add_argument("--time", action="store_true", help="print each instruction's TSC before it")
     ap.add_argument("--event:ip", dest="event_ip", action="store_true", help="print events' IPs")
@@ -58,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=argparse.SUPPRESS if n else "address filter n start (inclusive)")
         ap.add_argument("--filter:addr%d_b" % n, dest="filter%d_b" % n, type=_int, default=0,
                         help=argparse.SUPPRESS if n else "address filter n end (inclusive)")
+    ap.add_argument("--no-inst", dest="no_inst", action="store_true",
+                    help="accepted for ptxed compatibility (ptdebug prints no disassembly)")
     ap.add_argument("--insn-decoder", dest="insn_decoder", action="store_true",
                     help="accepted for ptxed compatibility (the instruction flow is always used)")
     ap.add_argument("--parallel", type=int, default=1, metavar="N",
@@ -191,14 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     for label, data, image, cpu_text, _timing in jobs:
         if label and not args.quiet:
             out.write("[stream %s]\n" % label)
-        opts = decoder_options(args, args.cpu or cpu_text, out)
+        try:
+            opts = decoder_options(args, args.cpu or cpu_text, out)
+        except ValueError as e:
+            sys.stderr.write("ptdebug decode: %s\n" % e)
+            return 2
         flow = decode_stream(data, image, opts, args.parallel)
         print_flow(flow, args, out)
         total += len(flow)
     if args.stat or args.stat_insn:
         out.write("insn: %d.\n" % total)
-    if args.stat and not args.stat_insn:
-        pass
     out.flush()
     if os.environ.get("PTDEBUG_DECODE_TIMING"):
         sys.stderr.write("decoded %d instructions in %.3f s\n" % (total, _time.perf_counter() - started))

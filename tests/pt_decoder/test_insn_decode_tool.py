@@ -102,6 +102,8 @@ def test_bad_input_is_a_clear_error(tmp_path, traces_dir):
     (tmp_path / "b" / "manifest.json").write_text('{"format": "other"}')
     rc, _, err = _run([tmp_path / "b"])
     assert rc == 2 and "not a ptdebug bundle" in err
+    rc, _, err = _run([traces_dir / DR / "pt.bin", "--cpu", "six"])
+    assert rc == 2 and "--cpu" in err
 
 
 def test_unknown_cpu_is_reported_like_ptxed_and_decoding_goes_on(traces_dir):

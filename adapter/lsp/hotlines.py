@@ -65,6 +65,14 @@ class HotLines:
         lines = decoded.lines
         stats: dict[int, LineStats] = {}   # by line id
         total_cycles = total_instructions = 0
+
+        def entry_of(line_id: int) -> LineStats:
+            entry = stats.get(line_id)
+            if entry is None:
+                file, number = lines.line_key(line_id)
+                entry = stats[line_id] = LineStats(file, number)
+            return entry
+
         for thread in decoded.threads:
             history = thread.history
             n = len(history)
@@ -76,32 +84,66 @@ class HotLines:
             weights = thread.cycle_weights()
             gap_positions = {g.position for g in history.gaps}
             total_instructions += n
-            previous_id = 0
-            call_lines: list[int] = []   # line of each open call instruction
-            resumes = -1                 # the line a return just went back to (-1: none)
-            for pos in range(n):
-                line_id = ids[pos]
-                f = flags[pos]
-                total_cycles += weights[pos]
-                if pos in gap_positions:
-                    call_lines, resumes = [], -1
+            total_cycles += sum(weights)
+            # Per line: instructions and cycles (whole-column passes, no per-position branches).
+            for line_id, count in Counter(ids).items():
                 if line_id:
-                    entry = stats.get(line_id)
-                    if entry is None:
-                        file, number = lines.line_key(line_id)
-                        entry = stats[line_id] = LineStats(file, number)
-                    entry.instructions += 1
-                    entry.cycles += weights[pos]
-                    if line_id != previous_id and line_id != resumes:
-                        entry.executions += 1
-                    if pos + 1 < n and (pos + 1) not in gap_positions:
-                        _branch(decoded, entry, ips[pos], f, ips[pos + 1])
-                previous_id, resumes = line_id, -1
-                if not f & insn_flags.FAR:
-                    if f & insn_flags.CALL:
+                    entry_of(line_id).instructions += count
+            cycles_by_line: dict[int, int] = dict.fromkeys(stats, 0)
+            for line_id, weight in zip(ids, weights):
+                if weight:
+                    cycles_by_line[line_id] = cycles_by_line.get(line_id, 0) + weight
+            for line_id, cycles in cycles_by_line.items():
+                if line_id and cycles:
+                    entry_of(line_id).cycles += cycles
+            line_of_ip = dict(zip(ips, ids))
+            # Executions: only positions where the line changes, control transfers and gaps
+            # matter; visit those in order with the stack of calling lines.
+            transfer_mask = insn_flags.CALL | insn_flags.RETURN
+            transfers = [p for p, f in enumerate(flags)
+                         if f & transfer_mask and not f & insn_flags.FAR]
+            changes = [p for p in range(1, n) if ids[p] != ids[p - 1]]
+            events = sorted(set(transfers) | set(changes) | gap_positions | {0})
+            transfer_set, change_set = set(transfers), set(changes)
+            call_lines: list[int] = []
+            resumes_at: dict[int, int] = {}
+            for p in events:
+                if p in gap_positions:
+                    call_lines = []
+                    resumes_at.pop(p, None)
+                line_id = ids[p] if p < n else 0
+                if line_id and (p == 0 or p in change_set) and line_id != resumes_at.pop(p, -1):
+                    entry_of(line_id).executions += 1
+                if p in transfer_set:
+                    if flags[p] & insn_flags.CALL:
                         call_lines.append(line_id)
-                    elif f & insn_flags.RETURN:
-                        resumes = call_lines.pop() if call_lines else -1
+                    elif call_lines:
+                        resumes_at[p + 1] = call_lines.pop()
+                    else:
+                        resumes_at.pop(p + 1, None)
+            # Branches: per (address, flags) and, for calls and indirect jumps, per target.
+            for (ip, f), count in Counter(zip(ips, flags)).items():
+                line_id = line_of_ip[ip]
+                if line_id and f & insn_flags.CONDITIONAL and not f & insn_flags.FAR:
+                    branch = entry_of(line_id).branches.setdefault(ip, Branch(ip))
+                    if f & insn_flags.TAKEN:
+                        branch.taken += count
+                    else:
+                        branch.not_taken += count
+            jump_mask = insn_flags.CALL | insn_flags.INDIRECT
+            targets = Counter((ips[p], ips[p + 1], flags[p]) for p, f in enumerate(flags)
+                              if f & jump_mask and not f & (insn_flags.FAR | insn_flags.RETURN)
+                              and p + 1 < n and (p + 1) not in gap_positions)
+            for (ip, target, f), count in targets.items():
+                line_id = line_of_ip[ip]
+                if not line_id:
+                    continue
+                entry = entry_of(line_id)
+                name = decoded.function(target)[0]
+                if f & insn_flags.CALL:
+                    entry.calls[name] += count
+                if f & insn_flags.INDIRECT:
+                    entry.indirect[name] += count
         by_file: dict[str, dict[int, LineStats]] = {}
         for entry in stats.values():
             by_file.setdefault(entry.file, {})[entry.line] = entry
@@ -129,25 +171,6 @@ class HotLines:
             elif common == best_len and common:
                 best = None  # two recorded files match as well: do not guess
         return self.by_file.get(best, {}) if best else {}
-
-
-def _branch(decoded: DecodedBundle, entry: LineStats, ip: int, flags: int, next_ip: int) -> None:
-    if flags & insn_flags.FAR:
-        return
-    if flags & insn_flags.CONDITIONAL:
-        branch = entry.branches.get(ip)
-        if branch is None:
-            branch = entry.branches[ip] = Branch(ip)
-        if flags & insn_flags.TAKEN:
-            branch.taken += 1
-        else:
-            branch.not_taken += 1
-    elif flags & insn_flags.CALL:
-        entry.calls[decoded.function(next_ip)[0]] += 1
-        if flags & insn_flags.INDIRECT:
-            entry.indirect[decoded.function(next_ip)[0]] += 1
-    elif flags & insn_flags.INDIRECT and not flags & insn_flags.RETURN:
-        entry.indirect[decoded.function(next_ip)[0]] += 1
 
 
 def format_count(n: float) -> str:

@@ -233,6 +233,15 @@ class _Watchdog:
         signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
 
 
+def _thread_state(tid: int) -> str:
+    """The state letter of /proc/TID/stat ("t": stopped by the tracer); "" if gone."""
+    try:
+        with open(f"/proc/{tid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return ""
+
+
 def caught_signals(pid: int) -> int:
     """The SigCgt mask of /proc/PID/status: signals with a handler installed."""
     with open(f"/proc/{pid}/status") as f:
@@ -273,6 +282,8 @@ class ThreadRecorder:
         self.return_address = return_address
         self.rec = Recording(tid)
         self.alive = True
+        self.running = False
+        """True between resuming the thread and seeing it stop again."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -298,7 +309,17 @@ class ThreadRecorder:
                 self._last_ptw = value
 
     def _wait(self) -> pt.WaitStatus:
-        return pt.waitpid(self.tid)
+        status = pt.waitpid(self.tid)
+        self.running = False
+        return status
+
+    def _cont(self, sig: int = 0) -> None:
+        self.running = True
+        pt.cont(self.tid, sig)
+
+    def _step(self, sig: int = 0) -> None:
+        self.running = True
+        pt.singlestep(self.tid, sig)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -317,9 +338,23 @@ class ThreadRecorder:
         watchdog = _Watchdog()
         try:
             with watchdog:
-                self._loop(regs, shadow, deadline, watchdog)
+                try:
+                    self._loop(regs, shadow, deadline, watchdog)
+                except pt.PtraceError as exc:
+                    if exc.errno != errno.ESRCH:
+                        raise
+                    # killed between its stop and our request (SIGKILL wakes a
+                    # stopped tracee): collect how it ended
+                    status = self._wait()
+                    if not status.gone:
+                        raise
+                    self._gone(status)
         finally:
             rec.ended_ns = time.monotonic_ns()
+            if self.alive and self.running:
+                # left early (an exception, Ctrl-C) while the thread ran: stop it so
+                # that its debug registers can be cleared and it can be detached
+                self._stop_for_cleanup()
             if self.alive:
                 self.bp.clear()
             self.mem.close()
@@ -433,7 +468,7 @@ class ThreadRecorder:
         in between. Returns "gone" when recording must end (the reason is set)."""
         rec = self.rec
         tid = self.tid
-        pt.cont(tid)
+        self._cont()
         while True:
             try:
                 status = self._wait()
@@ -446,7 +481,7 @@ class ThreadRecorder:
                 return self._gone(status)
             if status.event == pt.EVENT_CLONE:
                 self._on_clone()
-                pt.cont(tid)
+                self._cont()
                 continue
             pt.getregs(tid, regs)
             sig = status.stop_signal
@@ -474,7 +509,7 @@ class ThreadRecorder:
                     rec.ips.extend(walk.ips[:where])
                     self._finish(f"recorded for {self.end.duration_ms:g} ms", regs.rip)
                     return "gone"
-                pt.cont(tid)
+                self._cont()
                 continue
             # a signal arrived on the way
             rec.ips.extend(walk.ips[:where])
@@ -521,7 +556,7 @@ class ThreadRecorder:
         rec = self.rec
         interrupted = regs.rip
         if caught_signals(self.pid) & (1 << (sig - 1)):
-            pt.singlestep(self.tid, sig)
+            self._step(sig)
             rec.single_steps += 1
             status = self._wait()
             if status.gone:
@@ -529,7 +564,7 @@ class ThreadRecorder:
             pt.getregs(self.tid, regs)
             rec.async_events.append((len(rec.ips), interrupted))
             return None
-        pt.cont(self.tid, sig)
+        self._cont(sig)
         status = self._wait()
         if status.gone:
             return self._gone(status)
@@ -546,7 +581,7 @@ class ThreadRecorder:
         rec = self.rec
         at = regs.rip
         self.bp.lift(at)
-        pt.singlestep(self.tid)
+        self._step()
         rec.single_steps += 1
         while True:
             status = self._wait()
@@ -555,7 +590,7 @@ class ThreadRecorder:
             if status.event:
                 if status.event == pt.EVENT_CLONE:
                     self._on_clone()
-                pt.singlestep(self.tid)
+                self._step()
                 continue
             break
         self.bp.replant(at)
@@ -565,6 +600,23 @@ class ThreadRecorder:
             rec.ips.pop()  # a faulting instruction did not complete
             return self._deliver(status.stop_signal, regs)
         return None
+
+    def _stop_for_cleanup(self) -> None:
+        try:
+            if _thread_state(self.tid) == "t":   # already in a ptrace-stop
+                self.running = False
+                return
+            pt.interrupt(self.tid)
+            while True:
+                status = pt.waitpid(self.tid)
+                if status.gone:
+                    self.alive = False
+                    return
+                if status.stopped:
+                    self.running = False
+                    return
+        except (pt.PtraceError, ChildProcessError):
+            self.alive = False
 
     def _wait_for_interrupt(self) -> pt.WaitStatus:
         while True:

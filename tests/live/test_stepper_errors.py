@@ -204,3 +204,18 @@ def test_full_tmpfs_keeps_a_partial_bundle(rec_work, tmp_path):
         assert m["status"] == "partial" and "No space left on device" in m["partial_reason"]
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def test_ctrl_c_mid_recording_lets_the_process_go(running, tmp_path):
+    """SIGINT to ptdebug while the traced thread runs: the recording stops, the
+    bundle is marked partial, the process runs on with no debug register armed."""
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(record.RecordFailed, match="interrupted by the user"):
+            record.record_stepper(str(tmp_path / "b"), pid=running.pid,
+                                  end=stepper.EndCondition(duration_ms=20_000))
+    finally:
+        timer.cancel()
+    assert read_manifest(tmp_path / "b")["partial_reason"] == "interrupted by the user"
+    assert_free(running.pid)

@@ -2,10 +2,13 @@
 
 Layer: pt_decoder, under the instruction layer (insn.pyx reads code bytes from
 `Image.sections`) and beside lines.py. Sources: ELF files at a load base
-(pyelftools), raw files or byte strings, a live process (/proc/PID/maps for
-what is mapped, the files themselves for file-backed code, /proc/PID/mem for
-anonymous code and the vDSO, see proc(5)), and perf-map files for the names
-of JIT-compiled code. Knows nothing of traces, decoding or the adapter.
+(`add_elf`, pyelftools), raw files or byte strings (`add_raw`), file mappings
+as mmap(2) and trace bundles make them (`add_mapping`), memory copies
+(`add_snapshot`), a live process (`from_process`: /proc/PID/maps for what is
+mapped, the files themselves for file-backed code, /proc/PID/mem for anonymous
+code and the vDSO, see proc(5)), and perf-map files for the names of
+JIT-compiled code (`add_perf_map`). Symbols: `symbolize`, `find_symbol`
+(symbols.py). Knows nothing of traces, decoding or the adapter.
 
 Like libipt's `struct pt_image`, a later add wins where it overlaps earlier
 bytes; `sections` is always sorted by address and free of overlaps, so a

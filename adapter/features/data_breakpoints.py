@@ -46,6 +46,7 @@ log = logging.getLogger("ptdebug.dap")
 ACCESS = {"write": Access.WRITE, "readWrite": Access.READ_WRITE}
 POLL_INTERVAL = 0.05
 STOP_TIMEOUT = 5.0
+RESUME_GRACE = 0.3
 _DATA_ID = re.compile(r"^(0x[0-9a-fA-F]+)/(\d+)$")
 
 
@@ -87,6 +88,11 @@ class DataBreakpoints:
         self._lock = threading.Lock()
         self._stops: queue.Queue = queue.Queue()
         self._pending = None
+        self.paused = False
+        """Whether the debuggee is stopped (a `stopped` event since the last `continued`): a
+        write then comes from the user (an evaluate, a setVariable) and is reported, not
+        turned into a stop."""
+        self._resumed = threading.Event()
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
         session.response_observers["scopes"] = self._observe_scopes
@@ -241,6 +247,11 @@ class DataBreakpoints:
                                                f"ptdebug: {lost} watchpoint hits were lost\n"})
             if hits and not self._closed.is_set():
                 try:
+                    # debugpy's `continued` may arrive after the first write of a resumed
+                    # thread: give it a moment before calling a write "while paused".
+                    if self.paused and not self._resumed.wait(RESUME_GRACE):
+                        self._report_while_paused(hits)
+                        continue
                     self._stop_for(hits[0], len(hits))
                 except AdapterError as exc:
                     log.warning("data breakpoint hit not turned into a stop: %s", exc.message)
@@ -274,16 +285,33 @@ class DataBreakpoints:
                      "hitBreakpointIds": [armed.id], "preserveFocusHint": False})
         if thread_id is not None:
             body["threadId"] = thread_id
+        self.paused = True
+        self._resumed.clear()
         self.session.client.send_event("stopped", body)
+
+    def _report_while_paused(self, hits: list) -> None:
+        for hit in hits:
+            armed = next((a for a in self.armed.values() if a.watch is hit.watch), None)
+            if armed is None:
+                continue
+            old = decode_value(hit.old, armed.target.format)
+            new = decode_value(hit.new, armed.target.format)
+            self.session.client.send_event("output", {"category": "console", "output":
+                f"ptdebug: {armed.target.label} changed from {old} to {new} while the program "
+                f"was paused (thread tid {hit.tid}, in {self._symbol(hit.ip)})\n"})
 
     def _filter_event(self, raw: dict) -> bool:
         name = raw.get("event")
         if name == "continued":
+            self.paused = False
+            self._resumed.set()
             self.frames.clear()
-        elif name == "stopped" and self._pending is not None and \
-                (raw.get("body") or {}).get("reason") == "pause":
-            self._stops.put(raw)
-            return True
+        elif name == "stopped":
+            if self._pending is not None and (raw.get("body") or {}).get("reason") == "pause":
+                self._stops.put(raw)
+                return True
+            self.paused = True
+            self._resumed.clear()
         return False
 
     def _dap_thread_of(self, tid: int) -> tuple[int | None, str]:

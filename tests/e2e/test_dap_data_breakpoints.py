@@ -47,10 +47,15 @@ def test_write_by_another_thread_stops_it_with_reason_data_breakpoint(start_adap
     assert info["dataId"] == f"{address:#x}/8"
     body = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
     assert body["breakpoints"][0]["verified"] is True, body
+    # A write from the debug console while paused is reported, not turned into a stop.
+    evaluate(client, frame, "cache.__setitem__(3, -1.5)")
+    told = client.expect_event("output", pred=lambda e: "while the program was paused"
+                               in e["body"]["output"])
+    assert "from 0.0 to -1.5" in told["body"]["output"]
     client.call("continue", {"threadId": main_thread})
     stopped = client.expect_stopped("data breakpoint", timeout=30)
     assert stopped["hitBreakpointIds"] == [body["breakpoints"][0]["id"]]
-    assert "from 0.0 to 42.5" in stopped["description"], stopped
+    assert "from -1.5 to 42.5" in stopped["description"], stopped
     assert "kv-writer" in stopped["description"]
     # The stop is in the writing thread, on the Python line after the write.
     threads = {t["id"]: t["name"] for t in client.call("threads")["threads"]}

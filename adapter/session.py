@@ -96,6 +96,8 @@ class Session:
         consumed the event (e.g. data breakpoints turning their `pause` into their stop)."""
         self.argument_checker = default_checker()
         """Type checks of forwarded arguments (the DAP schema debugpy ships), or None."""
+        self.paused = False
+        """Whether the debuggee is stopped: a `stopped` event since the last `continued`."""
         self.terminated_sent = False
         """Whether the client has been sent `terminated` (by the backend or by us)."""
         self.backend_gone_at: float | None = None
@@ -217,6 +219,10 @@ class Session:
     def backend_event(self, event: Event) -> None:
         raw = event.raw
         name = raw["event"]
+        if name == "stopped":
+            self.paused = True
+        elif name == "continued":
+            self.paused = False
         for event_filter in self.event_filters:
             if event_filter(raw):
                 return

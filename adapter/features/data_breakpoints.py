@@ -88,7 +88,7 @@ class DataBreakpoints:
         self._lock = threading.Lock()
         self._stops: queue.Queue = queue.Queue()
         self._pending = None
-        self.paused = False
+        self.paused = session.paused
         """Whether the debuggee is stopped (a `stopped` event since the last `continued`): a
         write then comes from the user (an evaluate, a setVariable) and is reported, not
         turned into a stop."""

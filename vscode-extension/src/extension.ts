@@ -11,14 +11,16 @@
  */
 import * as cp from 'child_process';
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { PtdebugSettings, adapterCommand, ptdebugCommand } from './adapterCommand';
+import { CommandLine, PtdebugSettings, adapterCommand, ptdebugCommand } from './adapterCommand';
 import { Capture, CaptureEventBody, CaptureStore, captureLabel, describeCapture, invalidCaptureBody } from './captureModel';
 import { CapturesView } from './capturesView';
 import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, resolveConfiguration, resolveSubstituted } from './configuration';
 import { GoroutineHistoryBody, renderGoroutineHistory } from './historyText';
 import { HotLines } from './hotLines';
+import { codePoint, latencyArgs, parseLatencyOutput, renderLatency } from './latencyText';
 import { TraceScopeView } from './traceScopeView';
 
 const HISTORY_SCHEME = 'ptdebug-history';
@@ -126,6 +128,31 @@ export function activate(context: vscode.ExtensionContext): void {
             }
         }),
         vscode.commands.registerCommand('ptdebug.refreshTraceScope', () => traceScope.refresh()),
+        vscode.commands.registerCommand('ptdebug.latency', async (capture?: Capture) => {
+            const picked = await pickCapture(store, capture);
+            if (!picked) { return; }
+            const editor = vscode.window.activeTextEditor;
+            const here = editor?.document.uri.scheme === 'file'
+                ? codePoint(editor.document.uri.fsPath, editor.selection.active.line) : '';
+            const from = await vscode.window.showInputBox({ prompt: 'From (FUNCTION, FILE:LINE or 0xADDR)', value: here });
+            if (!from) { return; }
+            const to = await vscode.window.showInputBox({ prompt: 'To (FUNCTION, FILE:LINE or 0xADDR)', value: from });
+            if (!to) { return; }
+            const png = path.join(os.tmpdir(), `ptdebug-latency-${Date.now()}.png`);
+            const line = ptdebugCommand(latencyArgs(picked.bundle, from, to, png), settings(), workspaceFolders(), fs.existsSync);
+            try {
+                const stdout = await runCli(line, `ptdebug: latency ${from} → ${to}`, output);
+                const uri = vscode.Uri.parse(`${HISTORY_SCHEME}:/latency-${Date.now()}.md`);
+                histories.set(uri.toString(), renderLatency(parseLatencyOutput(stdout), picked.bundle));
+                historyChanged.fire(uri);
+                await vscode.window.showTextDocument(await vscode.workspace.openTextDocument(uri), { preview: true });
+                if (fs.existsSync(png)) {
+                    await vscode.commands.executeCommand('vscode.open', vscode.Uri.file(png), vscode.ViewColumn.Beside);
+                }
+            } catch (error) {
+                void vscode.window.showErrorMessage(`ptdebug: latency: ${(error as Error).message}`);
+            }
+        }),
         { dispose: () => { void hotLines.dispose(); } },
     );
 
@@ -256,21 +283,8 @@ async function exportCapture(store: CaptureStore, given: Capture | undefined, fo
     });
     if (!target) { return; }
     const line = ptdebugCommand(['export', format, capture.bundle, '-o', target.fsPath], settings(), workspaceFolders(), fs.existsSync);
-    output.appendLine(`${line.command} ${line.args.join(' ')}`);
     try {
-        await vscode.window.withProgress(
-            { location: vscode.ProgressLocation.Notification, title: `ptdebug: exporting to ${format}`, cancellable: true },
-            (_progress, token) => new Promise<void>((resolve, reject) => {
-                const child = cp.execFile(line.command, line.args, { maxBuffer: 16 << 20 }, (error, _stdout, stderr) => {
-                    if (stderr) { output.append(stderr); }
-                    if (error) {
-                        reject(new Error(stderr.trim().split('\n').pop() || error.message));
-                    } else {
-                        resolve();
-                    }
-                });
-                token.onCancellationRequested(() => child.kill());
-            }));
+        await runCli(line, `ptdebug: exporting to ${format}`, output);
     } catch (error) {
         void vscode.window.showErrorMessage(`ptdebug: export to ${format} failed: ${(error as Error).message}`);
         return;
@@ -280,4 +294,22 @@ async function exportCapture(store: CaptureStore, given: Capture | undefined, fo
     if (choice === 'Reveal') {
         await vscode.commands.executeCommand('revealFileInOS', target);
     }
+}
+
+/** Runs a ptdebug CLI command under a cancellable progress notification; its stdout. */
+function runCli(line: CommandLine, title: string, output: vscode.OutputChannel): Promise<string> {
+    output.appendLine(`${line.command} ${line.args.join(' ')}`);
+    return Promise.resolve(vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title, cancellable: true },
+        (_progress, token) => new Promise<string>((resolve, reject) => {
+            const child = cp.execFile(line.command, line.args, { maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
+                if (stderr) { output.append(stderr); }
+                if (error) {
+                    reject(new Error(stderr.trim().split('\n').pop() || error.message));
+                } else {
+                    resolve(stdout);
+                }
+            });
+            token.onCancellationRequested(() => child.kill());
+        })));
 }

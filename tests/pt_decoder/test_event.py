@@ -73,9 +73,8 @@ def _theirs(records):
 
 @pytest.mark.parametrize("name,test,run", _cases())
 def test_events_equal_libipts(name, test, run):
-    libipt = pytest.importorskip("oracle.libipt")
-    if not libipt.available():
-        pytest.skip("libipt.so.2 is not installed (scripts/bootstrap.sh installs libipt-dev)")
+    from oracle import libipt
+    assert libipt.available(), "libipt.so.2 is missing: scripts/bootstrap.sh installs libipt-dev"
     folder = PTT / run["dir"]
     data = (folder / (name + ".pt")).read_bytes()
     binary = (folder / (name + ".bin")).read_bytes()

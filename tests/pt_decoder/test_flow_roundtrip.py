@@ -87,13 +87,13 @@ def test_decoding_the_encoded_path_gives_it_back_exactly(recorded, psb_period, c
     assert all(a <= b for a, b in zip(flow.tsc, flow.tsc[1:]))
     assert tscs[0] - 1000 <= flow.tsc[0] and flow.tsc[-1] <= tscs[-1] + 1000
     # ... and is exactly libipt's time for the same stream
-    libipt = pytest.importorskip("oracle.libipt")
-    if libipt.available():
-        sections = [libipt.Section(bytes(s.data), s.vaddr) for s in image.sections]
-        ref = [r for r in libipt.libipt_insns(data, sections, mtc_freq=3, nom_freq=36, cpuid_0x15=(2, 300))
-               if r["type"] == "insn"]
-        assert [r["ip"] for r in ref] == want
-        assert [r.get("tsc") for r in ref] == list(flow.tsc)
+    from oracle import libipt
+    assert libipt.available(), "libipt.so.2 is missing: scripts/bootstrap.sh installs libipt-dev"
+    sections = [libipt.Section(bytes(s.data), s.vaddr) for s in image.sections]
+    ref = [r for r in libipt.libipt_insns(data, sections, mtc_freq=3, nom_freq=36, cpuid_0x15=(2, 300))
+           if r["type"] == "insn"]
+    assert [r["ip"] for r in ref] == want
+    assert [r.get("tsc") for r in ref] == list(flow.tsc)
     # calls and returns balance out to what the path did
     calls = sum(1 for f in flow.flags if f & F.CALL)
     rets = sum(1 for f in flow.flags if f & F.RETURN)

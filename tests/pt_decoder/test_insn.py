@@ -12,6 +12,8 @@ Layer: tests of pt_decoder.insn (with the event and timing layers under it).
 """
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from pt_decoder.event import cpu_errata
@@ -77,7 +79,7 @@ def test_classifier_on_known_encodings(hexbytes, mode, want):
 
 
 def _capstone_sweep(path, section=".text"):
-    capstone = pytest.importorskip("capstone")
+    import capstone
     from elftools.elf.elffile import ELFFile
     with open(path, "rb") as fh:
         text = ELFFile(fh).get_section_by_name(section)
@@ -176,7 +178,7 @@ def test_a_corrupted_byte_is_a_gap_at_its_offset(glibc):
 
 
 def test_decoding_goes_on_at_the_next_psb_after_damage(tmp_path, traces_dir):
-    corpus = pytest.importorskip("benchmarks.corpus")
+    corpus = importlib.import_module("benchmarks.corpus")
     info = corpus.realistic_stream(tmp_path / "s.pt", size_mb=0.05, seed=3)
     data = (tmp_path / "s.pt").read_bytes()
     image = Image()

@@ -8,6 +8,8 @@ Every column (IP, TSC, cycles, flags) and every item must be identical.
 """
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from pt_decoder.event import cpu_errata
@@ -20,7 +22,7 @@ OPTS = dict(mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2, cpuid_0x15_ebx=300)
 
 @pytest.fixture(scope="module")
 def stream(tmp_path_factory, traces_dir):
-    corpus = pytest.importorskip("benchmarks.corpus")
+    corpus = importlib.import_module("benchmarks.corpus")
     path = tmp_path_factory.mktemp("par") / "stream.pt"
     info = corpus.realistic_stream(path, size_mb=0.25, seed=7)
     image = Image()

@@ -75,9 +75,8 @@ def _ours(folder, trace, elf, cpu, timing):
 
 @pytest.mark.parametrize("case", ["x86_64-hello", "i386-hello", "lldb", "static-glibc-hello"])
 def test_tsc_per_instruction_equals_libipt(traces_dir, case):
-    libipt = pytest.importorskip("oracle.libipt")
-    if not libipt.available():
-        pytest.skip("libipt.so.2 is not installed (scripts/bootstrap.sh installs libipt-dev)")
+    from oracle import libipt
+    assert libipt.available(), "libipt.so.2 is missing: scripts/bootstrap.sh installs libipt-dev"
     sub, trace, elf, cpu, timing, count = CASES[case]
     folder = traces_dir / sub
     flow, data = _ours(folder, trace, elf, cpu, timing)

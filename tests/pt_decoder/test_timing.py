@@ -40,9 +40,8 @@ def real_path(traces_dir):
     (9, True, 0, (3, 250), 4),       # no nominal frequency: CYC calibrated from MTCs only
 ])
 def test_tsc_per_instruction_equals_libipt(real_path, mtc_freq, cyc, nom_freq, ratio, seed):
-    libipt = pytest.importorskip("oracle.libipt")
-    if not libipt.available():
-        pytest.skip("libipt.so.2 is not installed (scripts/bootstrap.sh installs libipt-dev)")
+    from oracle import libipt
+    assert libipt.available(), "libipt.so.2 is missing: scripts/bootstrap.sh installs libipt-dev"
     ips, image, elf = real_path
     rng = random.Random(seed)
     costs = [rng.choice((1, 1, 2, 3, 5)) if rng.random() > 0.01 else rng.randrange(50, 900) for _ in ips]

@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="pprof: gzipped profile.proto; perfetto: Chrome trace-event JSON")
     parser.add_argument("bundle", help="the trace bundle directory (from ptdebug record)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
+    parser.add_argument("--trace-format", choices=("json", "proto"), default=None,
+                        help="perfetto: Chrome trace JSON or Perfetto protobuf (default: proto "
+                             "for FILE ending .perfetto-trace/.pftrace/.pb/.proto, else json)")
     return parser
 
 
@@ -43,7 +46,7 @@ def main(argv: list[str]) -> int:
             what = f"{size} bytes, {decoded.total_cycles} cycles"
         else:
             from adapter.export.perfetto import write_perfetto
-            slices = write_perfetto(decoded, options.output)
+            slices = write_perfetto(decoded, options.output, options.trace_format)
             what = f"{slices} call slices"
     except OSError as exc:
         print(f"ptdebug export: cannot write {options.output}: {exc.strerror}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """`ptdebug export perfetto`: a decoded bundle as a timeline of function calls, one track per
 thread, in the Chrome trace-event JSON format that Perfetto (ui.perfetto.dev) and
-chrome://tracing open.
+chrome://tracing open, or in Perfetto's own protobuf format (TrackEvent, written with
+protowire.py; nanosecond timestamps without the JSON's microsecond units).
 
 Layer: adapter.export. Reads a DecodedBundle (trace.py); knows nothing of DAP.
 
@@ -103,12 +104,7 @@ def trace_events(decoded: DecodedBundle) -> dict:
     for thread in decoded.threads:
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": thread.tid,
                        "args": {"name": thread.name or f"thread {thread.tid}"}})
-        weights = thread.cycle_weights()
-        prefix = array("Q", [0]) * (len(weights) + 1)
-        running = 0
-        for i, w in enumerate(weights):
-            running += w
-            prefix[i + 1] = running
+        prefix = _prefix_sums(thread.cycle_weights())
         marks, ns = thread_timeline(decoded, thread)
         open_at: list[int] = []
         for phase, position, name in marks:
@@ -127,8 +123,86 @@ def trace_events(decoded: DecodedBundle) -> dict:
                           "status": decoded.manifest.get("status")}}
 
 
-def write_perfetto(decoded: DecodedBundle, path: str | os.PathLike) -> int:
-    """Write the timeline JSON to `path`; returns the number of slices."""
+# Perfetto's trace.proto field numbers (protos/perfetto/trace/trace_packet.proto and
+# track_event/*.proto in the Perfetto repository).
+TRACE_PACKET = 1                                          # Trace.packet
+PACKET_TIMESTAMP, PACKET_SEQUENCE_ID, PACKET_TRACK_EVENT, PACKET_TRACK_DESCRIPTOR = 8, 10, 11, 60
+DESCRIPTOR_UUID, DESCRIPTOR_NAME, DESCRIPTOR_PROCESS, DESCRIPTOR_THREAD, DESCRIPTOR_PARENT = \
+    1, 2, 3, 4, 5
+PROCESS_PID, PROCESS_NAME = 1, 6                          # ProcessDescriptor
+THREAD_PID, THREAD_TID, THREAD_NAME = 1, 2, 5             # ThreadDescriptor
+EVENT_ANNOTATIONS, EVENT_TYPE, EVENT_TRACK, EVENT_CATEGORIES, EVENT_NAME = 4, 9, 11, 22, 23
+SLICE_BEGIN, SLICE_END = 1, 2                             # TrackEvent.Type
+ANNOTATION_INT, ANNOTATION_NAME = 4, 10                   # DebugAnnotation
+SEQUENCE_ID = 1
+
+
+def trace_proto(decoded: DecodedBundle) -> bytes:
+    """The bundle's timeline as a Perfetto protobuf trace (a `Trace` message): a process track,
+    one thread track per thread, and begin/end TrackEvents with timestamps in nanoseconds (the
+    bundle's clock) in execution order; each end carries the slice's cycles and instructions."""
+    from .protowire import Message
+    pid = int(decoded.manifest.get("pid") or 0)
+    command = decoded.manifest.get("command") or []
+    out = bytearray()
+
+    def packet(message: Message) -> None:
+        out.extend(Message().message(TRACE_PACKET, message).bytes())
+
+    process_uuid = (pid << 1) | 1
+    process = Message().int(PROCESS_PID, pid).string(PROCESS_NAME,
+                                                     " ".join(command) or f"process {pid}")
+    packet(Message().message(PACKET_TRACK_DESCRIPTOR, Message().int(DESCRIPTOR_UUID, process_uuid)
+                             .message(DESCRIPTOR_PROCESS, process)))
+    for thread in decoded.threads:
+        uuid = thread.tid << 1
+        name = thread.name or f"thread {thread.tid}"
+        descriptor = (Message().int(DESCRIPTOR_UUID, uuid).int(DESCRIPTOR_PARENT, process_uuid)
+                      .message(DESCRIPTOR_THREAD, Message().int(THREAD_PID, pid)
+                               .int(THREAD_TID, thread.tid).string(THREAD_NAME, name)))
+        packet(Message().message(PACKET_TRACK_DESCRIPTOR, descriptor))
+        prefix = _prefix_sums(thread.cycle_weights())
+        marks, ns = thread_timeline(decoded, thread)
+        open_at: list[int] = []
+        for phase, position, name in marks:
+            event = Message().int(EVENT_TYPE, SLICE_BEGIN if phase == "B" else SLICE_END) \
+                .int(EVENT_TRACK, uuid, keep_zero=True)
+            if phase == "B":
+                event.string(EVENT_CATEGORIES, "call").string(EVENT_NAME, name)
+                open_at.append(position)
+            else:
+                start = open_at.pop()
+                for key, value in (("cycles", prefix[position] - prefix[start]),
+                                   ("instructions", position - start)):
+                    event.message(EVENT_ANNOTATIONS, Message().string(ANNOTATION_NAME, key)
+                                  .int(ANNOTATION_INT, value, keep_zero=True))
+            packet(Message().int(PACKET_TIMESTAMP, ns[position], keep_zero=True)
+                   .int(PACKET_SEQUENCE_ID, SEQUENCE_ID).message(PACKET_TRACK_EVENT, event))
+    return bytes(out)
+
+
+def _prefix_sums(weights) -> array:
+    prefix = array("Q", [0]) * (len(weights) + 1)
+    running = 0
+    for i, w in enumerate(weights):
+        running += w
+        prefix[i + 1] = running
+    return prefix
+
+
+PROTO_SUFFIXES = (".perfetto-trace", ".pftrace", ".pb", ".proto")
+
+
+def write_perfetto(decoded: DecodedBundle, path: str | os.PathLike, fmt: str | None = None) -> int:
+    """Write the timeline to `path` as Chrome JSON (`fmt` "json") or Perfetto protobuf
+    ("proto"; the default for the suffixes in PROTO_SUFFIXES); returns the number of slices."""
+    fmt = fmt or ("proto" if os.fspath(path).endswith(PROTO_SUFFIXES) else "json")
+    if fmt == "proto":
+        data = trace_proto(decoded)
+        with open(path, "wb") as f:
+            f.write(data)
+        return sum(sum(1 for phase, _, _ in thread_timeline(decoded, t)[0] if phase == "B")
+                   for t in decoded.threads)
     document = trace_events(decoded)
     with open(path, "w") as f:
         json.dump(document, f, separators=(",", ":"))

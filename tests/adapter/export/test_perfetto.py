@@ -78,3 +78,48 @@ def test_timeline_parses_and_nests_on_every_thread(which, c_bundle, go_bundle, t
     # Every checksum slice sits inside a handle slice (depth 2 under serve).
     assert {s["depth"] for tid in slices for s in slices[tid]
             if s["name"] == prefix + "checksum"} == {2}
+
+
+def test_perfetto_protobuf_has_the_same_slices_in_nanoseconds(c_bundle, tmp_path):
+    from adapter.export import protowire
+    proto_path, json_path = tmp_path / "t.pftrace", tmp_path / "t.json"
+    ptdebug("export", "perfetto", str(c_bundle), "-o", str(proto_path))
+    ptdebug("export", "perfetto", str(c_bundle), "-o", str(json_path))
+    document = json.loads(json_path.read_text())
+    origin = document["otherData"]["time_origin_ns"]
+    json_events = [e for e in document["traceEvents"] if e["ph"] in ("B", "E")]
+
+    def message(data: bytes) -> dict:
+        out: dict = {}
+        for number, _, value in protowire.fields(data):
+            out.setdefault(number, []).append(value)
+        return out
+
+    packets = [message(v) for number, _, v in protowire.fields(proto_path.read_bytes())
+               if number == 1]
+    descriptors = [message(p[60][0]) for p in packets if 60 in p]
+    threads = {d[1][0]: message(d[4][0]) for d in descriptors if 4 in d}
+    processes = [message(d[3][0]) for d in descriptors if 3 in d]
+    decoded = DecodedBundle.open(c_bundle)
+    assert [t[2][0] for t in threads.values()] == [t.tid for t in decoded.threads]
+    assert processes[0][1][0] == decoded.manifest["pid"]
+    proto_events = []
+    for p in packets:
+        if 11 not in p:
+            continue
+        event = message(p[11][0])
+        assert event[11][0] in threads and p[10] == [1]
+        proto_events.append((p[8][0], event))
+    assert len(proto_events) == len(json_events)
+    stack = []
+    for (timestamp, event), expected in zip(proto_events, json_events):
+        assert timestamp - origin == round(expected["ts"] * 1000)   # ns, no unit conversion
+        if event[9][0] == 1:
+            assert expected["ph"] == "B" and event[23][0].decode() == expected["name"]
+            stack.append(event)
+        else:
+            assert expected["ph"] == "E" and event[9][0] == 2 and stack
+            stack.pop()
+            annotations = {message(a)[10][0].decode(): message(a)[4][0] for a in event[4]}
+            assert annotations == expected["args"]
+    assert not stack

@@ -3,7 +3,8 @@
 Layer: feature (adapter level). Code bytes come from the process memory (adapter.memory, so a
 patched or JIT-compiled byte is shown as it is now); function names come from
 `pt_decoder.image.Image.from_process` (ELF .symtab/.dynsym of every mapped file, the vDSO,
-perf-map files of JIT code). Knows nothing of DAP framing or backends.
+perf-map files of JIT code), source lines from `pt_decoder.lines` (DWARF .debug_line) where a
+module has them. Knows nothing of DAP framing or backends.
 
 DAP asks for exactly `instructionCount` instructions around an address, also *before* it
 (negative `instructionOffset`, which VS Code sends when the view scrolls up). x86 cannot be
@@ -14,6 +15,7 @@ with one-byte entries marked `presentationHint: 'invalid'`, as the specification
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import capstone
@@ -37,6 +39,7 @@ class Disassembler:
         self._cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self._image = None
         self._image_lock = threading.Lock()
+        self._line_tables: dict[tuple[str, int], object] = {}
 
     def disassemble(self, args: DisassembleArguments) -> dict:
         """The body of a disassemble response: exactly `instructionCount` instructions."""
@@ -59,7 +62,8 @@ class Disassembler:
             last = insns[-1] if insns else None
             insns.append(_invalid(last[0] + max(1, last[3]) if last else address))
         symbols = self._symbols(insns) if args.resolveSymbols else {}
-        return {"instructions": [self._entry(insn, symbols) for insn in insns]}
+        lines = self._lines(insns)
+        return {"instructions": [self._entry(insn, symbols, lines) for insn in insns]}
 
     # --- decoding -------------------------------------------------------------------------
     def _forward(self, address: int, count: int) -> list[tuple]:
@@ -140,8 +144,36 @@ class Disassembler:
                     return None
             return self._image
 
+    def _lines(self, insns: list[tuple]) -> dict[int, tuple[str, int]]:
+        """address -> (source file, line) from the DWARF line table of the module mapped
+        there (pt_decoder.lines), for modules that have one."""
+        from pt_decoder.errors import PtError
+        from pt_decoder.lines import LineTable
+        image = self._image
+        if image is None:
+            return {}
+        found = {}
+        for insn in insns:
+            if not insn[2]:
+                continue
+            module = image.module_at(insn[0])
+            if module is None or module.kind != "elf":
+                continue
+            key = (module.path, module.base)
+            if key not in self._line_tables:
+                try:
+                    self._line_tables[key] = LineTable.for_elf(module.path, module.base)
+                except PtError:
+                    self._line_tables[key] = None  # no line information: only symbols
+            table = self._line_tables[key]
+            place = table.lookup(insn[0]) if table is not None else None
+            if place is not None and place[1] > 0:
+                found[insn[0]] = place
+        return found
+
     @staticmethod
-    def _entry(insn: tuple, symbols: dict[int, str]) -> dict:
+    def _entry(insn: tuple, symbols: dict[int, str],
+               lines: dict[int, tuple[str, int]]) -> dict:
         address, text, code, _ = insn
         entry = {"address": format_address(address), "instruction": text}
         if code:
@@ -151,6 +183,10 @@ class Disassembler:
         name = symbols.get(address)
         if name:
             entry["symbol"] = name
+        place = lines.get(address)
+        if place is not None:
+            entry["location"] = {"name": os.path.basename(place[0]), "path": place[0]}
+            entry["line"] = place[1]
         return entry
 
 

@@ -316,9 +316,9 @@ def cmdline(pid: int) -> list[str]:
 
 
 def marker_line(path: str | os.PathLike, name: str) -> int:
-    """The 1-based line of `# @name` in a fixture program."""
+    """The 1-based line of `# @name` (Python) or `// @name` (C, Go) in a fixture program."""
     with open(path) as f:
         for number, line in enumerate(f, 1):
-            if line.rstrip().endswith(f"# @{name}"):
+            if line.rstrip().endswith((f"# @{name}", f"// @{name}")):
                 return number
     raise LookupError(f"no '# @{name}' marker in {path}")

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BASIC, evaluate, launch, top_frame
-from dapclient import DapClient
+from conftest import BASIC, PROGRAMS, evaluate, launch, top_frame
+from dapclient import DapClient, marker_line
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -142,3 +142,27 @@ def test_debugpy_alone_never_answers_them_and_stalls(dap_schema):
         client.proc.wait(10)
         client.schema_errors.clear()  # debugpy's own messages are not what is tested here
         client.close()
+
+
+def test_disassemble_native_code_with_source_lines(start_adapter, tmp_path):
+    """A C function built with -g: its instructions carry the symbol and their source line
+    (DWARF, pt_decoder.lines), as VS Code's disassembly view shows them."""
+    source = PROGRAMS / "dap_native.c"
+    library = tmp_path / "libdapnative.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", "-o", str(library), str(source)],
+                   check=True)
+    program = PROGRAMS / "dap_native.py"
+    client = start_adapter().client
+    launch(client, program, args=[str(library)], breakpoints=["after_call"])
+    stopped = client.expect_stopped("breakpoint")
+    frame = top_frame(client, stopped["threadId"])["id"]
+    assert evaluate(client, frame, "total") == "100"
+    function = int(evaluate(client, frame, "__import__('ctypes').cast(lib.scale_in_place, "
+                                           "__import__('ctypes').c_void_p).value"))
+    instructions = client.call("disassemble", {"memoryReference": hex(function),
+                                               "instructionCount": 40})["instructions"]
+    assert instructions[0]["symbol"] == "scale_in_place"
+    assert instructions[0]["location"]["path"].endswith("dap_native.c")
+    scale = marker_line(source, "scale")
+    assert any(i.get("line") == scale for i in instructions), instructions[:5]
+    assert all(i["instruction"] for i in instructions)

@@ -103,7 +103,11 @@ class DataBreakpoints:
     def probe(cls, session, pid: int) -> DataBreakpoints | None:
         """The feature if a hardware watchpoint can really be armed in `pid`, else None (logged).
 
-        Arms and removes a write watch on the first writable mapping of the process."""
+        Arms and removes a write watch on the first writable mapping of the process. Only
+        for a Python debuggee (debugpy backend): the buffer probe is Python code."""
+        backend = session.backend
+        if backend is None or backend.name != "debugpy":
+            return None
         try:
             address = _first_writable(pid)
             watcher = PerfWatcher(pid)

@@ -46,6 +46,9 @@ unknown commands with an error instead of stalling."""
 
 STARTUP_TIMEOUT = 20.0
 CONNECT_TIMEOUT = 10.0
+BACKEND_MAX_MESSAGE = 512 * 1024 * 1024
+"""debugpy is ptdebug's own child, not an untrusted peer: a huge `variables` or `evaluate`
+answer (a long repr) must reach the client rather than end the session."""
 
 
 class DebugpyBackend(Backend):
@@ -80,7 +83,8 @@ class DebugpyBackend(Backend):
                                             stderr=subprocess.DEVNULL)
         except OSError as exc:
             raise BackendError(f"cannot start debugpy ({' '.join(argv)}): {exc}") from None
-        self.channel = Channel(MessageReader(self.process.stdout),
+        self.channel = Channel(MessageReader(self.process.stdout, max_content_length=
+                                             BACKEND_MAX_MESSAGE),
                                MessageWriter(self.process.stdin), self, "debugpy")
         self.channel.start()
         log.info("debugpy adapter started, pid %d", self.process.pid)
@@ -96,7 +100,8 @@ class DebugpyBackend(Backend):
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.socket = sock
-        self.channel = Channel(MessageReader(sock.makefile("rb")), MessageWriter(
+        self.channel = Channel(MessageReader(sock.makefile("rb"), max_content_length=
+                                             BACKEND_MAX_MESSAGE), MessageWriter(
             sock.makefile("wb")), self, "debugpy")
         self.channel.start()
         log.info("connected to the debugpy server at %s:%d", host, port)

@@ -18,6 +18,7 @@ the bundle does not say) and held where the decoder's estimate steps back (Threa
 """
 from __future__ import annotations
 
+import itertools
 import os
 from array import array
 from collections.abc import Callable
@@ -57,8 +58,10 @@ class ThreadTrace:
             n = len(cycles)
             gaps = {g.position for g in self.history.gaps}
             weights = array("Q", bytes(8 * n))
+            reports = [i for i, (before, now) in enumerate(zip(cycles, cycles[1:]), 1)
+                       if now != before or i in gaps]
             first = 1  # the first instruction that has not received its cycles yet
-            for i in range(1, n):
+            for i in reports:
                 if i in gaps:
                     first = i + 1  # the cycles across lost trace belong to nobody known
                     continue
@@ -66,8 +69,8 @@ class ThreadTrace:
                 if delta <= 0:
                     continue
                 share, rest = divmod(delta, i - first + 1)
-                for k in range(first, i + 1):
-                    weights[k] = share
+                if share:
+                    weights[first:i + 1] = array("Q", [share]) * (i + 1 - first)
                 weights[i] += rest
                 first = i + 1
             self._weights = weights
@@ -79,14 +82,9 @@ class ThreadTrace:
         and corrected at the next TSC), the latest time so far is kept."""
         if self._ns is None:
             times = self.history.times()
-            out = array("Q", bytes(8 * len(times)))
-            latest = 0
-            for i, tsc in enumerate(times):
-                value = tsc if tsc_hz == 1_000_000_000 else tsc * 1_000_000_000 // tsc_hz
-                if value > latest or i == 0:
-                    latest = value
-                out[i] = latest
-            self._ns = out
+            if tsc_hz != 1_000_000_000:
+                times = (tsc * 1_000_000_000 // tsc_hz for tsc in times)
+            self._ns = array("Q", itertools.accumulate(times, max))
         return self._ns
 
 

@@ -110,6 +110,8 @@ cdef class EventDecoder:
     # --- state -------------------------------------------------------------------------------------------
 
     cdef void _reset(self) noexcept nogil:
+        # The cycle count runs on over resyncs: it is the stream's, not the sync's.
+        cdef uint64_t cyc = self.time.cyc
         self.enabled = 0
         self.consume_packet = 0
         self.cur_event = NULL
@@ -120,6 +122,8 @@ cdef class EventDecoder:
         self.tnt_index = 0
         time_init(&self.time)
         time_init(&self.last_time)
+        self.time.cyc = cyc
+        self.last_time.cyc = cyc
         tcal_init(&self.tcal)
         memset(self.qbegin, 0, sizeof(self.qbegin))
         memset(self.qend, 0, sizeof(self.qend))
@@ -301,7 +305,8 @@ cdef class EventDecoder:
         if self.warm_ready and offset == self.warm_stop:
             # continue the timing state a decoder coming from before had here
             self.time = self.warm_time
-            self.time.cyc = 0
+            self.time.cyc = 0           # a piece counts its own cycles from its start
+            self.last_time.cyc = 0
             self.tcal = self.warm_tcal
             self.warm_ready = 0
             self.warm_stop = 0

@@ -287,7 +287,7 @@ cdef int _sync_forward(InsnDecoder self) noexcept nogil:
         return st
     if self.stop_offset and self.evd.sync >= self.stop_offset:
         self.stopped = 1
-        self.cyc_at_stop = 0
+        self.cyc_at_stop = self.evd.cyc_before_psb
         return -PTE_EOS
     self.status = st
     if not (st & ST_IP_SUPPRESSED):

@@ -69,3 +69,18 @@ def test_split_points_are_psbs_in_order(stream):
 def test_a_stream_without_psb_decodes_serially():
     flow = parallel.decode_parallel(b"\x00" * 100, [], workers=2)
     assert len(flow) == 0
+
+
+def test_pieces_stitch_to_the_serial_result_on_a_damaged_stream(stream):
+    import random
+    data, image, _ = stream
+    kw = dict(OPTS, errata=cpu_errata(6, 85))
+    rng = random.Random(5)
+    for _ in range(3):
+        bad = bytearray(data)
+        for _ in range(5):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        bad = bytes(bad)
+        serial = InsnDecoder(bad, image, **kw).decode()
+        assert serial.errors()
+        _same(serial, parallel.decode_parallel(bad, image, workers=2, mode="thread", pieces=4, **kw))

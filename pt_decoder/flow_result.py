@@ -51,7 +51,7 @@ class FlowResult:
         from pt_decoder.history import History
         return History.from_columns(self.ip, self.tsc, self.cycles, self.flags, self.gaps(), meta or {})
 
-    def extend(self, other: "FlowResult") -> None:
+    def extend(self, other: FlowResult) -> None:
         """Append `other` (a later piece of the same stream) to this result."""
         base = len(self.ip)
         self.ip.extend(other.ip)

@@ -25,9 +25,9 @@ loop).
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-import multiprocessing
 
 from pt_decoder.flow_result import FlowResult
 from pt_decoder.insn_flags import RESUMED

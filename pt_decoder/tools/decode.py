@@ -21,7 +21,7 @@ import os
 import sys
 import time as _time
 
-from pt_decoder.errors import PtError, errstr, ErrorCode
+from pt_decoder.errors import PtError, errstr
 
 FORMATS = ("ptxed", "ips", "jsonl")
 

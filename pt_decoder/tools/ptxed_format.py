@@ -8,7 +8,7 @@ its output equals libipt's `-ptxed*.exp` files.
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 from pt_decoder.errors import errstr
 from pt_decoder.insn_flags import SPECULATIVE

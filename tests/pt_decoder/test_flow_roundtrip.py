@@ -11,18 +11,16 @@ syscalls inside a small window that the test single-steps; a Go program
 """
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
+from fixture_builds import PROGRAMS
+from pt_decoder.insn import InsnDecoder
+from ptrace_path import record
 
+from pt_decoder import insn_flags as F
 from pt_decoder.flow_encoder import FlowEncoder
 from pt_decoder.image import Image
-from pt_decoder.insn import InsnDecoder
-from pt_decoder import insn_flags as F
-
-from fixture_builds import PROGRAMS
-from ptrace_path import record
 
 TIMING = dict(mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2, cpuid_0x15_ebx=300)
 

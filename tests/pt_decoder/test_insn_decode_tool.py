@@ -12,8 +12,6 @@ import json
 import re
 import shutil
 
-import pytest
-
 from pt_decoder.tools import decode
 
 DR = "dynamorio-drpt2trace/test_simple.raw-2022-07-07-x86_64-hello"

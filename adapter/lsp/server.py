@@ -8,7 +8,8 @@ adapter.export.trace and hotlines.py) and speaks LSP; it knows nothing of the DA
 Which capture: the latest one it was told about, by
 - the notification `ptdebug/openBundle` {"bundle": PATH} (the VS Code extension sends it for
   every `ptdebug/capture` event and for bundles the user opens),
-- the command `ptdebug.openBundle` [PATH] (workspace/executeCommand, for other editors),
+- the command `ptdebug.lsp.openBundle` [PATH] (workspace/executeCommand; answered once the
+  capture is decoded and shown, so a client can show progress meanwhile),
 - `initializationOptions.bundle` at start, or `ptdebug lsp --bundle PATH`.
 After a capture is loaded the server asks the client to refresh its code lenses
 (workspace/codeLens/refresh) when the client supports it. A bundle that cannot be read is
@@ -30,7 +31,9 @@ from adapter.lsp.hotlines import HotLines, hover_markdown, lens_title
 log = logging.getLogger("ptdebug.lsp")
 
 OPEN_BUNDLE = "ptdebug/openBundle"
-OPEN_BUNDLE_COMMAND = "ptdebug.openBundle"
+OPEN_BUNDLE_COMMAND = "ptdebug.lsp.openBundle"
+"""Answered when the capture is shown (the extension awaits it under a progress notification);
+named apart from the extension's own `ptdebug.openBundle` command, which opens a dialog."""
 SHOW_LINE_COMMAND = "ptdebug.showLine"
 """The command of each lens; its single argument holds the exact numbers of the line."""
 

@@ -3,14 +3,14 @@
  * capture, so editors show executions, cycles and share of the window per source line.
  *
  * Layer: extension (vscode + vscode-languageclient). The server (adapter/lsp/server.py) does
- * the decoding; this file only starts it and sends `ptdebug/openBundle {bundle}`.
+ * the decoding; this file only starts it and asks it to show a capture (`ptdebug.lsp.openBundle`).
  */
 import * as vscode from 'vscode';
-import { LanguageClient, LanguageClientOptions, ServerOptions, TransportKind } from 'vscode-languageclient/node';
+import { ExecuteCommandRequest, LanguageClient, LanguageClientOptions, ServerOptions, TransportKind } from 'vscode-languageclient/node';
 import type { CommandLine } from './adapterCommand';
 
-/** The notification the server understands (docs/vscode.md). */
-export const OPEN_BUNDLE = 'ptdebug/openBundle';
+/** The server command that shows a capture; answered once it is decoded (docs/vscode.md). */
+export const OPEN_BUNDLE_COMMAND = 'ptdebug.lsp.openBundle';
 
 export class HotLines {
     private client: LanguageClient | undefined;
@@ -18,10 +18,17 @@ export class HotLines {
 
     constructor(private readonly command: () => CommandLine, private readonly output: vscode.OutputChannel) {}
 
-    /** Shows `bundle`'s hot lines in every open and later-opened source file. */
+    /** Shows `bundle`'s hot lines in every open and later-opened source file; resolves once
+     * the server has decoded it, under a progress notification (a long decode shows). */
     async open(bundle: string): Promise<void> {
         await this.ensureStarted();
-        await this.client!.sendNotification(OPEN_BUNDLE, { bundle });
+        const result = await vscode.window.withProgress(
+            { location: vscode.ProgressLocation.Notification, title: `ptdebug: decoding capture ${bundle}` },
+            () => this.client!.sendRequest(ExecuteCommandRequest.type,
+                { command: OPEN_BUNDLE_COMMAND, arguments: [bundle] })) as { ok?: boolean } | null;
+        if (!result?.ok) {
+            throw new Error(`the language server could not show ${bundle} (see the ptdebug output)`);
+        }
     }
 
     private ensureStarted(): Promise<void> {

@@ -133,7 +133,7 @@ def test_a_bad_bundle_is_reported_and_the_last_capture_stays(c_bundle, tmp_path)
     client = _start()
     try:
         result = client.request("workspace/executeCommand",
-                                {"command": "ptdebug.openBundle", "arguments": [str(c_bundle)]})
+                                {"command": "ptdebug.lsp.openBundle", "arguments": [str(c_bundle)]})
         assert result["ok"] is True and result["instructions"] > 0
         client.notify("ptdebug/openBundle", {"bundle": str(tmp_path / "missing")})
         shown = client.expect(lambda m: m.get("method") == "window/showMessage")

@@ -114,3 +114,23 @@ def test_run_in_terminal_reverse_request_goes_through_the_client(start_adapter):
     client.expect_event("terminated")
     client.call("disconnect", {})
     assert run.wait_exit() == 0
+
+
+def test_start_debugging_reverse_request_reaches_the_client(start_adapter):
+    """debugpy debugs subprocesses by asking the client to start a session for each
+    (startDebugging, when the client supports it): ptdebug passes the request on."""
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", {**INITIALIZE, "supportsStartDebuggingRequest": True})
+    launch_seq = client.send_request("launch", {"program": str(BASIC), "args": ["child"],
+                                                "console": "internalConsole"})
+    client.expect_event("initialized")
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    client.expect_event("terminated", timeout=30)
+    reverse = [m for m in client.received if m["type"] == "request"]
+    assert [m["command"] for m in reverse] == ["startDebugging"], reverse
+    configuration = reverse[0]["arguments"]["configuration"]
+    assert reverse[0]["arguments"]["request"] == "attach" and configuration
+    client.call("disconnect", {})
+    assert run.wait_exit() == 0

@@ -113,6 +113,8 @@ def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple
     headless = ["--headless", "--accept-multiclient", "--api-version=2",
                 "--listen=127.0.0.1:0"]
     if isinstance(config, AttachConfig):
+        # not --continue: a stop caused by a run Delve's DAP server did not start itself is
+        # never reported to its DAP client; ptdebug resumes through DAP instead
         return ["attach", str(config.pid), *headless], os.getcwd()
     mode = go_mode(config)
     program = os.path.abspath(os.path.expanduser(config.program))
@@ -160,6 +162,11 @@ class DelveBackend(Backend):
         self.closing = False
         """Set by close(): the end of the channel is then expected, not a crash."""
         self.stop_on_entry = False
+        """launch's stopOnEntry, passed to Delve's remote attach."""
+        self.resume_after_configuration = False
+        """Attach (pid or connect): a halted target is resumed through DAP after
+        configurationDone, as after vscode-go's local attach (Delve's remote attach leaves it
+        halted, without a stopped event)."""
         self._socket: socket.socket | None = None
         self._pump: threading.Thread | None = None
         self._early_output: list[bytes] = []
@@ -178,6 +185,8 @@ class DelveBackend(Backend):
                                          getattr(config, "env", None) or {})
         if isinstance(config, LaunchConfig):
             self.stop_on_entry = config.stopOnEntry
+        else:
+            self.resume_after_configuration = True
         host, port = self.address
         try:
             sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -343,15 +352,36 @@ class DelveBackend(Backend):
             return
         if self.channel is None:
             raise BackendGone("Delve is not running")
-        if observe is None:
+        fixup = RESPONSE_FIXUPS.get(request.command)
+        if request.command == "configurationDone" and self.resume_after_configuration:
+            fixup = self._resume_if_halted
+        if observe is None and fixup is None:
             relay = lambda response: request.respond_like(response.raw)
         else:
             def relay(response: Response) -> None:
                 try:
-                    observe(response.raw)
+                    if fixup is not None:
+                        fixup(response.raw)
+                    if observe is not None:
+                        observe(response.raw)
                 finally:
                     request.respond_like(response.raw)
         self.channel.send_request(request.command, request.raw.get("arguments"), relay)
+
+    def _resume_if_halted(self, response: dict) -> None:
+        if response.get("success"):
+            threading.Thread(target=self._resume, name="delve-resume", daemon=True).start()
+
+    def _resume(self) -> None:
+        try:
+            state = self.rpc.state()
+        except BackendError as exc:
+            log.warning("Delve's state is unknown: %s", exc.message)
+            return
+        if state.get("Running") or state.get("exited"):
+            return
+        goroutine = (state.get("currentGoroutine") or {}).get("id") or 1
+        self.channel.send_request("continue", {"threadId": goroutine}, lambda response: None)
 
     def request(self, command: str, arguments: dict | None = None,
                 timeout: float = 10.0) -> Response:
@@ -391,6 +421,19 @@ class DelveBackend(Backend):
                 code = None
         self.hooks.backend_gone(f"Delve's connection closed ({reason}"
                                 f"{'' if code is None else f', exit status {code}'})")
+
+
+def _exception_break_mode(response: dict) -> None:
+    """Delve sends `breakMode: ""`, which DAP's schema does not allow: a panic or fatal error
+    Delve stops at is one nobody handled."""
+    body = response.get("body")
+    if isinstance(body, dict) and body.get("breakMode") not in (
+            "never", "always", "unhandled", "userUnhandled"):
+        body["breakMode"] = "unhandled"
+
+
+RESPONSE_FIXUPS = {"exceptionInfo": _exception_break_mode}
+"""command -> fix(response) making one of Delve's answers valid DAP before it is relayed."""
 
 
 def _event(name: str, body: dict) -> Event:

@@ -23,6 +23,7 @@ class PtdebugClient extends DebugClient {
     process: cp.ChildProcess | undefined;
     stderr = '';
     capabilities: DebugProtocol.Capabilities = {};
+    private stopping = false;
 
     constructor(private readonly line: CommandLine) {
         super(line.command, '', 'ptdebug');
@@ -35,6 +36,11 @@ class PtdebugClient extends DebugClient {
     override start(): Promise<void> {
         this.process = cp.spawn(this.line.command, this.line.args, { cwd: ROOT, stdio: ['pipe', 'pipe', 'pipe'] });
         this.process.stderr!.on('data', (chunk: Buffer) => { this.stderr += chunk.toString(); });
+        this.process.on('exit', (code, signal) => {
+            if (!this.stopping) {  // not asked to stop: say why the adapter went away
+                console.error(`ptdebug dap exited (${code ?? signal}); stderr:\n${this.stderr}`);
+            }
+        });
         this.connect(this.process.stdout!, this.process.stdin!);
         return Promise.resolve();
     }
@@ -42,6 +48,7 @@ class PtdebugClient extends DebugClient {
     override async stop(): Promise<void> {
         const child = this.process;
         if (!child) { return; }
+        this.stopping = true;
         const exited = new Promise<number | null>(resolve => {
             if (child.exitCode !== null) { resolve(child.exitCode); } else { child.once('exit', code => resolve(code)); }
         });

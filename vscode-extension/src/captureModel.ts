@@ -16,8 +16,18 @@ export interface CaptureEventBody {
     id?: string | number;
     /** 'complete' or 'partial' (the manifest's status). */
     status?: string;
+    /** True when the capture ended before its window closed (the adapter's record breakpoints). */
+    partial?: boolean;
     /** Why a partial capture stopped early. */
     partialReason?: string | null;
+    /** Why the window closed ('the trigger function returned', 'instruction count', ...). */
+    endReason?: string;
+    /** The window, described ('from the breakpoint, at most 5000 instructions'). */
+    window?: string;
+    /** The recorded OS thread. */
+    tid?: number;
+    /** Where the trace was lost (history positions), if anywhere. */
+    gaps?: Array<{ position: number; reason: string }>;
     /** What opened the window: 'breakpoint', 'command', ... */
     reason?: string;
     /** The thread (or goroutine) the window followed. */
@@ -129,8 +139,12 @@ export function describeCapture(capture: Capture): string {
     if (capture.durationNs !== undefined) {
         parts.push(formatDuration(capture.durationNs));
     }
-    if (capture.status === 'partial') {
-        parts.push(`partial${capture.partialReason ? `: ${capture.partialReason}` : ''}`);
+    if (capture.gaps && capture.gaps.length) {
+        parts.push(`${capture.gaps.length} gap(s)`);
+    }
+    if (capture.status === 'partial' || capture.partial) {
+        const why = capture.partialReason ?? capture.endReason;
+        parts.push(`partial${why ? `: ${why}` : ''}`);
     }
     return parts.join(' · ');
 }
@@ -138,7 +152,9 @@ export function describeCapture(capture: Capture): string {
 export function captureLabel(capture: Capture): string {
     const where = capture.location?.path
         ? `${path.basename(capture.location.path)}${capture.location.line ? `:${capture.location.line}` : ''}`
-        : path.basename(capture.bundle);
+        : capture.id !== undefined && capture.origin !== 'opened'
+            ? `capture ${capture.id}${capture.tid !== undefined ? ` (thread ${capture.tid})` : ''}`
+            : path.basename(capture.bundle);
     return capture.reason ? `${where} (${capture.reason})` : where;
 }
 

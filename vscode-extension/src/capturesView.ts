@@ -42,9 +42,11 @@ export class CapturesView implements vscode.TreeDataProvider<Node> {
         const item = new vscode.TreeItem(captureLabel(capture), vscode.TreeItemCollapsibleState.None);
         item.description = describeCapture(capture);
         item.tooltip = new vscode.MarkdownString(
-            `**${captureLabel(capture)}**\n\n${describeCapture(capture)}\n\n\`${capture.bundle}\``);
+            `**${captureLabel(capture)}**\n\n${describeCapture(capture)}` +
+            `${capture.window ? `\n\nwindow: ${capture.window}` : ''}` +
+            `${capture.endReason ? `\n\nended: ${capture.endReason}` : ''}\n\n\`${capture.bundle}\``);
         item.contextValue = 'capture';
-        item.iconPath = new vscode.ThemeIcon(capture.status === 'partial' ? 'warning' : 'pulse');
+        item.iconPath = new vscode.ThemeIcon(capture.status === 'partial' || capture.partial ? 'warning' : 'pulse');
         item.command = { command: 'ptdebug.showHotLines', title: 'Show Hot Lines', arguments: [capture] };
         return item;
     }

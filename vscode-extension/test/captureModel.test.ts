@@ -36,6 +36,17 @@ test('labels and descriptions say where, how much and whether it is partial', ()
     assert.equal(captureLabel(store.add('s', { bundle: '/tmp/cap-8' })), 'cap-8');
 });
 
+test('the adapter record breakpoints\' event body (id, tid, window, gaps, partial) reads well', () => {
+    const store = new CaptureStore();
+    const c = store.add('session', { bundle: '/tmp/ptdebug-x/capture-3', id: 3, tid: 4242, threadId: 1,
+        window: 'from the breakpoint, at most 5000 instructions', instructions: 5000, cycles: 1234,
+        durationNs: 2_000_000, gaps: [{ position: 10, reason: 'overflow' }], endReason: 'the thread exited',
+        partial: true });
+    assert.equal(captureLabel(c), 'capture 3 (thread 4242)');
+    assert.equal(describeCapture(c), '5000 insns · 1234 cycles · 2.00 ms · 1 gap(s) · partial: the thread exited');
+    assert.equal(captureLabel(store.add('opened', { bundle: '/data/b7', id: 9 })), 'b7');
+});
+
 test('goroutine history renders busiest first with spans relative to the window', () => {
     const text = renderGoroutineHistory({ bundle: '/tmp/cap', goroutines: [
         { id: 7, name: 'main.worker', cycles: 10, spans: [{ tid: 101, startNs: 2000, endNs: 5000, function: 'main.worker' }] },

@@ -74,8 +74,8 @@ def find_dlv() -> str:
     go = shutil.which("go")
     if go:
         try:
-            gopath = subprocess.run([go, "env", "GOPATH"], capture_output=True, text=True,
-                                    timeout=20).stdout.strip()
+            gopath = subprocess.run([go, "env", "GOPATH"], check=False, capture_output=True,
+                                    text=True, timeout=20).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             gopath = ""
         for entry in filter(None, gopath.split(os.pathsep)):

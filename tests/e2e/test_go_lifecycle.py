@@ -12,8 +12,15 @@ import time
 
 import pytest
 from dapclient import cmdline, descendants
-from go_support import GO_SESSION, build, copy_package, go_marker, output_text, require_dlv, \
-    start_go
+from go_support import (
+    GO_SESSION,
+    build,
+    copy_package,
+    go_marker,
+    output_text,
+    require_dlv,
+    start_go,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -126,7 +133,8 @@ def test_attach_to_pid_leaves_it_running(start_adapter, tmp_path):
         assert run.wait_exit() == 0
         time.sleep(0.3)
         assert target.poll() is None, "the attached program must keep running"
-        status = open(f"/proc/{target.pid}/status").read()
+        with open(f"/proc/{target.pid}/status") as f:
+            status = f.read()
         assert re.search(r"TracerPid:\s+0\b", status), status
     finally:
         target.kill()

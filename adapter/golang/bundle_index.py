@@ -1,0 +1,84 @@
+"""Goroutine history of a recorded bundle: decode each stream keeping its PTWRITE packets (the
+goids the recorder wrote), find the Go binary among the bundle's images, and build the
+GoroutineIndex of every thread; the answer of the `ptdebug/goroutineHistory` request.
+
+Layer: adapter.golang. Uses adapter.capture.bundle (storage), pt_decoder (decoding) and
+goroutine_index / runtime_layout; knows nothing of DAP sessions.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from adapter.capture.bundle import Bundle, BundleError
+
+from .goroutine_index import GoroutineIndex, ptwrite_samples
+from .runtime_layout import LayoutError, RuntimeLayout
+
+
+class GoroutineHistoryError(Exception):
+    """The bundle cannot give a goroutine history; the text says why."""
+
+
+@dataclass
+class ThreadGoroutines:
+    tid: int
+    history: object
+    """pt_decoder.history.History of the thread."""
+    samples: list[tuple[int, int]]
+    """(position, goid) the recorder wrote (PTWRITE)."""
+    index: GoroutineIndex
+
+
+def go_binary(bundle: Bundle) -> str:
+    """Path (inside the bundle, or the original) of the Go executable the bundle recorded."""
+    for entry in bundle.images:
+        if entry.get("kind", "elf") != "elf":
+            continue
+        for candidate in (str(bundle.image_path(entry)), entry.get("path") or ""):
+            if candidate and os.path.isfile(candidate):
+                try:
+                    with open(candidate, "rb") as f:
+                        from elftools.elf.elffile import ELFFile
+                        if ELFFile(f).get_section_by_name(".gopclntab") is not None:
+                            return candidate
+                except (OSError, ValueError):
+                    continue
+    raise GoroutineHistoryError(f"{bundle.root}: no Go executable among the bundle's images")
+
+
+def index_bundle(path: str | os.PathLike) -> list[ThreadGoroutines]:
+    """Decode the bundle and index each thread. Raises GoroutineHistoryError naming the
+    bundle and what is wrong."""
+    from pt_decoder.insn import InsnDecoder
+
+    from adapter.export.trace import _decoder_options
+    from pt_decoder.errors import PtError
+    from pt_decoder.image import Image
+    try:
+        bundle = Bundle.open(path)
+    except BundleError as exc:
+        raise GoroutineHistoryError(str(exc)) from None
+    try:
+        layout = RuntimeLayout.from_elf(go_binary(bundle))
+    except LayoutError as exc:
+        raise GoroutineHistoryError(str(exc)) from None
+    code = Image()
+    try:
+        for entry in bundle.images:
+            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
+                         entry.get("offset", 0), entry.get("size"))
+    except (PtError, OSError, KeyError) as exc:
+        raise GoroutineHistoryError(f"{path}: cannot map the bundle's images: {exc}") from None
+    options = _decoder_options(bundle.manifest)
+    out = []
+    for stream in bundle.streams:
+        try:
+            flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
+        except (PtError, OSError) as exc:
+            raise GoroutineHistoryError(f"{path}: stream {stream.get('file')}: {exc}") from None
+        samples = ptwrite_samples(flow.items, flow.ip)
+        tid = int(stream.get("tid") or 0)
+        index = GoroutineIndex.build(flow.ip, samples, layout.g_stores)
+        out.append(ThreadGoroutines(tid, flow.to_history({"tid": tid}), samples, index))
+    return out

@@ -187,6 +187,53 @@ class ReverseContinueArguments:
     singleThread: bool = False
 
 
+# --- custom requests (XxxIn arguments, XxxOut response body) --------------------------------
+@dataclass
+class GoroutineHistoryIn:
+    """`ptdebug/goroutineHistory` (Go sessions): which goroutine ran which recorded
+    instructions, from a recording's PTWRITE goids and its flow (docs/go.md)."""
+
+    bundle: str
+    """The recording to index (a bundle directory)."""
+    thread: int | None = None
+    """Only this recorded thread (tid); every recorded thread when absent."""
+    maxRanges: int = 1000
+    """At most this many ranges per goroutine (the first ones); `truncated` says so."""
+
+
+@dataclass
+class GoroutineRange:
+    start: int
+    """First instruction position (in the thread's history)."""
+    stop: int
+    """One past the last instruction position."""
+    startTime: int
+    """Time of the first instruction (the bundle's time unit)."""
+    stopTime: int
+    """Time of the instruction at `stop` (or the last one)."""
+
+
+@dataclass
+class GoroutineHistoryEntry:
+    thread: int
+    goid: int
+    """0 is the thread's g0 (scheduler, system stack); -1 is unknown (before any goid)."""
+    instructions: int
+    time: int
+    cycles: int
+    confidence: Literal["observed", "flow", "assumed", "unknown"]
+    """The weakest label among its ranges (adapter/golang/goroutine_index.py)."""
+    ranges: list[GoroutineRange]
+    truncated: bool = False
+
+
+@dataclass
+class GoroutineHistoryOut:
+    goroutines: list[GoroutineHistoryEntry]
+    timeUnit: str
+    """"ns" (the stepper's clock) or "tsc" (Intel PT time stamps)."""
+
+
 # --- the parser ----------------------------------------------------------------------------
 T = typing.TypeVar("T")
 

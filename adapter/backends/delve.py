@@ -30,10 +30,16 @@ import threading
 import time
 
 from adapter.protocol.channel import DEFERRED, Channel
-from adapter.protocol.errors import BackendError, BackendGone, InvalidLaunchConfig
+from adapter.protocol.errors import (
+    AdapterError,
+    BackendError,
+    BackendGone,
+    InvalidLaunchConfig,
+    InvalidRequest,
+)
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
-from adapter.protocol.schema import AttachConfig, LaunchConfig
+from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
 
 from . import Backend, BackendHooks
 from .delve_rpc import DelveRpc
@@ -60,6 +66,9 @@ NOT_FORWARDED = frozenset({
 CUSTOM = "ptdebug/goroutines"
 """Custom request served by this backend: Delve's goroutine list with pprof labels, wait
 reasons and OS threads, which DAP's `threads` cannot carry."""
+GOROUTINE_HISTORY = "ptdebug/goroutineHistory"
+"""Custom request: which goroutine ran which instructions of a recording (schema.py
+GoroutineHistoryIn/Out)."""
 
 
 def find_dlv() -> str:
@@ -350,6 +359,10 @@ class DelveBackend(Backend):
             threading.Thread(target=self._goroutines, args=(request,), daemon=True,
                              name="delve-goroutines").start()
             return
+        if request.command == GOROUTINE_HISTORY:
+            threading.Thread(target=self._goroutine_history, args=(request,), daemon=True,
+                             name="goroutine-history").start()
+            return
         if self.channel is None:
             raise BackendGone("Delve is not running")
         fixup = RESPONSE_FIXUPS.get(request.command)
@@ -401,6 +414,18 @@ class DelveBackend(Backend):
              "waitReason": g.wait_reason, "function": g.function, "file": g.file,
              "line": g.line, "userFunction": g.user_function, "labels": g.labels}
             for g in goroutines]})
+
+    def _goroutine_history(self, request: Request) -> None:
+        """`ptdebug/goroutineHistory`: per-goroutine ranges, times and cycles of a recording
+        (decoding may take a while: off the reader thread)."""
+        from adapter.golang.bundle_index import GoroutineHistoryError, goroutine_history
+        try:
+            args = parse(GoroutineHistoryIn, request.raw.get("arguments"))
+            request.respond(goroutine_history(args))
+        except AdapterError as exc:
+            request.fail(exc)
+        except GoroutineHistoryError as exc:
+            request.fail(InvalidRequest(str(exc)))
 
     # --- Delve -> us (Channel handlers) ---------------------------------------------------
     def default_event(self, event: Event) -> None:

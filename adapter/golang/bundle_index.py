@@ -82,3 +82,38 @@ def index_bundle(path: str | os.PathLike) -> list[ThreadGoroutines]:
         index = GoroutineIndex.build(flow.ip, samples, layout.g_stores)
         out.append(ThreadGoroutines(tid, flow.to_history({"tid": tid}), samples, index))
     return out
+
+
+def goroutine_history(args) -> dict:
+    """The body of `ptdebug/goroutineHistory` (schema.GoroutineHistoryIn -> Out as a dict).
+    Raises GoroutineHistoryError when the bundle cannot be indexed."""
+    import dataclasses
+
+    import numpy as np
+
+    from adapter.protocol.schema import (
+        GoroutineHistoryEntry,
+        GoroutineHistoryOut,
+        GoroutineRange,
+    )
+    threads = index_bundle(args.bundle)
+    if args.thread is not None:
+        threads = [t for t in threads if t.tid == args.thread]
+        if not threads:
+            raise GoroutineHistoryError(f"{args.bundle} has no recorded thread {args.thread}")
+    bundle = Bundle.open(args.bundle)
+    unit = "ns" if bundle.manifest.get("backend") == "stepper" else "tsc"
+    entries = []
+    for thread in threads:
+        history = thread.history
+        times = np.frombuffer(history.times(), dtype=np.uint64)
+        cycles = np.frombuffer(history.cycles_range(), dtype=np.uint64)
+        last = len(history) - 1
+        for summary in thread.index.summaries(times, cycles):
+            ranges = [GoroutineRange(a, b, int(times[a]), int(times[min(b, last)]))
+                      for a, b in summary.ranges[:args.maxRanges]]
+            entries.append(GoroutineHistoryEntry(
+                thread.tid, summary.goid, summary.instructions, summary.time, summary.cycles,
+                summary.confidence.name.lower(), ranges,
+                len(summary.ranges) > args.maxRanges))
+    return dataclasses.asdict(GoroutineHistoryOut(entries, unit))

@@ -52,6 +52,7 @@ class ClientHandlers:
     def launch_request(self, request: Request) -> object:
         self._require_initialize(request)
         config = parse(LaunchConfig, request.raw.get("arguments") or {})
+        self.session.launch_arguments = dict(request.raw.get("arguments") or {})
         backend = self.session.start_backend(infer_backend(config), config)
         backend.launch(request, config)
         return DEFERRED
@@ -59,6 +60,7 @@ class ClientHandlers:
     def attach_request(self, request: Request) -> object:
         self._require_initialize(request)
         config = parse(AttachConfig, request.raw.get("arguments") or {})
+        self.session.launch_arguments = dict(request.raw.get("arguments") or {})
         backend = self.session.start_backend(infer_backend(config), config)
         backend.attach(request, config)
         return DEFERRED

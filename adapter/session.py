@@ -94,6 +94,13 @@ class Session:
         self.event_filters: list[Callable[[dict], bool]] = []
         """Called with each backend event before it is forwarded; one returning True has
         consumed the event (e.g. data breakpoints turning their `pause` into their stop)."""
+        self.request_interceptors: dict[str, list[Callable[[Request], object]]] = {}
+        """command -> handlers tried in order before a request is forwarded; one that returns
+        anything but None has taken the request (its body, or DEFERRED)."""
+        self.launch_arguments: dict = {}
+        """The client's launch/attach arguments as sent (keys debugpy ignores included)."""
+        self.recording = None
+        """Record-breakpoint feature (captures); wired at creation by features.record_breakpoints."""
         self.argument_checker = default_checker()
         """Type checks of forwarded arguments (the DAP schema debugpy ships), or None."""
         self.paused = False
@@ -107,6 +114,8 @@ class Session:
         self.finished = threading.Event()
         """Set when the session is over: the run loop then shuts everything down."""
         self._lock = threading.Lock()
+        from adapter.features.record_breakpoints import install_trace_features
+        install_trace_features(self)
 
     # --- running --------------------------------------------------------------------------
     def run(self) -> int:
@@ -128,7 +137,8 @@ class Session:
 
     def shutdown(self) -> None:
         """Stop the backend (it ends a launched debuggee) and the features."""
-        for feature in (self.data_breakpoints, self.reverse, self.instruction_breakpoints):
+        for feature in (self.data_breakpoints, self.reverse, self.instruction_breakpoints,
+                        self.recording):
             close = getattr(feature, "close", None)
             if close is not None:
                 try:
@@ -178,6 +188,10 @@ class Session:
                                  "attach first")
         if self.backend_gone_at is not None:
             raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
+        for intercept in self.request_interceptors.get(request.command, ()):
+            answer = intercept(request)
+            if answer is not None:
+                return answer
         if backend.handles(request.command) or request.command not in DAP_REQUESTS:
             if self.argument_checker is not None and request.command in DAP_REQUESTS:
                 self.argument_checker.check(request.command, request.raw.get("arguments"))

@@ -107,12 +107,14 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    copy_images: bool = True, ptw_probe=None, no_aslr: bool = False,
                    trigger_timeout: float | None = None, env: dict | None = None,
                    wait_for_exit: bool = True, breakpoints: str = "auto",
-                   log=lambda msg: None) -> RecordResult:
+                   log=lambda msg: None, on_attached=None) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
     ptdebug launched that has one thread, since they stop twice as fast; debug
     registers otherwise, which patch nothing and leave other threads alone).
-    Raises RecordFailed (with the partial bundle's path when one was written)."""
+    `on_attached()` is called once the target is held (its threads stopped), before the
+    trigger is awaited: a debugger that had the thread paused can let it go then (DAP record
+    breakpoints). Raises RecordFailed (with the partial bundle's path when one was written)."""
     end = end or stepper_mod.EndCondition(count=100_000)
     if end.until_return and not start:
         raise RecordFailed("--until-return needs --from (the function whose return ends it)")
@@ -132,6 +134,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         else:
             target = Target.attach(pid=pid, tid=tid)
         writer.manifest["pid"] = target.pid
+        if on_attached is not None:
+            on_attached()
         entry_rsp = return_address = None
         if start:
             addr = target.resolve(start)

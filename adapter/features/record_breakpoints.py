@@ -1,0 +1,470 @@
+"""Record breakpoints: DAP source breakpoints in mode `record` that open a trace window instead
+of stopping, and the captures they leave in the session.
+
+Layer: features. Knows DAP and the Session's hooks (request interceptors, event filters,
+`backend.request`); records with adapter.capture.record (the ptrace stepper writes an Intel PT
+bundle) and decodes the bundle with adapter.export.trace (pt_decoder's History, symbols and
+lines). It knows nothing of how the trace scope or reverse stepping present a capture: they
+read `captures`.
+
+How a record breakpoint fires (Python backend):
+- `setBreakpoints` is intercepted: each breakpoint is forwarded to debugpy as a normal one with
+  its condition / hitCondition (debugpy evaluates them; `mode` is removed), and the ids debugpy
+  gives back to the `record` ones are remembered.
+- When debugpy reports a stop whose `hitBreakpointIds` are all record breakpoints, the event is
+  consumed (the user never sees it). Off the reader thread, the stopped thread's OS id is asked
+  of debugpy (`threading.get_native_id()` in its top frame); the stepper seizes that one thread
+  with ptrace and stops it; only then is debugpy told to `continue` (pydevd works in-process, so
+  the thread it releases is still held by ptrace and cannot run away); the stepper then lets it
+  run to the window's native function (a debug-register breakpoint) or records at once, for N
+  instructions / T ms / until that function returns, and releases it. Stops the thread reaches
+  while its capture is being decoded are held back and delivered after, so they see it.
+- Each capture is decoded into a History, kept in `captures`, and announced by the custom event
+  `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapter.protocol.channel import DEFERRED
+from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
+from adapter.protocol.messages import Event, Request
+
+log = logging.getLogger("ptdebug.dap")
+
+RECORD_MODE = "record"
+BREAKPOINT_MODES = [
+    {"mode": "normal", "label": "Stop", "description": "Pause the program here",
+     "appliesTo": ["source"]},
+    {"mode": RECORD_MODE, "label": "Record",
+     "description": "Do not stop: record the thread's instructions (Intel PT, or the ptrace "
+                    "stepper) in a trace window that opens here", "appliesTo": ["source"]},
+]
+DEFAULT_INSTRUCTIONS = 2000
+"""A window with no end named closes after this many instructions (small: the stepper in a VM
+records some 10-50 thousand instructions a second)."""
+LOCAL_REFERENCE_BASE = 1 << 28
+"""variablesReference / frameId numbers from here on are ptdebug's (debugpy counts from 1)."""
+NATIVE_ID = "__import__('threading').get_native_id()"
+LINE_TABLE_MAX_BYTES = 4 << 20
+
+
+@dataclass
+class RecordWindow:
+    """When a window opens and closes. From the launch configuration's `recordWindow`, overridden
+    key by key by a breakpoint's own `recordWindow`."""
+    function: str | None = None
+    """Open at this native function's entry (the thread runs free until it gets there)."""
+    untilReturn: bool = True
+    """With `function`: close when it returns."""
+    instructions: int | None = None
+    milliseconds: float | None = None
+    until: str | None = None
+    """Close before this address or function runs (a second breakpoint)."""
+    timeout: float = 10.0
+    """Seconds to wait for the thread to reach `function`."""
+
+    @classmethod
+    def from_dicts(cls, *configs: dict | None) -> RecordWindow:
+        merged: dict = {}
+        for config in configs:
+            if config is None:
+                continue
+            if not isinstance(config, dict):
+                raise InvalidLaunchConfig(f"recordWindow must be an object, got {config!r:.60}")
+            merged.update(config)
+        window = cls()
+        for key, value in merged.items():
+            if not hasattr(window, key):
+                raise InvalidLaunchConfig(f"recordWindow.{key} is not a window setting (known: "
+                                          "function, untilReturn, instructions, milliseconds, "
+                                          "until, timeout)")
+            expected = {"function": str, "until": str, "untilReturn": bool,
+                        "instructions": int, "milliseconds": (int, float),
+                        "timeout": (int, float)}[key]
+            if value is not None and (not isinstance(value, expected) or
+                                      (expected is not bool and isinstance(value, bool))):
+                raise InvalidLaunchConfig(f"recordWindow.{key} has the wrong type: {value!r:.60}")
+            setattr(window, key, value)
+        if window.instructions is not None and window.instructions <= 0:
+            raise InvalidLaunchConfig("recordWindow.instructions must be positive")
+        return window
+
+    def end_condition(self):
+        from adapter.capture.stepper import EndCondition
+        count = self.instructions
+        if count is None and self.milliseconds is None and not (self.function and
+                                                                  self.untilReturn):
+            count = DEFAULT_INSTRUCTIONS
+        return EndCondition(count=count, until_spec=self.until,
+                            until_return=bool(self.function and self.untilReturn),
+                            duration_ms=self.milliseconds)
+
+    def describe(self) -> str:
+        start = f"from {self.function}()" if self.function else "from the breakpoint"
+        ends = []
+        if self.function and self.untilReturn:
+            ends.append(f"until {self.function} returns")
+        end = self.end_condition()
+        if end.count:
+            ends.append(f"at most {end.count} instructions")
+        if self.milliseconds:
+            ends.append(f"at most {self.milliseconds:g} ms")
+        if self.until:
+            ends.append(f"until {self.until}")
+        return f"{start}, {', '.join(ends)}"
+
+
+@dataclass
+class Capture:
+    """One finished trace window: its decoded history and what it cost."""
+    id: int
+    tid: int
+    """The recorded OS thread."""
+    thread_id: int | None
+    """Its DAP (debugpy) thread id."""
+    window: RecordWindow
+    bundle: str
+    trace: Any
+    """adapter.export.trace.DecodedBundle."""
+    breakpoint_id: int | None = None
+    end_reason: str = ""
+    partial: str | None = None
+
+    _lines: Any = None
+
+    @property
+    def history(self):
+        return self.trace.threads[0].history
+
+    @property
+    def lines(self):
+        """pt_decoder LineTable of the modules the capture ran code of that carry their own line information
+        and are small enough to read at once (LINE_TABLE_MAX_BYTES): the user's native code.
+        The interpreter and system libraries are left out: reading a 20 MB libpython's DWARF
+        takes many seconds, and stepping by line is about the user's code."""
+        if self._lines is None:
+            from pt_decoder.errors import PtError
+            from pt_decoder.lines import LineTable
+            tables = []
+            ips = self.history.distinct_ips
+            for module in self.trace.symbols.modules:
+                low, high = module.load_address, module.load_address + module.size
+                if not _any_between(ips, low, high):
+                    continue  # no instruction of the capture ran in it
+                try:
+                    small = os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES
+                except OSError:
+                    continue
+                if module.kind == "elf" and small:
+                    try:
+                        tables.append(LineTable.for_elf(module.path, module.base))
+                    except PtError:
+                        continue
+            self._lines = LineTable.merge(tables)
+        return self._lines
+
+    def line(self, ip: int) -> tuple[str, int] | None:
+        return self.lines.lookup(ip)
+
+    def function(self, ip: int) -> tuple[str, int]:
+        """(function name, offset of `ip` in it); a module label where no symbol covers it."""
+        symbol = self.trace.symbols.symbolize(ip)
+        if symbol is not None:
+            return symbol.name, symbol.offset
+        module = self.trace.symbols.module_at(ip)
+        label = module.path.rsplit("/", 1)[-1] if module is not None else "unknown code"
+        return f"[{label}]", ip - (module.load_address if module is not None else ip)
+
+    @property
+    def instructions(self) -> int:
+        return len(self.history)
+
+    @property
+    def cycles(self) -> int:
+        history = self.history
+        return history.cycles(len(history) - 1) - history.cycles(0) if len(history) else 0
+
+    @property
+    def duration_ns(self) -> int:
+        history = self.history
+        if not len(history):
+            return 0
+        return self.trace.ns(history.time(len(history) - 1)) - self.trace.ns(history.time(0))
+
+    def event_body(self) -> dict:
+        return {"id": self.id, "threadId": self.thread_id, "tid": self.tid,
+                "window": self.window.describe(), "instructions": self.instructions,
+                "cycles": self.cycles, "durationNs": self.duration_ns,
+                "gaps": [{"position": g.position, "reason": g.reason}
+                         for g in self.history.gaps],
+                "bundle": self.bundle, "endReason": self.end_reason,
+                "partial": self.partial}
+
+
+@dataclass
+class SourceBreakpoints:
+    """What the client set in one source file."""
+    lines: list[int] = field(default_factory=list)
+    record_ids: dict[int, dict] = field(default_factory=dict)
+    """debugpy breakpoint id -> the client's breakpoint (mode record)."""
+
+
+class RecordBreakpoints:
+    """The record-breakpoint feature of one session; owns the captures."""
+
+    def __init__(self, session):
+        self.session = session
+        self.sources: dict[str, SourceBreakpoints] = {}
+        self.captures: list[Capture] = []
+        self.local_references: dict[int, Any] = {}
+        """ptdebug's own variablesReference -> callable returning DAP variables."""
+        self._next_reference = LOCAL_REFERENCE_BASE
+        self._directory: str | None = None
+        self._busy = threading.Lock()
+        self._recording_thread: int | None = None
+        self._held: list[dict] = []
+        self._listeners: list = []
+        self._lock = threading.Lock()
+        session.request_interceptors.setdefault("setBreakpoints", []).append(
+            self._set_breakpoints)
+        session.request_interceptors.setdefault("variables", []).append(self._variables)
+        session.event_filters.insert(0, self._filter_event)
+
+    # --- shared with the trace scope and reverse stepping ---------------------------------
+    def reference(self, produce) -> int:
+        """A new variablesReference whose `variables` are `produce()` (answered locally)."""
+        with self._lock:
+            self._next_reference += 1
+            self.local_references[self._next_reference] = produce
+            return self._next_reference
+
+    def on_capture(self, listener) -> None:
+        self._listeners.append(listener)
+
+    def latest(self, thread_id: int | None) -> Capture | None:
+        for capture in reversed(self.captures):
+            if thread_id is None or capture.thread_id == thread_id:
+                return capture
+        return None
+
+    def _variables(self, request: Request) -> object:
+        reference = (request.raw.get("arguments") or {}).get("variablesReference")
+        produce = self.local_references.get(reference)
+        if produce is None:
+            return None
+        return {"variables": produce()}
+
+    # --- setBreakpoints -------------------------------------------------------------------
+    def _set_breakpoints(self, request: Request) -> object:
+        if self.session.backend is None or self.session.backend.name != "debugpy":
+            return None
+        arguments = dict(request.raw.get("arguments") or {})
+        asked = list(arguments.get("breakpoints") or [])
+        path = (arguments.get("source") or {}).get("path") or ""
+        modes = []
+        for bp in asked:
+            mode = bp.get("mode") if isinstance(bp, dict) else None
+            if mode not in (None, "normal", RECORD_MODE):
+                raise AdapterError(f"breakpoint mode {mode!r} is not one of ptdebug's modes "
+                                   "('normal', 'record')")
+            modes.append(mode)
+        arguments["breakpoints"] = [{k: v for k, v in bp.items()
+                                     if k not in ("mode", "recordWindow")} for bp in asked]
+        for bp in asked:
+            if bp.get("mode") == RECORD_MODE and bp.get("recordWindow") is not None:
+                RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
+                                        bp["recordWindow"])  # a bad window fails here, now
+        request.raw["arguments"] = arguments
+
+        def observe(response: dict) -> None:
+            entry = SourceBreakpoints(lines=[bp.get("line") for bp in asked])
+            answered = (response.get("body") or {}).get("breakpoints") or []
+            for bp, mode, result in zip(asked, modes, answered):
+                if mode == RECORD_MODE and result.get("id") is not None:
+                    entry.record_ids[result["id"]] = bp
+                    window = RecordWindow.from_dicts(
+                        self.session.launch_arguments.get("recordWindow"), bp.get("recordWindow"))
+                    result["message"] = f"record: a trace window opens here ({window.describe()})"
+            self.sources[path] = entry
+
+        self.session.backend.forward(request, observe)
+        return DEFERRED
+
+    def _record_breakpoint(self, ids) -> dict | None:
+        for entry in self.sources.values():
+            for bp_id in ids:
+                if bp_id in entry.record_ids:
+                    return {"id": bp_id, **entry.record_ids[bp_id]}
+        return None
+
+    def breakpoint_lines(self) -> dict[str, list[int]]:
+        """Source path -> lines of every breakpoint the client set (any mode)."""
+        return {path: [line for line in entry.lines if line] for path, entry in
+                self.sources.items()}
+
+    # --- stops ----------------------------------------------------------------------------
+    def _filter_event(self, raw: dict) -> bool:
+        if raw.get("event") != "stopped":
+            return False
+        body = raw.get("body") or {}
+        if self._recording_thread is not None:
+            self._held.append(raw)  # delivered once the capture is kept
+            self.session.paused = False
+            return True
+        ids = body.get("hitBreakpointIds") or []
+        if body.get("reason") != "breakpoint" or not ids:
+            return False
+        if any(self._record_breakpoint([i]) is None for i in ids):
+            return False  # a normal breakpoint on the same line: the user sees the stop
+        breakpoint = self._record_breakpoint(ids)
+        self.session.paused = False
+        self._recording_thread = body.get("threadId")
+        threading.Thread(target=self._capture, args=(body, breakpoint), daemon=True,
+                         name="ptdebug-record").start()
+        return True
+
+    def _capture(self, stopped: dict, breakpoint: dict) -> None:
+        thread_id = stopped.get("threadId")
+        released = threading.Event()
+
+        def release() -> None:
+            if not released.is_set():
+                released.set()
+                self.session.backend.request("continue", {"threadId": thread_id}, timeout=10)
+
+        try:
+            window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
+                                             breakpoint.get("recordWindow"))
+            tid = self._native_id(thread_id)
+            capture = self._record(tid, thread_id, window, breakpoint.get("id"), release)
+            self.captures.append(capture)
+            self.session.client.send_event("ptdebug/capture", capture.event_body())
+            self.session.client.send_event("output", {"category": "console", "output":
+                f"ptdebug: capture {capture.id}: thread {tid}, {window.describe()}: "
+                f"{capture.instructions} instructions, {capture.cycles} cycles, "
+                f"{capture.duration_ns / 1e6:.3f} ms, {len(capture.history.gaps)} gaps\n"})
+            for listener in self._listeners:
+                listener(capture)
+        except Exception as exc:
+            message = exc.message if isinstance(exc, AdapterError) else str(exc)
+            log.warning("record breakpoint: %s", message, exc_info=not isinstance(
+                exc, AdapterError))
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: the record breakpoint did not record: {message}\n"})
+        finally:
+            try:
+                release()  # never leave the program paused at a breakpoint the user did not see
+            except Exception:
+                log.exception("record breakpoint: continuing the program failed")
+            self._recording_thread = None
+            held, self._held = self._held, []
+            for raw in held:
+                self.session.backend_event(Event(raw))
+
+    def _native_id(self, thread_id: int) -> int:
+        backend = self.session.backend
+        frames = backend.request("stackTrace", {"threadId": thread_id, "levels": 1}, timeout=10)
+        stack = (frames.raw.get("body") or {}).get("stackFrames") or []
+        if not frames.success or not stack:
+            raise AdapterError(f"debugpy gave no stack for thread {thread_id}")
+        answer = backend.request("evaluate", {"expression": NATIVE_ID, "frameId": stack[0]["id"],
+                                              "context": "repl"}, timeout=10)
+        if not answer.success:
+            raise AdapterError(f"cannot learn the OS id of thread {thread_id}: "
+                               f"{answer.error_text}")
+        return int(answer.raw["body"]["result"])
+
+    def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
+                release) -> Capture:
+        """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
+        Python runs only on a main thread); `release()` once the child holds the thread."""
+        from adapter.export.trace import DecodedBundle, TraceError
+        if self._directory is None:
+            self._directory = tempfile.mkdtemp(prefix="ptdebug-captures-")
+        number = len(self.captures) + 1
+        output = f"{self._directory}/capture-{number}"
+        spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window)}
+        child = subprocess.Popen([sys.executable, "-m", "adapter.features.record_breakpoints",
+                                  json.dumps(spec)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            result = None
+            for line in child.stdout:
+                if line.startswith("attached"):
+                    release()
+                elif line.startswith("{"):
+                    result = json.loads(line)
+            child.wait(timeout=window.timeout + 30)
+        finally:
+            if child.poll() is None:  # the adapter is ending mid-recording
+                child.terminate()
+                child.wait(10)
+        if result is None or "error" in result:
+            reason = result["error"] if result else (child.stderr.read().strip()[-400:] or
+                                                     f"the recorder exited with {child.returncode}")
+            raise AdapterError(f"recording thread {tid} failed: {reason}")
+        try:
+            trace = DecodedBundle.open(output)
+        except TraceError as exc:
+            raise AdapterError(str(exc)) from None
+        if not trace.threads or not len(trace.threads[0].history):
+            raise AdapterError(f"the window recorded no instructions "
+                               f"({result.get('partial_reason') or 'empty'})")
+        return Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
+                       result.get("end_reason", ""), result.get("partial_reason"))
+
+    def close(self) -> None:
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def _any_between(sorted_values, low: int, high: int) -> bool:
+    import bisect
+    i = bisect.bisect_left(sorted_values, low)
+    return i < len(sorted_values) and sorted_values[i] < high
+
+
+def install_trace_features(session) -> None:
+    """Wire record breakpoints, the trace scope and reverse stepping into a new session."""
+    from adapter.features.reverse import Reverse
+    from adapter.features.trace_scope import TraceScope
+    recording = RecordBreakpoints(session)
+    session.recording = recording
+    session.capabilities["breakpointModes"] = BREAKPOINT_MODES
+    TraceScope(session, recording)
+    session.reverse = Reverse(session, recording)
+
+
+def _record_worker(spec_text: str) -> int:
+    """The child process of `_record`: one stepper recording of a thread into a bundle. Prints
+    `attached` once the thread is held, then one JSON line: the result or {"error": text}."""
+    from adapter.capture.record import RecordFailed, record_stepper
+    spec = json.loads(spec_text)
+    window = RecordWindow(**spec["window"])
+    try:
+        result = record_stepper(spec["output"], tid=spec["tid"], start=window.function,
+                                end=window.end_condition(), trigger_timeout=window.timeout,
+                                copy_images=False, breakpoints="dr",
+                                on_attached=lambda: print("attached", flush=True))
+    except RecordFailed as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+        return 1
+    stats = result.manifest.get("stats") or {}
+    print(json.dumps({"end_reason": stats.get("end_reason", ""),
+                      "partial_reason": result.manifest.get("partial_reason")}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_record_worker(sys.argv[1]))

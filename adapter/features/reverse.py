@@ -1,0 +1,281 @@
+"""Reverse stepping over a capture: stepBack / reverseContinue walk the recorded history of the
+stopped thread, forward requests replay it up to the live position and then run live.
+
+Layer: features. Lives beside data_breakpoints.py and record_breakpoints.py in adapter/features
+(DESIGN.md's layout names adapter/reverse.py; the features package is where the adapter keeps
+every feature that plugs into the Session, so it is here). Reads captures from
+features.record_breakpoints and their History (pt_decoder: previous/next line over a LineTable,
+calls and returns, positions at addresses); knows DAP and the Session's hooks only.
+
+Model: a paused thread with a capture is "live" until a stepBack puts it at a position of the
+history ("replaying"). While replaying, `stackTrace` of that thread is the history's frames (the
+function at the position, its callers found from the recorded calls, each with
+`instructionPointerReference` and its DWARF source line) joined to debugpy's live stack;
+`scopes` of a recorded frame are the Processor Trace scope and a scope that says plainly that
+values were not recorded; `next`/`stepIn`/`stepOut`/`continue` move forward in the history and,
+past its end, return to the live position (`continue` then lets the program run on). The
+debuggee itself never moves while replaying: it stays paused where debugpy stopped it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adapter.protocol.channel import DEFERRED
+from adapter.protocol.errors import AdapterError, NotSupportedYet
+from adapter.protocol.messages import Request
+from adapter.protocol.schema import ReverseContinueArguments, StepBackArguments
+
+FRAME_ID_BASE = 1 << 27
+"""Frame ids of recorded frames start here (debugpy's count from 1; variables use 1 << 28)."""
+MAX_FRAMES = 64
+NOT_RECORDED = ("values were not recorded: the trace holds the path the thread took "
+                "(instructions, branches, time), not memory or registers; the frames below the "
+                "recorded ones are live and show their values")
+
+
+@dataclass
+class Replay:
+    capture: object
+    position: int
+
+
+class Reverse:
+    """The reverse-execution feature of one session."""
+
+    def __init__(self, session, recording):
+        self.session = session
+        self.recording = recording
+        self.replays: dict[int, Replay] = {}
+        """DAP thread id -> where it is in its capture, while replaying."""
+        self.frames: dict[int, tuple[int, object, int]] = {}
+        """recorded frame id -> (thread id, capture, position)."""
+        self._next_frame = FRAME_ID_BASE
+        recording.on_capture(self._captured)
+        interceptors = session.request_interceptors
+        for command, handler in (("stackTrace", self._stack_trace), ("scopes", self._scopes),
+                                 ("evaluate", self._evaluate), ("next", self._next),
+                                 ("stepIn", self._step_in), ("stepOut", self._step_out),
+                                 ("continue", self._continue)):
+            interceptors.setdefault(command, []).insert(0, handler)
+        session.event_filters.append(self._filter_event)
+
+    def _captured(self, capture) -> None:
+        self.session.announce_capabilities(supportsStepBack=True)
+
+    def position_of(self, thread_id: int | None, capture) -> int:
+        """The position the trace scope shows for `thread_id`: its replay position, or the
+        capture's last instruction."""
+        replay = self.replays.get(thread_id)
+        if replay is not None and replay.capture is capture:
+            return replay.position
+        return len(capture.history) - 1
+
+    # --- backwards ------------------------------------------------------------------------
+    def _capture_of(self, thread_id: int):
+        if not self.session.paused:
+            raise AdapterError("reverse stepping needs the program paused")
+        replay = self.replays.get(thread_id)
+        if replay is not None:
+            return replay.capture, replay.position
+        capture = self.recording.latest(thread_id)
+        if capture is None:
+            raise NotSupportedYet(f"not supported yet: stepping back needs a recorded "
+                                  f"history and thread {thread_id} has none: set a breakpoint "
+                                  "in mode 'record' on its path first")
+        return capture, None
+
+    def step_back(self, request: Request, args: StepBackArguments) -> object:
+        capture, position = self._capture_of(args.threadId)
+        history = capture.history
+        last = len(history) - 1
+        if position is None:
+            target, why = last, (f"entered capture {capture.id} at its last instruction "
+                                 "(the live position is just after it)")
+        elif args.granularity == "instruction":
+            target = position - 1 if position > 0 else 0
+            gap = history.gap_at(position) if position > 0 else None
+            why = ("the start of the recorded history" if position == 0 else
+                   f"a gap in the trace ({gap.reason}) precedes this point" if gap else
+                   "stepped back one instruction")
+            if gap:
+                target = position
+        else:
+            step = history.prev_line(position, capture.lines)
+            target = step.position
+            why = {"found": "stepped back one line",
+                   "start": "the start of the recorded history",
+                   "gap": f"a gap in the trace ({step.gap.reason if step.gap else ''}) "
+                          "stops the step"}[step.reason]
+        self._stop_at(request, args.threadId, capture, target, "step", why)
+        return DEFERRED
+
+    def reverse_continue(self, request: Request, args: ReverseContinueArguments) -> object:
+        capture, position = self._capture_of(args.threadId)
+        history = capture.history
+        start = len(history) - 1 if position is None else position
+        addresses = self._breakpoint_addresses(capture)
+        step = history.prev_at(start, addresses) if start > 0 else None
+        if step is not None and step.reason == "found":
+            self._stop_at(request, args.threadId, capture, step.position, "breakpoint",
+                          "reverse-continued to a breakpoint hit in the recorded history")
+        else:
+            bound = step.position if step is not None else 0
+            why = (f"a gap in the trace ({step.gap.reason})" if step is not None and step.gap
+                   else "the start of the recorded history")
+            self._stop_at(request, args.threadId, capture, bound, "step",
+                          f"no breakpoint hit before this point: stopped at {why}")
+        return DEFERRED
+
+    def _breakpoint_addresses(self, capture) -> list[int]:
+        lines = capture.lines
+        addresses = []
+        for path, numbers in self.recording.breakpoint_lines().items():
+            for number in numbers:
+                addresses.extend(lines.statement_addresses(path, number))
+        return addresses
+
+    # --- forwards -------------------------------------------------------------------------
+    def _forward_step(self, request: Request, move) -> object:
+        thread_id = (request.raw.get("arguments") or {}).get("threadId")
+        replay = self.replays.get(thread_id)
+        if replay is None:
+            return None
+        history = replay.capture.history
+        target, why = move(replay.capture, history, replay.position,
+                           (request.raw.get("arguments") or {}).get("granularity"))
+        if target is None:
+            self._go_live(request, thread_id)
+        else:
+            self._stop_at(request, thread_id, replay.capture, target, "step", why)
+        return DEFERRED
+
+    def _next(self, request: Request) -> object:
+        return self._forward_step(request, lambda c, h, p, g: _forward(
+            h.next_line(p, c.lines) if g != "instruction" else None, p, h))
+
+    def _step_in(self, request: Request) -> object:
+        return self._forward_step(request, lambda c, h, p, g: _forward(
+            h.next_line(p, c.lines, over_calls=False) if g != "instruction" else None,
+            p, h))
+
+    def _step_out(self, request: Request) -> object:
+        def move(capture, history, position, granularity):
+            ret = history.next_return(position)
+            if ret is None or ret + 1 >= len(history):
+                return None, ""
+            return ret + 1, "stepped out in the recorded history"
+        return self._forward_step(request, move)
+
+    def _continue(self, request: Request) -> object:
+        thread_id = (request.raw.get("arguments") or {}).get("threadId")
+        replay = self.replays.get(thread_id)
+        if replay is None:
+            return None
+        history = replay.capture.history
+        step = None
+        if replay.position + 1 < len(history):
+            step = history.next_at(replay.position, self._breakpoint_addresses(replay.capture))
+        if step is not None and step.reason == "found":
+            self._stop_at(request, thread_id, replay.capture, step.position, "breakpoint",
+                          "replayed to a breakpoint hit in the recorded history")
+            return DEFERRED
+        # Past the end of the history: back to the live position, and run on from there.
+        self.replays.pop(thread_id, None)
+        self.session.client.send_event("output", {"category": "console", "output":
+            f"ptdebug: replayed capture {replay.capture.id} to its end; running live\n"})
+        return None
+
+    def _go_live(self, request: Request, thread_id: int) -> None:
+        replay = self.replays.pop(thread_id, None)
+        request.respond({})
+        self.session.client.send_event("stopped", {
+            "reason": "step", "threadId": thread_id, "allThreadsStopped": True,
+            "description": "back at the live position: the end of capture "
+                           f"{replay.capture.id if replay else '?'} was reached"})
+
+    def _stop_at(self, request: Request, thread_id: int, capture, position: int, reason: str,
+                 why: str) -> None:
+        self.replays[thread_id] = Replay(capture, position)
+        history = capture.history
+        from adapter.features.trace_scope import where
+        place = where(capture, history.ip(position))
+        text = (f"{why}: instruction {position} of {len(history)} in capture {capture.id}, "
+                f"{place}")
+        request.respond({})
+        self.session.client.send_event("stopped", {
+            "reason": reason, "threadId": thread_id, "allThreadsStopped": True,
+            "description": text, "text": text, "preserveFocusHint": False})
+
+    # --- what a replaying thread shows ----------------------------------------------------
+    def _stack_trace(self, request: Request) -> object:
+        arguments = request.raw.get("arguments") or {}
+        thread_id = arguments.get("threadId")
+        replay = self.replays.get(thread_id)
+        if replay is None:
+            return None
+        capture, history = replay.capture, replay.capture.history
+        frames = []
+        position = replay.position
+        while position is not None and len(frames) < MAX_FRAMES:
+            frames.append(self._frame(thread_id, capture, position))
+            position = history.caller(position)
+        live = self.session.backend.request("stackTrace", {"threadId": thread_id,
+                                                           "levels": MAX_FRAMES}, timeout=10)
+        if live.success:
+            frames.extend((live.raw.get("body") or {}).get("stackFrames") or [])
+        start = arguments.get("startFrame") or 0
+        levels = arguments.get("levels") or 0
+        shown = frames[start:start + levels] if levels else frames[start:]
+        return {"stackFrames": shown, "totalFrames": len(frames)}
+
+    def _frame(self, thread_id: int, capture, position: int) -> dict:
+        ip = capture.history.ip(position)
+        name, _ = capture.function(ip)
+        self._next_frame += 1
+        self.frames[self._next_frame] = (thread_id, capture, position)
+        frame = {"id": self._next_frame, "name": f"{name} [recorded, insn {position}]",
+                 "line": 0, "column": 0, "instructionPointerReference": f"{ip:#x}",
+                 "presentationHint": "normal"}
+        line = capture.line(ip)
+        if line is not None:
+            frame.update({"source": {"name": line[0].rsplit("/", 1)[-1], "path": line[0]},
+                          "line": line[1], "column": 1})
+        return frame
+
+    def _scopes(self, request: Request) -> object:
+        from adapter.features.trace_scope import scope
+        frame = self.frames.get((request.raw.get("arguments") or {}).get("frameId"))
+        if frame is None:
+            return None
+        _, capture, position = frame
+        note = self.recording.reference(lambda: [{
+            "name": "note", "value": NOT_RECORDED, "variablesReference": 0}])
+        return {"scopes": [
+            {"name": "Locals (not recorded)", "variablesReference": note, "expensive": False},
+            scope(self.recording, capture, position)]}
+
+    def _evaluate(self, request: Request) -> object:
+        if (request.raw.get("arguments") or {}).get("frameId") in self.frames:
+            raise AdapterError(f"cannot evaluate in a recorded frame: {NOT_RECORDED}")
+        return None
+
+    def _filter_event(self, raw: dict) -> bool:
+        if raw.get("event") in ("continued", "stopped", "terminated", "exited"):
+            self.replays.clear()
+            self.frames.clear()
+        return False
+
+
+def _forward(step, position: int, history) -> tuple[int | None, str]:
+    """The target of a forward step (None: past the end, back to live)."""
+    if step is None:  # instruction granularity
+        if position + 1 >= len(history):
+            return None, ""
+        gap = history.gap_at(position + 1)
+        return position + 1, (f"stepped over a gap ({gap.reason})" if gap else
+                              "stepped one instruction")
+    if step.reason == "end" or step.position <= position:
+        return None, ""
+    if step.reason == "gap":
+        return step.position, f"a gap in the trace ({step.gap.reason}) stops the step"
+    return step.position, "stepped one line"

@@ -1,0 +1,162 @@
+"""The "Processor Trace" scope: the recorded CPU timing and branches of a capture, shown in the
+Variables view of any stop of a thread that has a capture.
+
+Layer: features. Reads captures (features.record_breakpoints) and their History; merges its
+scope into debugpy's `scopes` answers (a request interceptor forwarding with an observer, which
+also runs the observer another feature registered for `scopes`) and answers `variables` on its
+own references locally. Reverse stepping asks it for the scope of a replay position.
+
+The position shown is the replay position while replaying, else the capture's last instruction.
+Times: the bundle's TSC (for the stepper, CLOCK_MONOTONIC ns); CYC is the cumulative cycle
+count of the trace's CYC packets (Intel SDM Vol. 3C §33.3.7 "Cycle-Accurate Mode"); IPC is
+instructions over cycles in the window.
+"""
+from __future__ import annotations
+
+from adapter.protocol.channel import DEFERRED
+from adapter.protocol.messages import Request
+from pt_decoder import insn_flags
+
+SCOPE_NAME = "Processor Trace"
+LAST_BRANCHES = 16
+BRANCH = insn_flags.CALL | insn_flags.RETURN | insn_flags.TAKEN | insn_flags.FAR
+
+
+def where(capture, ip: int) -> str:
+    """`function+offset (file:line)` of an address of the capture's history."""
+    name, offset = capture.function(ip)
+    text = f"{name}+{offset:#x}"
+    line = capture.line(ip)
+    if line is not None:
+        text += f" ({line[0].rsplit('/', 1)[-1]}:{line[1]})"
+    return text
+
+
+def last_branches(capture, position: int, count: int = LAST_BRANCHES) -> list[tuple[int, int]]:
+    """(position of the branch, position of its target) of the last `count` taken branches at
+    or before `position`, newest first."""
+    history = capture.history
+    found = []
+    stop = position
+    while stop > 0 and len(found) < count:
+        start = max(0, stop - 4096)
+        flags = history.flags_range(start, stop)
+        for k in range(len(flags) - 1, -1, -1):
+            f = flags[k]
+            if f & BRANCH and (f & insn_flags.TAKEN or not f & insn_flags.CONDITIONAL):
+                found.append((start + k, start + k + 1))
+                if len(found) == count:
+                    break
+        stop = start
+    return found
+
+
+def scope_variables(recording, capture, position: int) -> list[dict]:
+    """The variables of the Processor Trace scope at `position` of `capture`."""
+    history = capture.history
+    trace = capture.trace
+    last = len(history) - 1
+    ip = history.ip(position)
+    t0 = trace.ns(history.time(0))
+    cycles = capture.cycles
+    ipc = f"{capture.instructions / cycles:.3f}" if cycles else "n/a (no cycles recorded)"
+    if trace.manifest.get("backend") == "stepper" and cycles:
+        ipc += " (stepper backend: its cycles are wall-clock ns of a thread slowed by ptrace)"
+
+    def plain(name: str, value: str, kind: str = "") -> dict:
+        return {"name": name, "value": value, "type": kind, "variablesReference": 0}
+
+    branches = last_branches(capture, position)
+
+    def branch_items() -> list[dict]:
+        items = []
+        for k, (src, dst) in enumerate(branches):
+            target = history.ip(dst) if dst <= last else None
+            to = where(capture, target) if target is not None else "(end of the window)"
+            items.append(plain(f"[{k}] insn {src}", f"{where(capture, history.ip(src))} -> {to}",
+                               "branch"))
+        return items
+
+    gaps = history.gaps
+
+    def gap_items() -> list[dict]:
+        return [plain(f"[{k}] before insn {g.position}",
+                      f"{g.reason} (trace offset {g.offset:#x}, ip {g.ip:#x})", "gap")
+                for k, g in enumerate(gaps)]
+
+    variables = [
+        plain("capture", f"#{capture.id}, thread {capture.tid}: {capture.window.describe()}"),
+        plain("position", f"instruction {position} of {capture.instructions}"
+              + (" (the window's last)" if position == last else " (replaying)")),
+        plain("TSC", str(history.time(position)), "u64"),
+        plain("IP", f"{ip:#x} {where(capture, ip)}", "address"),
+        plain("CYC", str(history.cycles(position) - history.cycles(0)), "cycles since the "
+              "window opened"),
+        plain("ns since window opened", str(trace.ns(history.time(position)) - t0), "ns"),
+        plain("instructions in window", str(capture.instructions)),
+        plain("cycles in window", str(cycles)),
+        plain("IPC", ipc),
+        {"name": "last branches", "value": f"{len(branches)} taken branches before this "
+         "point, newest first", "type": "", "variablesReference":
+         recording.reference(branch_items) if branches else 0},
+        {"name": "gaps", "value": (f"{len(gaps)} gaps" if gaps else "none: the window is "
+                                   "complete"), "type": "", "variablesReference":
+         recording.reference(gap_items) if gaps else 0},
+    ]
+    if capture.partial:
+        variables.append(plain("partial", capture.partial))
+    return variables
+
+
+def scope(recording, capture, position: int) -> dict:
+    """The DAP Scope of `capture` at `position`."""
+    return {"name": SCOPE_NAME, "presentationHint": "registers", "expensive": False,
+            "variablesReference": recording.reference(
+                lambda: scope_variables(recording, capture, position))}
+
+
+class TraceScope:
+    """Adds the Processor Trace scope to the scopes of a stopped thread that has a capture."""
+
+    def __init__(self, session, recording):
+        self.session = session
+        self.recording = recording
+        self.frame_threads: dict[int, int] = {}
+        """debugpy frameId -> threadId, learnt from stackTrace answers."""
+        session.request_interceptors.setdefault("scopes", []).append(self._scopes)
+        session.request_interceptors.setdefault("stackTrace", []).append(self._stack_trace)
+
+    def _stack_trace(self, request: Request) -> object:
+        if not self.recording.captures or self.session.backend is None:
+            return None
+        thread_id = (request.raw.get("arguments") or {}).get("threadId")
+
+        def observe(response: dict) -> None:
+            for frame in (response.get("body") or {}).get("stackFrames") or []:
+                self.frame_threads[frame.get("id")] = thread_id
+
+        self.session.backend.forward(request, observe)
+        return DEFERRED
+
+    def _scopes(self, request: Request) -> object:
+        if not self.recording.captures or self.session.backend is None:
+            return None
+        frame_id = (request.raw.get("arguments") or {}).get("frameId")
+        thread_id = self.frame_threads.get(frame_id)
+        capture = self.recording.latest(thread_id)
+        if capture is None:
+            return None
+        reverse = self.session.reverse
+        position = (reverse.position_of(thread_id, capture) if reverse is not None
+                    else len(capture.history) - 1)
+        other = self.session.response_observers.get("scopes")
+
+        def observe(response: dict) -> None:
+            if other is not None:
+                other(request.raw, response)
+            if response.get("success"):
+                body = response.setdefault("body", {})
+                body.setdefault("scopes", []).append(scope(self.recording, capture, position))
+
+        self.session.backend.forward(request, observe)
+        return DEFERRED

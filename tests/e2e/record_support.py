@@ -1,0 +1,50 @@
+"""Helpers of the record-breakpoint and reverse-stepping end-to-end tests: the shipped demo
+service (adapter/demo_assets) with its native helper compiled here with gcc -g, and a session
+driven to the stop that follows a conditional record breakpoint."""
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+from conftest import INITIALIZE, ROOT
+from dapclient import DapClient
+
+ASSETS = ROOT / "adapter" / "demo_assets"
+SERVICE = ASSETS / "service.py"
+KVCACHE = ASSETS / "kvcache.c"
+
+
+def line_of(path: pathlib.Path, marker: str) -> int:
+    """The line holding `@marker` (as `# @x` or `/* @x */`)."""
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if text.rstrip().endswith((f"# @{marker}", f"/* @{marker} */")):
+            return number
+    raise LookupError(f"no @{marker} in {path}")
+
+
+def build_kvcache(directory: pathlib.Path) -> str:
+    library = directory / "libkvcache.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", "-o", str(library), str(KVCACHE)],
+                   check=True)
+    return str(library)
+
+
+def record_session(client: DapClient, library: str, *, record_condition: str,
+                   stop_condition: str, rounds: int = 60, window: dict | None = None) -> dict:
+    """Launch the service with a record breakpoint at @request (condition `record_condition`)
+    and a normal one at @after_request (`stop_condition`); return the body of the first
+    `stopped` event, which must be the normal one."""
+    initialize = client.call("initialize", INITIALIZE)
+    assert {m["mode"] for m in initialize["breakpointModes"]} == {"normal", "record"}
+    launch_seq = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, str(rounds)], "console": "internalConsole",
+        "recordWindow": window or {"function": "kv_update", "timeout": 15}})
+    client.expect_event("initialized")
+    answer = client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": record_condition},
+        {"line": line_of(SERVICE, "after_request"), "condition": stop_condition}]})
+    assert [b["verified"] for b in answer["breakpoints"]] == [True, True], answer
+    assert "record" in answer["breakpoints"][0]["message"], answer
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    return client.expect_stopped("breakpoint", timeout=40)

@@ -1,0 +1,68 @@
+"""Record breakpoints through `ptdebug dap` in front of real debugpy: a conditional breakpoint
+in mode `record` never shows a stop; each time its condition holds, the ptrace stepper records
+the stopped thread through the native helper (kv_update, until it returns) and the session sends
+`ptdebug/capture`; when the condition does not hold nothing is recorded."""
+from __future__ import annotations
+
+import pytest
+from conftest import evaluate, top_frame
+from record_support import KVCACHE, SERVICE, build_kvcache, line_of, record_session
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_record_breakpoint_captures_only_when_its_condition_holds(start_adapter, tmp_path):
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    # Requests 1..7 pass the record breakpoint; only request 5 satisfies its condition.
+    stopped = record_session(client, library, record_condition="request_id == 5",
+                             stop_condition="request_id == 7")
+    run.track()
+    frame = top_frame(client, stopped["threadId"])
+    assert frame["line"] == line_of(SERVICE, "after_request")
+    assert evaluate(client, frame["id"], "request_id") == "7"
+    # No stop was shown for the record breakpoint: this is the first `stopped` of the session.
+    assert len(client.events("stopped")) == 1
+    captures = client.events("ptdebug/capture")
+    assert len(captures) == 1, captures
+    capture = captures[0]["body"]
+    assert capture["id"] == 1 and capture["threadId"] == stopped["threadId"]
+    native = evaluate(client, frame["id"], "__import__('threading').get_native_id()")
+    assert capture["tid"] == int(native)
+    assert "kv_update" in capture["window"] and capture["endReason"]
+    assert 20 < capture["instructions"] < 5000, capture
+    assert capture["durationNs"] > 0 and capture["gaps"] == []
+    assert capture["partial"] is None
+    # The capture is the request path through the native helper: stepping back from the live
+    # end lands on kvcache.c (the trace is decoded against the helper's DWARF lines).
+    client.call("stepBack", {"threadId": stopped["threadId"], "granularity": "line"})
+    client.expect_stopped("step")
+    top = top_frame(client, stopped["threadId"])
+    assert top["source"]["path"] == str(KVCACHE) and top["name"].startswith("kv_update")
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def test_record_window_of_n_instructions_and_a_bad_window(start_adapter, tmp_path):
+    """A window without a function records N instructions from the breakpoint on (inside the
+    interpreter); a window setting that does not exist is refused by name."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    stopped = record_session(client, library, record_condition="request_id == 2",
+                             stop_condition="request_id == 3",
+                             window={"instructions": 300})
+    run.track()
+    capture = client.events("ptdebug/capture")[0]["body"]
+    assert capture["instructions"] == 300, capture
+    assert "at most 300 instructions" in capture["window"]
+    bad = client.request("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record",
+         "recordWindow": {"cycles": 5}}]})
+    assert bad["success"] is False and "recordWindow.cycles" in bad["message"], bad
+    assert evaluate(client, top_frame(client, stopped["threadId"])["id"], "request_id") == "3"
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

@@ -131,7 +131,11 @@ class Reverse:
         addresses = []
         for path, numbers in self.recording.breakpoint_lines().items():
             for number in numbers:
-                addresses.extend(lines.statement_addresses(path, number))
+                # One address a line, as a debugger plants one breakpoint there: its first
+                # statement (a line split into several statements would otherwise hit twice).
+                found = lines.statement_addresses(path, number)
+                if found:
+                    addresses.append(min(found))
         return addresses
 
     # --- forwards -------------------------------------------------------------------------

@@ -2,13 +2,14 @@
  * The extension's debugger against the REAL adapter: `ptdebug dap` started with the command
  * line the extension's DebugAdapterDescriptorFactory builds (src/adapterCommand.ts), driven
  * through @vscode/debugadapter-testsupport's DebugClient, in front of real debugpy and a real
- * Python fixture. Data breakpoints and step back run when the adapter advertises them
- * (supportsDataBreakpoints / supportsStepBack); otherwise they skip and say that the adapter
- * did not advertise the capability.
+ * Python fixture. Data breakpoints, record breakpoints and step back run when the adapter
+ * advertises them (supportsDataBreakpoints, breakpointModes "record", supportsStepBack);
+ * otherwise they skip and say that the adapter did not advertise the capability.
  */
 import { after, before, describe, test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as cp from 'child_process';
+import * as fs from 'fs';
 import * as path from 'path';
 import { DebugClient } from '@vscode/debugadapter-testsupport';
 import { DebugProtocol } from '@vscode/debugprotocol';
@@ -150,23 +151,50 @@ describe('data breakpoint (when the adapter advertises supportsDataBreakpoints)'
     });
 });
 
-describe('step back (when the adapter advertises supportsStepBack)', { timeout: 4 * TIMEOUT }, () => {
+describe('record breakpoint, capture event and step back (when the adapter offers them)', { timeout: 4 * TIMEOUT }, () => {
     let client: PtdebugClient;
 
     before(() => { client = newClient(); return client.start(); });
     after(() => client.stop());
 
-    test('one step back from the stop lands on a line that ran before it', async t => {
-        const frame = await launchToMarker(client, 'before_write');
-        if (!client.capabilities.supportsStepBack) {
-            t.skip('the adapter did not advertise supportsStepBack in this session');
+    test('a record breakpoint announces a capture; one step back then stops in the history', async t => {
+        const init = await client.initializeRequest({ adapterID: 'ptdebug', clientID: 'vscode-tests',
+            linesStartAt1: true, columnsStartAt1: true, pathFormat: 'path', supportsProgressReporting: true });
+        const modes = (init.body?.breakpointModes ?? []).map(m => m.mode);
+        if (!modes.includes('record')) {
+            t.skip('the adapter did not advertise a "record" breakpoint mode');
             return;
         }
-        const threadId = (await client.threadsRequest()).body.threads[0].id;
-        const [, stopped] = await Promise.all([client.stepBackRequest({ threadId }), client.waitForEvent('stopped')]);
-        assert.equal(stopped.body.reason, 'step');
-        const stack = await client.stackTraceRequest({ threadId: stopped.body.threadId });
-        assert.equal(stack.body.stackFrames[0].line, markerLine(FIXTURE, 'after_fill'),
-            `stepped back from line ${frame.line} to ${stack.body.stackFrames[0].line}`);
+        const captured = new Promise<DebugProtocol.Event>((resolve, reject) => {
+            const timer = setTimeout(() => reject(new Error(`no ptdebug/capture event within ${TIMEOUT} ms; ` +
+                `adapter stderr:\n${client.stderr}`)), TIMEOUT);
+            client.once('ptdebug/capture', event => { clearTimeout(timer); resolve(event); });
+        });
+        const [recordLine, stopLine] = [markerLine(FIXTURE, 'after_fill'), markerLine(FIXTURE, 'before_write')];
+        const [, , stopped] = await Promise.all([
+            client.waitForEvent('initialized').then(async () => {
+                const set = await client.setBreakpointsRequest({ source: { path: FIXTURE }, breakpoints: [
+                    { line: recordLine, mode: 'record', recordWindow: { instructions: 3000 } } as DebugProtocol.SourceBreakpoint,
+                    { line: stopLine }] });
+                assert.deepEqual(set.body.breakpoints.map(b => b.verified), [true, true]);
+                return client.configurationDoneRequest();
+            }),
+            client.launchRequest({ program: FIXTURE, backend: 'python', console: 'internalConsole' } as DebugProtocol.LaunchRequestArguments),
+            client.waitForEvent('stopped'),
+        ]);
+        assert.equal(stopped.body.reason, 'breakpoint');
+        // The extension's Trace Captures view is fed by this event: it must name a real bundle.
+        const capture = (await captured).body as { bundle: string; instructions?: number };
+        assert.ok(fs.existsSync(path.join(capture.bundle, 'manifest.json')), `no bundle at ${capture.bundle}`);
+        assert.ok((capture.instructions ?? 0) > 0);
+        if (!client.capabilities.supportsStepBack) {
+            t.skip('a capture was announced but the adapter did not advertise supportsStepBack');
+            return;
+        }
+        const threadId = stopped.body.threadId;
+        const [, back] = await Promise.all([client.stepBackRequest({ threadId }), client.waitForEvent('stopped')]);
+        assert.equal(back.body.reason, 'step');
+        const stack = await client.stackTraceRequest({ threadId: back.body.threadId });
+        assert.ok(stack.body.stackFrames.length > 0, 'a stop in the history has a frame');
     });
 });

@@ -122,8 +122,8 @@ def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple
     headless = ["--headless", "--accept-multiclient", "--api-version=2",
                 "--listen=127.0.0.1:0"]
     if isinstance(config, AttachConfig):
-        # not --continue: a stop caused by a run Delve's DAP server did not start itself is
-        # never reported to its DAP client; ptdebug resumes through DAP instead
+        # not --continue: Delve's DAP server resumes the process at configurationDone itself,
+        # and only the stops of runs it started are reported to its DAP client
         return ["attach", str(config.pid), *headless], os.getcwd()
     mode = go_mode(config)
     program = os.path.abspath(os.path.expanduser(config.program))
@@ -172,10 +172,6 @@ class DelveBackend(Backend):
         """Set by close(): the end of the channel is then expected, not a crash."""
         self.stop_on_entry = False
         """launch's stopOnEntry, passed to Delve's remote attach."""
-        self.resume_after_configuration = False
-        """Attach (pid or connect): a halted target is resumed through DAP after
-        configurationDone, as after vscode-go's local attach (Delve's remote attach leaves it
-        halted, without a stopped event)."""
         self._socket: socket.socket | None = None
         self._pump: threading.Thread | None = None
         self._early_output: list[bytes] = []
@@ -194,8 +190,6 @@ class DelveBackend(Backend):
                                          getattr(config, "env", None) or {})
         if isinstance(config, LaunchConfig):
             self.stop_on_entry = config.stopOnEntry
-        else:
-            self.resume_after_configuration = True
         host, port = self.address
         try:
             sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -366,8 +360,6 @@ class DelveBackend(Backend):
         if self.channel is None:
             raise BackendGone("Delve is not running")
         fixup = RESPONSE_FIXUPS.get(request.command)
-        if request.command == "configurationDone" and self.resume_after_configuration:
-            fixup = self._resume_if_halted
         if observe is None and fixup is None:
             relay = lambda response: request.respond_like(response.raw)
         else:
@@ -380,21 +372,6 @@ class DelveBackend(Backend):
                 finally:
                     request.respond_like(response.raw)
         self.channel.send_request(request.command, request.raw.get("arguments"), relay)
-
-    def _resume_if_halted(self, response: dict) -> None:
-        if response.get("success"):
-            threading.Thread(target=self._resume, name="delve-resume", daemon=True).start()
-
-    def _resume(self) -> None:
-        try:
-            state = self.rpc.state()
-        except BackendError as exc:
-            log.warning("Delve's state is unknown: %s", exc.message)
-            return
-        if state.get("Running") or state.get("exited"):
-            return
-        goroutine = (state.get("currentGoroutine") or {}).get("id") or 1
-        self.channel.send_request("continue", {"threadId": goroutine}, lambda response: None)
 
     def request(self, command: str, arguments: dict | None = None,
                 timeout: float = 10.0) -> Response:

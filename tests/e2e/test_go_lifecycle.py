@@ -127,7 +127,7 @@ def test_attach_to_pid_leaves_it_running(start_adapter, tmp_path):
                  breakpoints={"spin": {}})
         stopped = client.expect_stopped("breakpoint", timeout=60)
         frame = client.call("stackTrace", {"threadId": stopped["threadId"]})["stackFrames"][0]
-        assert frame["line"] == go_marker(source, "spin")
+        assert (frame["name"], frame["line"]) == ("main.bump", go_marker(source, "spin"))
         assert client.expect_event("process")["body"]["systemProcessId"] == target.pid
         run.client.call("disconnect", {}, timeout=15)
         assert run.wait_exit() == 0

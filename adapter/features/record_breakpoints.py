@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -234,6 +235,8 @@ class RecordBreakpoints:
         self._busy = threading.Lock()
         self._recording_thread: int | None = None
         self._held: list[dict] = []
+        self._child: subprocess.Popen | None = None
+        """The recorder process of the capture in progress."""
         self._listeners: list = []
         self._lock = threading.Lock()
         session.request_interceptors.setdefault("setBreakpoints", []).append(
@@ -398,6 +401,7 @@ class RecordBreakpoints:
         child = subprocess.Popen([sys.executable, "-m", "adapter.features.record_breakpoints",
                                   json.dumps(spec)], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
+        self._child = child
         try:
             result = None
             for line in child.stdout:
@@ -407,9 +411,9 @@ class RecordBreakpoints:
                     result = json.loads(line)
             child.wait(timeout=window.timeout + 30)
         finally:
-            if child.poll() is None:  # the adapter is ending mid-recording
-                child.terminate()
-                child.wait(10)
+            self._child = None
+            if child.poll() is None:
+                _stop_recorder(child)
         if result is None or "error" in result:
             reason = result["error"] if result else (child.stderr.read().strip()[-400:] or
                                                      f"the recorder exited with {child.returncode}")
@@ -425,8 +429,22 @@ class RecordBreakpoints:
                        result.get("end_reason", ""), result.get("partial_reason"))
 
     def close(self) -> None:
+        child = self._child
+        if child is not None and child.poll() is None:  # the session ends mid-recording
+            _stop_recorder(child)
         if self._directory is not None:
             shutil.rmtree(self._directory, ignore_errors=True)
+
+
+def _stop_recorder(child: subprocess.Popen) -> None:
+    """End a recorder early with SIGINT: it then stops recording, clears the thread's debug
+    registers and detaches (record_stepper's KeyboardInterrupt path), keeping a partial bundle."""
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(5)
 
 
 def _any_between(sorted_values, low: int, high: int) -> bool:

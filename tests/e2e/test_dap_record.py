@@ -66,3 +66,24 @@ def test_record_window_of_n_instructions_and_a_bad_window(start_adapter, tmp_pat
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()
+
+
+def test_a_window_that_cannot_open_is_reported_and_the_program_runs_on(start_adapter, tmp_path):
+    """A window naming a function the process does not have: the user is told why nothing was
+    recorded, no capture is kept, and the program was let go (it reaches the next stop)."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    stopped = record_session(client, library, record_condition="request_id == 2",
+                             stop_condition="request_id == 3",
+                             window={"function": "no_such_function", "timeout": 5})
+    run.track()
+    outputs = [e["body"]["output"] for e in client.events("output")]
+    assert any("did not record" in o and "no_such_function" in o for o in outputs), outputs
+    assert client.events("ptdebug/capture") == []
+    assert evaluate(client, top_frame(client, stopped["threadId"])["id"], "request_id") == "3"
+    refused = client.request("stepBack", {"threadId": stopped["threadId"]})
+    assert refused["success"] is False and "record" in refused["message"]
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

@@ -32,8 +32,8 @@ def _record_handoff(tmp_path):
         time.sleep(1.0)
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
+    probe = probe_for(proc.pid)  # before the release: reading the layout takes a while
     threading.Thread(target=release, daemon=True).start()
-    probe = probe_for(proc.pid)
     try:
         result = record.record_stepper(
             str(tmp_path / "handoff.bundle"), pid=proc.pid, start="main.handoff",

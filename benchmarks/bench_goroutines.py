@@ -1,0 +1,255 @@
+"""Go: building the goroutine index of a 5-million-instruction history, and DAP request latency
+through `ptdebug dap` in front of Delve against Delve alone.
+
+Index: a real stepper recording of tests/fixtures/programs/go_handoff (three goroutines
+handing a token over channels, the goid probe writing PTWRITEs) is decoded; its instruction
+column and goid observations are repeated to 5 M instructions (1 M with --quick), keeping the
+real density of switches and observations. Timed side by side in the same run: the index
+build, and the History the index sits beside (History.from_columns of the same columns), best
+of 5. Target: under 1 s.
+
+DAP: two sessions on the same Go binary stopped at the same breakpoint, one straight to a
+headless Delve (DAP remote attach), one through `ptdebug dap` (which runs its own headless
+Delve); the request mix of bench_dap.py (stackTrace, scopes, variables, evaluate) alternates
+between them. Target: at most +10 % at the median and at p99.
+
+    .venv/bin/python -m benchmarks.bench_goroutines [--quick] [--json]
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from benchmarks.bench_dap import CYCLE, PTDEBUG, _side_by_side
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
+
+
+def _go() -> str:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.path.exists(go):
+        raise RuntimeError("the Go toolchain is missing")
+    return go
+
+
+def _build(name: str, tmp: str, debug: bool) -> tuple[str, str]:
+    package = os.path.join(tmp, name)
+    shutil.copytree(PROGRAMS / name, package)
+    binary = os.path.join(tmp, name + "_bin")
+    flags = ["-gcflags=all=-N -l"] if debug else []
+    subprocess.run([_go(), "build", *flags, "-o", binary, "."], cwd=package, check=True,
+                   env=dict(os.environ, CGO_ENABLED="0"))
+    return binary, package
+
+
+# --- the index --------------------------------------------------------------------------------
+def _record_handoff(tmp: str):
+    from adapter.capture import record, stepper
+    from adapter.golang.stepper_probe import probe_for
+    binary, _ = _build("go_handoff", tmp, debug=False)
+    proc = subprocess.Popen([binary, "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=dict(os.environ, GODEBUG="asyncpreemptoff=1"))
+    proc.stdout.readline()
+
+    def release():
+        time.sleep(1.0)
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+    probe = probe_for(proc.pid)  # before the release: reading the layout takes a while
+    threading.Thread(target=release, daemon=True).start()
+    try:
+        result = record.record_stepper(os.path.join(tmp, "handoff.bundle"), pid=proc.pid,
+                                       start="main.handoff", ptw_probe=probe,
+                                       end=stepper.EndCondition(until_return=True),
+                                       trigger_timeout=60, wait_for_exit=False)
+    finally:
+        probe.close()
+    proc.wait(60)
+    return result.bundle, binary
+
+
+def _best(fn, rounds: int = 5) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_index(instructions: int, tmp: str) -> dict:
+    import numpy as np
+
+    from adapter.golang.bundle_index import index_bundle
+    from adapter.golang.goroutine_index import GoroutineIndex
+    from adapter.golang.runtime_layout import RuntimeLayout
+    from pt_decoder.history import History
+    bundle, binary = _record_handoff(tmp)
+    (thread,) = index_bundle(bundle)
+    layout = RuntimeLayout.from_elf(binary)
+    base_ip = np.frombuffer(thread.history.ips(), dtype=np.uint64)
+    base_n = base_ip.size
+    copies = -(-instructions // base_n)
+    ip = np.tile(base_ip, copies)[:instructions].copy()
+    samples = [(p + k * base_n, v) for k in range(copies) for p, v in thread.samples
+               if p + k * base_n < instructions]
+    time_col = np.arange(instructions, dtype=np.uint64) * 3
+    cycles_col = time_col.copy()
+    flags = np.zeros(instructions, dtype=np.uint8)
+    index = GoroutineIndex.build(ip, samples, layout.g_stores)
+    build_s = _best(lambda: GoroutineIndex.build(ip, samples, layout.g_stores))
+    history_s = _best(lambda: History.from_columns(ip, time_col, cycles_col, flags), rounds=3)
+    summaries_s = _best(lambda: index.summaries(time_col, cycles_col), rounds=3)
+    positions = np.random.default_rng(7).integers(0, instructions, 100_000).tolist()
+    start = time.perf_counter()
+    for p in positions:
+        index.goid_at(p)
+    query_us = (time.perf_counter() - start) / len(positions) * 1e6
+    return {"instructions": instructions, "recorded_instructions": base_n,
+            "observations": len(samples), "segments": len(index.starts),
+            "goroutine_switches": len(index.switches()),
+            "build_s": round(build_s, 4), "build_ns_per_insn": round(build_s / instructions * 1e9, 1),
+            "history_from_columns_s": round(history_s, 4),
+            "build_vs_history": round(build_s / history_s, 3),
+            "summaries_s": round(summaries_s, 4), "goid_at_us": round(query_us, 2),
+            "target_s": 1.0, "meets_target": build_s < 1.0}
+
+
+# --- DAP through ptdebug vs straight to Delve -------------------------------------------------
+class _GoSession:
+    """A blocking DAP client on a stream pair, stopped at `// @work` of go_session."""
+
+    def __init__(self, rfile, wfile, source: str, start: dict, request: str):
+        self.rfile, self.wfile = rfile, wfile
+        self.seq = 0
+        self.events: list[dict] = []
+        self.call("initialize", {"clientID": "bench", "adapterID": "go", "linesStartAt1": True,
+                                 "columnsStartAt1": True, "pathFormat": "path"})
+        seq = self.send(request, start)
+        self.wait_response(seq)
+        line = next(i for i, text in enumerate(open(source), 1)
+                    if text.rstrip().endswith("// @work"))
+        self.call("setBreakpoints", {"source": {"path": source},
+                                     "breakpoints": [{"line": line, "condition": "j.id == 5"}]})
+        self.call("configurationDone", {})
+        thread = self.wait_event("stopped")["body"]["threadId"]
+        frame = self.call("stackTrace", {"threadId": thread})["stackFrames"][0]["id"]
+        scopes = self.call("scopes", {"frameId": frame})["scopes"]
+        self.arguments = {
+            "stackTrace": {"threadId": thread, "startFrame": 0, "levels": 20},
+            "scopes": {"frameId": frame},
+            "variables": {"variablesReference": scopes[0]["variablesReference"]},
+            "evaluate": {"expression": "j.value * 2 + j.id", "frameId": frame,
+                         "context": "repl"},
+        }
+
+    def send(self, command: str, arguments: dict) -> int:
+        self.seq += 1
+        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
+                           "arguments": arguments}).encode()
+        self.wfile.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.wfile.flush()
+        return self.seq
+
+    def _read(self) -> dict:
+        length = 0
+        while True:
+            line = self.rfile.readline()
+            if not line:
+                raise EOFError("the peer closed the connection")
+            if line in (b"\r\n", b"\n"):
+                break
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        return json.loads(self.rfile.read(length))
+
+    def wait_response(self, seq: int) -> dict:
+        while True:
+            message = self._read()
+            if message["type"] == "response" and message["request_seq"] == seq:
+                if not message["success"]:
+                    raise RuntimeError(f"{message['command']} failed: {message}")
+                return message
+            if message["type"] == "event":
+                self.events.append(message)
+
+    def wait_event(self, name: str) -> dict:
+        for i, event in enumerate(self.events):
+            if event["event"] == name:
+                return self.events.pop(i)
+        while True:
+            message = self._read()
+            if message["type"] == "event":
+                if message["event"] == name:
+                    return message
+                self.events.append(message)
+
+    def call(self, command: str, arguments: dict) -> dict:
+        return self.wait_response(self.send(command, arguments)).get("body", {})
+
+    def timed(self, command: str) -> int:
+        start = time.perf_counter_ns()
+        self.wait_response(self.send(command, self.arguments[command]))
+        return time.perf_counter_ns() - start
+
+
+def bench_dap(requests: int, tmp: str) -> dict:
+    from adapter.backends.delve import find_dlv
+    binary, package = _build("go_session", tmp, debug=True)
+    source = os.path.join(package, "main.go")
+    dlv = subprocess.Popen([find_dlv(), "exec", binary, "--headless", "--accept-multiclient",
+                            "--api-version=2", "--listen=127.0.0.1:0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    adapter = subprocess.Popen(PTDEBUG, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        port = int(re.search(rb"127\.0\.0\.1:(\d+)", dlv.stdout.readline()).group(1))
+        threading.Thread(target=dlv.stdout.read, daemon=True).start()  # drain its output
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        direct = _GoSession(sock.makefile("rb"), sock.makefile("wb"), source,
+                            {"mode": "remote"}, "attach")
+        proxied = _GoSession(adapter.stdout, adapter.stdin, source,
+                             {"backend": "go", "program": binary, "mode": "exec"}, "launch")
+        result = _side_by_side(direct, proxied, requests)
+        proxied.send("disconnect", {"terminateDebuggee": True})
+        adapter.stdin.close()
+        adapter.wait(20)
+    finally:
+        for proc in (adapter, dlv):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    result["target_added_max"] = 0.10
+    result["meets_target"] = result["added_median"] <= 0.10 and result["added_p99"] <= 0.10
+    return result
+
+
+def run(quick: bool = False) -> dict:
+    instructions = 1_000_000 if quick else 5_000_000
+    requests = int(os.environ.get("BENCH_DAP_REQUESTS", 0)) or (400 if quick else 4_000)
+    with tempfile.TemporaryDirectory(prefix="bench_goroutines_") as tmp:
+        return {"index": bench_index(instructions, tmp),
+                "dap_vs_delve": {"requests_per_path": requests, "mix": list(CYCLE),
+                                 **bench_dap(requests, tmp)}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    result = run(quick="--quick" in argv)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -55,6 +55,7 @@ class Target:
         self.debugregs_armed: set[int] = set()
         self.exit_status: pt.WaitStatus | None = None
         self._pending: dict[int, int] = {}  # tid -> signal to deliver when it resumes
+        self._ever: set[int] = set()  # every thread id we traced (to reap their exits)
 
     # -- getting hold of it -----------------------------------------------------------------
 
@@ -300,6 +301,7 @@ class Target:
                       (pt.O_TRACECLONE if follow_clones else 0))
 
     def _detach(self, tid: int) -> None:
+        self._ever.add(tid)
         state = self.threads.get(tid)
         if state in ("running", "new"):
             if self._interrupt_and_wait(tid) is None:
@@ -308,6 +310,7 @@ class Target:
             pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
             for slot in range(4):
                 pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * slot, 0)
+            self._drain_breakpoint_traps(tid)
             pt.detach(tid, self._pending.pop(tid, 0))
         except pt.PtraceError as exc:
             if exc.errno != errno.ESRCH:
@@ -315,13 +318,51 @@ class Target:
         self.threads.pop(tid, None)
         self.debugregs_armed.discard(tid)
 
+    def _drain_breakpoint_traps(self, tid: int) -> None:
+        """A breakpoint hit whose SIGTRAP is still queued (the thread was stopped
+        by our interrupt first) would kill the thread once detached: let it
+        reach its signal-delivery stop, where PTRACE_DETACH discards it."""
+        for _ in range(4):
+            if not _pending_signals(tid) & (1 << (signal.SIGTRAP - 1)):
+                return
+            pt.cont(tid)
+            st = pt.waitpid(tid)
+            if st.gone:
+                return
+            if not st.event and st.stop_signal == signal.SIGTRAP:
+                return  # in its signal-delivery stop: PTRACE_DETACH with 0 drops it
+            if not st.event:
+                self._pending[tid] = st.stop_signal  # another signal: delivered at detach
+
     def release(self) -> None:
-        """Every traced thread: debug registers cleared, detached, running."""
-        for tid in list(self.threads):
+        """Every traced thread: debug registers cleared, detached, running. That
+        includes threads the kernel attached for us (PTRACE_O_TRACECLONE) that
+        were created after we last looked."""
+        me = os.getpid()
+        for _ in range(50):
+            for tid in list(self.threads):
+                try:
+                    self._detach(tid)
+                except pt.PtraceError:
+                    self.threads.pop(tid, None)
             try:
-                self._detach(tid)
-            except pt.PtraceError:
-                self.threads.pop(tid, None)
+                unseen = [t for t in pt.threads_of(self.pid) if _tracer(t) == me]
+            except OSError:
+                unseen = []
+            if not unseen:
+                break
+            for tid in unseen:
+                self.threads[tid] = "new"
+                self._ever.add(tid)
+        # reap traced threads that died meanwhile (their exits are reported to us)
+        for tid in sorted(self._ever):
+            try:
+                st = pt.waitpid(tid, pt.WALL | pt.WNOHANG)
+            except ChildProcessError:
+                continue
+            if st is not None and self.launched is not None and tid == self.launched.pid \
+                    and st.gone:
+                self.launched.status = st.raw   # keep the program's exit status
 
     def wait_launched(self, timeout: float | None = None) -> int | None:
         """For a launched program, wait for it to end; its exit code (or -signal)."""
@@ -352,6 +393,25 @@ class _Child:
                     return None
                 time.sleep(0.005)
         return os.waitstatus_to_exitcode(self.status)
+
+
+def _tracer(tid: int) -> int:
+    try:
+        return pt.tracer_of(tid)
+    except OSError:
+        return 0
+
+
+def _pending_signals(tid: int) -> int:
+    """SigPnd of /proc/TID/status: signals queued for this thread."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("SigPnd:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
 
 
 def _threads(pid: int) -> list[int]:

@@ -31,7 +31,8 @@ def test_signal_handlers_are_recorded_and_decode(rec_signal, tmp_path):
     handler = image.find_symbol("on_alarm")[0]
     ips = list(rec.ips)
     for index, interrupted in rec.async_events:
-        assert ips[index] == handler          # the path jumps into the handler there
+        if index < len(ips):                  # (the recording may end right at the entry)
+            assert ips[index] == handler      # the path jumps into the handler there
     decoded, events = decode_ips(out)
     assert errors_in(events) == []
     assert decoded == ips

@@ -5,7 +5,7 @@
  * Layer: extension (vscode). The decisions live in pure modules (configuration.ts,
  * adapterCommand.ts, captureModel.ts, historyText.ts); this file wires them to VS Code. The
  * adapter's own surface used here: the custom events/requests `ptdebug/capture`,
- * `ptdebug/captureNow`, `ptdebug/goroutineHistory`, and the CLI `ptdebug export`
+ * `ptdebug/captureNow`, `ptdebug/goroutineHistory` (typed by src/schema.ts), and the CLI `ptdebug export`
  * (docs/vscode.md lists them). DAP progress events need nothing here: VS Code shows them
  * as notifications itself, because it announces `supportsProgressReporting`.
  */
@@ -18,9 +18,10 @@ import { CommandLine, PtdebugSettings, adapterCommand, ptdebugCommand } from './
 import { Capture, CaptureEventBody, CaptureStore, captureLabel, describeCapture, invalidCaptureBody } from './captureModel';
 import { CapturesView } from './capturesView';
 import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, resolveConfiguration, resolveSubstituted } from './configuration';
-import { GoroutineHistoryBody, renderGoroutineHistory } from './historyText';
+import { renderGoroutineHistory } from './historyText';
 import { HotLines } from './hotLines';
 import { codePoint, latencyArgs, parseLatencyOutput, renderLatency } from './latencyText';
+import type { GoroutineHistoryIn, GoroutineHistoryOut } from './schema';
 import { TraceScopeView } from './traceScopeView';
 
 const HISTORY_SCHEME = 'ptdebug-history';
@@ -113,13 +114,18 @@ export function activate(context: vscode.ExtensionContext): void {
             exportCapture(store, capture, 'pprof', output)),
         vscode.commands.registerCommand('ptdebug.exportPerfetto', (capture?: Capture) =>
             exportCapture(store, capture, 'perfetto', output)),
-        vscode.commands.registerCommand('ptdebug.showGoroutineHistory', async () => {
+        vscode.commands.registerCommand('ptdebug.showGoroutineHistory', async (given?: Capture) => {
             const session = activePtdebugSession();
             if (!session) { return; }
+            const capture = await pickCapture(store, given);
+            if (!capture) { return; }
             try {
-                const body = await ptdebugRequest(session, 'ptdebug/goroutineHistory', {}) as GoroutineHistoryBody;
-                const uri = vscode.Uri.parse(`${HISTORY_SCHEME}:/${encodeURIComponent(session.name)}/goroutines.md`);
-                histories.set(uri.toString(), renderGoroutineHistory(body));
+                const args: GoroutineHistoryIn = { bundle: capture.bundle };
+                const body = await vscode.window.withProgress(
+                    { location: vscode.ProgressLocation.Notification, title: 'ptdebug: indexing goroutines' },
+                    () => ptdebugRequest(session, 'ptdebug/goroutineHistory', args)) as GoroutineHistoryOut;
+                const uri = vscode.Uri.parse(`${HISTORY_SCHEME}:/${encodeURIComponent(session.name)}/goroutines-${capture.serial}.md`);
+                histories.set(uri.toString(), renderGoroutineHistory(body, capture.bundle));
                 historyChanged.fire(uri);
                 const doc = await vscode.workspace.openTextDocument(uri);
                 await vscode.window.showTextDocument(doc, { preview: true });

@@ -1,63 +1,52 @@
 /**
- * Text rendering of the goroutine (or thread) history a ptdebug session returns for the
- * custom request `ptdebug/goroutineHistory`.
+ * Text rendering of the goroutine history a ptdebug Go session returns for the custom request
+ * `ptdebug/goroutineHistory` (GoroutineHistoryIn -> GoroutineHistoryOut of schema.py, whose
+ * TypeScript interfaces src/schema.ts is generated from).
  *
  * Role: formatting for the "Show Goroutine History" document. Layer: extension, no `vscode`
- * import. Knows the response body documented in docs/vscode.md; unknown keys are ignored so
- * a newer adapter still renders.
+ * import.
  */
 import { formatCount, formatDuration } from './captureModel';
+import type { GoroutineHistoryEntry, GoroutineHistoryOut } from './schema';
 
-export interface HistorySpan {
-    /** OS thread the goroutine ran on during the span. */
-    tid?: number;
-    startNs: number;
-    endNs: number;
-    /** Function at the start of the span. */
-    function?: string;
+/** How many ranges of one goroutine the document lists. */
+export const RANGES_SHOWN = 20;
+
+function goroutineName(goid: number): string {
+    if (goid === 0) { return 'g0 (scheduler, system stack)'; }
+    if (goid < 0) { return 'unknown goroutine (before any goid was seen)'; }
+    return `goroutine ${goid}`;
 }
 
-export interface GoroutineHistory {
-    /** Goroutine id (Go) or thread id (Python). */
-    id: number;
-    /** A label: the goroutine's start function, or the thread name. */
-    name?: string;
-    instructions?: number;
-    cycles?: number;
-    spans?: HistorySpan[];
-}
-
-export interface GoroutineHistoryBody {
-    bundle?: string;
-    goroutines: GoroutineHistory[];
-}
-
-export function renderGoroutineHistory(body: GoroutineHistoryBody): string {
+export function renderGoroutineHistory(body: GoroutineHistoryOut, bundle?: string): string {
     if (!body || !Array.isArray(body.goroutines)) {
         throw new Error('ptdebug/goroutineHistory: the response has no "goroutines" array');
     }
+    const time = (value: number) => body.timeUnit === 'ns' ? formatDuration(value) : `${formatCount(value)} ${body.timeUnit}`;
     const lines: string[] = ['# Goroutine history', ''];
-    if (body.bundle) {
-        lines.push(`Capture: ${body.bundle}`, '');
+    if (bundle) {
+        lines.push(`Capture: ${bundle}`, '');
     }
     if (body.goroutines.length === 0) {
         lines.push('No goroutine ran in the recorded window.');
         return lines.join('\n') + '\n';
     }
-    const sorted = [...body.goroutines].sort((a, b) => (b.cycles ?? 0) - (a.cycles ?? 0) || a.id - b.id);
-    const origin = Math.min(...sorted.flatMap(g => (g.spans ?? []).map(s => s.startNs)));
+    const sorted: GoroutineHistoryEntry[] = [...body.goroutines]
+        .sort((a, b) => b.cycles - a.cycles || a.thread - b.thread || a.goid - b.goid);
+    const origin = Math.min(...sorted.flatMap(g => g.ranges.map(r => r.startTime)));
     for (const g of sorted) {
-        const totals: string[] = [];
-        if (g.instructions !== undefined) { totals.push(`${formatCount(g.instructions)} instructions`); }
-        if (g.cycles !== undefined) { totals.push(`${formatCount(g.cycles)} cycles`); }
-        const busy = (g.spans ?? []).reduce((sum, s) => sum + Math.max(0, s.endNs - s.startNs), 0);
-        if (g.spans && g.spans.length) { totals.push(`${formatDuration(busy)} on CPU in ${g.spans.length} span(s)`); }
-        lines.push(`## ${g.id}${g.name ? `  ${g.name}` : ''}`);
-        if (totals.length) { lines.push(totals.join(', ')); }
-        for (const s of g.spans ?? []) {
-            const at = Number.isFinite(origin) ? s.startNs - origin : s.startNs;
-            lines.push(`  +${formatDuration(at).padEnd(10)} ${formatDuration(s.endNs - s.startNs).padEnd(10)}` +
-                `${s.tid !== undefined ? ` thread ${s.tid}` : ''}${s.function ? `  ${s.function}` : ''}`);
+        lines.push(`## ${goroutineName(g.goid)} on thread ${g.thread}`);
+        lines.push(`${formatCount(g.instructions)} instructions, ${formatCount(g.cycles)} cycles, ` +
+            `${time(g.time)} in ${g.ranges.length}${g.truncated ? '+' : ''} range(s); confidence: ${g.confidence}`);
+        for (const r of g.ranges.slice(0, RANGES_SHOWN)) {
+            lines.push(`  +${time(r.startTime - origin).padEnd(10)} ${time(r.stopTime - r.startTime).padEnd(10)} ` +
+                `instructions ${r.start}..${r.stop - 1}`);
+        }
+        const hidden = g.ranges.length - RANGES_SHOWN;
+        if (g.truncated) {
+            lines.push('  ... more range(s) not shown');
+        } else if (hidden > 0) {
+            lines.push(`  ... ${hidden} range(s) not shown`);
         }
         lines.push('');
     }

@@ -47,14 +47,20 @@ test('the adapter record breakpoints\' event body (id, tid, window, gaps, partia
     assert.equal(captureLabel(store.add('opened', { bundle: '/data/b7', id: 9 })), 'b7');
 });
 
-test('goroutine history renders busiest first with spans relative to the window', () => {
-    const text = renderGoroutineHistory({ bundle: '/tmp/cap', goroutines: [
-        { id: 7, name: 'main.worker', cycles: 10, spans: [{ tid: 101, startNs: 2000, endNs: 5000, function: 'main.worker' }] },
-        { id: 1, name: 'main.main', cycles: 900, instructions: 400, spans: [{ tid: 100, startNs: 1000, endNs: 1500 }] },
-    ] });
+test('goroutine history (GoroutineHistoryOut) renders busiest first, ranges from the window start', () => {
+    const text = renderGoroutineHistory({ timeUnit: 'ns', goroutines: [
+        { thread: 101, goid: 7, instructions: 50, time: 3000, cycles: 10, confidence: 'flow',
+          ranges: [{ start: 0, stop: 50, startTime: 2000, stopTime: 5000 }] },
+        { thread: 100, goid: 0, instructions: 400, time: 500, cycles: 900, confidence: 'observed', truncated: true,
+          ranges: [{ start: 10, stop: 410, startTime: 1000, stopTime: 1500 }] },
+    ] }, '/tmp/cap');
     const lines = text.split('\n');
-    assert.ok(lines.indexOf('## 1  main.main') < lines.indexOf('## 7  main.worker'));
-    assert.ok(lines.includes('400 instructions, 900 cycles, 500 ns on CPU in 1 span(s)'));
-    assert.ok(lines.some(l => l.startsWith('  +1.0 µs') && l.includes('thread 101') && l.endsWith('main.worker')));
+    assert.ok(lines.indexOf('## g0 (scheduler, system stack) on thread 100') < lines.indexOf('## goroutine 7 on thread 101'));
+    assert.ok(lines.includes('400 instructions, 900 cycles, 500 ns in 1+ range(s); confidence: observed'));
+    assert.ok(lines.some(l => l.startsWith('  +1.0 µs') && l.endsWith('instructions 0..49')));
+    assert.ok(lines.includes('  ... more range(s) not shown'));
+    assert.ok(renderGoroutineHistory({ timeUnit: 'tsc', goroutines: [
+        { thread: 1, goid: -1, instructions: 1, time: 20000, cycles: 1, confidence: 'unknown', ranges: [] }] })
+        .includes('unknown goroutine (before any goid was seen) on thread 1'));
     assert.throws(() => renderGoroutineHistory({} as never), /no "goroutines" array/);
 });

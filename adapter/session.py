@@ -269,7 +269,11 @@ class Session:
         (a probe may take a while and must never delay the backend's events)."""
         from adapter.features.data_breakpoints import DataBreakpoints
         try:
-            feature = DataBreakpoints.probe(self, pid)
+            if getattr(self.backend, "native_data_breakpoints", False):
+                from adapter.golang.data_breakpoints import DelveDataBreakpoints
+                feature = DelveDataBreakpoints(self)  # the debugger owns the debug registers
+            else:
+                feature = DataBreakpoints.probe(self, pid)
         except Exception:
             log.exception("data breakpoints: probe failed")
             return

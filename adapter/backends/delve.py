@@ -155,6 +155,9 @@ def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple
 
 class DelveBackend(Backend):
     name = "delve"
+    native_data_breakpoints = True
+    """Delve serves DAP data breakpoints itself (hardware watchpoints that follow stack
+    moves); the session plugs in adapter.golang.data_breakpoints instead of its own engine."""
 
     def __init__(self, hooks: BackendHooks):
         super().__init__(hooks)

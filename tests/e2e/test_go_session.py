@@ -61,6 +61,18 @@ def test_conditional_breakpoint_goroutines_variables_evaluate(start_adapter, tmp
     assert current["userFunction"] == "main.square" and current["threadId"] > 0
     assert {"main.produce", "main.sum"} <= {g["userFunction"] for g in listed}
 
+    # stepping: next stays in the goroutine, on the following line
+    client.call("next", {"threadId": stopped["threadId"]})
+    client.expect_stopped("step", timeout=30)
+    top = client.call("stackTrace", {"threadId": stopped["threadId"]})["stackFrames"][0]
+    assert (top["name"], top["line"]) == ("main.square", go_marker(source, "work") + 1)
+    # disassembly (answered by ptdebug from the process's memory) at Delve's frame address
+    pc = top["instructionPointerReference"]
+    listing = client.call("disassemble", {"memoryReference": pc, "instructionCount": 8,
+                                          "resolveSymbols": True})["instructions"]
+    assert len(listing) == 8 and int(listing[0]["address"], 16) == int(pc, 16)
+    assert all(i.get("presentationHint") != "invalid" for i in listing)
+
     client.call("continue", {"threadId": stopped["threadId"]})
     exited = client.expect_event("exited", timeout=30)
     assert exited["body"]["exitCode"] == 0

@@ -21,6 +21,7 @@ Every run's paths are checked equal to the single-step path first.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -40,8 +41,11 @@ def _build(out_dir: pathlib.Path) -> str:
     return str(exe)
 
 
+_DEVNULL = os.open(os.devnull, os.O_WRONLY)  # the program's output must not mix with ours
+
+
 def _at_trigger(argv, follow_clones=False):
-    target = Target.launch(argv, no_aslr=True)
+    target = Target.launch(argv, no_aslr=True, output_fd=_DEVNULL)
     tid = target.run_to(target.resolve("work"))
     target.keep_only(tid, follow_clones=follow_clones)
     return target, tid, pt.getregs(tid)
@@ -83,7 +87,8 @@ def _recorder(argv, predict_returns=True, breakpoints="int3"):
 def _end_to_end(argv, out: pathlib.Path) -> tuple[stepper.Recording, float]:
     t0 = time.perf_counter()
     result = record.record_stepper(str(out), command=argv, start="work",
-                                   end=stepper.EndCondition(until_return=True), no_aslr=True)
+                                   end=stepper.EndCondition(until_return=True), no_aslr=True,
+                                   output_fd=_DEVNULL)
     return result.recording, time.perf_counter() - t0
 
 

@@ -107,6 +107,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    copy_images: bool = True, ptw_probe=None, no_aslr: bool = False,
                    trigger_timeout: float | None = None, env: dict | None = None,
                    wait_for_exit: bool = True, breakpoints: str = "auto",
+                   output_fd: int | None = None,
                    log=lambda msg: None, on_attached=None) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
@@ -130,7 +131,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     failure = None
     try:
         if command:
-            target = Target.launch(command, env=env, no_aslr=no_aslr)
+            target = Target.launch(command, env=env, no_aslr=no_aslr, output_fd=output_fd)
         else:
             target = Target.attach(pid=pid, tid=tid)
         writer.manifest["pid"] = target.pid

@@ -61,11 +61,12 @@ class Target:
 
     @classmethod
     def launch(cls, argv: list[str], env: dict | None = None, cwd: str | None = None,
-               no_aslr: bool = False) -> Target:
+               no_aslr: bool = False, output_fd: int | None = None) -> Target:
         """Start `argv` stopped at its first instruction after execve, seized
         (so PTRACE_INTERRUPT works) and killed if ptdebug dies (EXITKILL).
         `no_aslr` starts it with address-space randomisation off
-        (personality(2) ADDR_NO_RANDOMIZE), so that two runs use the same addresses."""
+        (personality(2) ADDR_NO_RANDOMIZE), so that two runs use the same addresses.
+        `output_fd`: where the program's stdout and stderr go (default: ours)."""
         # fork + exec by hand: the child stops itself before exec so that it can
         # be seized (subprocess would wait for the exec that the stop delays).
         child = os.fork()
@@ -73,6 +74,9 @@ class Target:
             try:
                 if cwd is not None:
                     os.chdir(cwd)
+                if output_fd is not None:
+                    os.dup2(output_fd, 1)
+                    os.dup2(output_fd, 2)
                 if no_aslr:
                     libc = ctypes.CDLL(None, use_errno=True)
                     libc.personality(libc.personality(0xFFFFFFFF) | ADDR_NO_RANDOMIZE)

@@ -188,7 +188,11 @@ class Session:
                                  "attach first")
         if self.backend_gone_at is not None:
             raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
-        for intercept in self.request_interceptors.get(request.command, ()):
+        interceptors = self.request_interceptors.get(request.command, ())
+        if interceptors and self.argument_checker is not None and request.command in DAP_REQUESTS:
+            # a feature may forward it (changed or not): the same checks as any forwarded request
+            self.argument_checker.check(request.command, request.raw.get("arguments"))
+        for intercept in interceptors:
             answer = intercept(request)
             if answer is not None:
                 return answer

@@ -402,11 +402,17 @@ def record_cli(args, log) -> dict:
         pid = child
     else:
         pid = args.pid or args.tid
-    threads = [pid] if args.tid or child else sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    if args.tid or child:
+        threads = [pid]
+    else:
+        try:
+            threads = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        except FileNotFoundError:
+            raise IntelPtError(f"no process {pid} (it is not running)") from None
     kv = cpu_mod.kernel_version()
     windows = bool(args.start) and kv >= (6, 13)
     writer = BundleWriter(args.output, "intel_pt", cpu_mod.cpu_id().as_manifest(),
-                          timing={"tsc_hz": None, "mtc_freq": 3, "cyc": False},
+                          timing=pt_timing(PtOptions()),
                           command=args.command or None, pid=pid,
                           copy_images=not args.no_copy_images)
     events, side_fds = [], []
@@ -434,16 +440,16 @@ def record_cli(args, log) -> dict:
             os.kill(child, signal.SIGCONT)
         deadline = time.monotonic() + (args.duration or 1e12) / 1000
         records: list[dict] = []
+        side_raw = bytearray()
         while time.monotonic() < deadline:
             if child and os.waitpid(child, os.WNOHANG)[0]:
                 break
             for ev in events:
                 records += ev.drain()
             # follow new threads: the sideband's FORK records name them
-            head, tail = struct.unpack_from("<QQ", side_ring, RING_FIELDS_AT)
-            fresh = parse_ring_records(ring_copy(memoryview(side_ring)[PAGE:], PAGE * 16,
-                                                 tail, head))
-            struct.pack_into("<Q", side_ring, RING_FIELDS_AT + 8, head)
+            raw = _take_ring(side_ring)
+            side_raw += raw
+            fresh = parse_ring_records(raw)
             records += fresh
             for rec in fresh:
                 if rec["type"] == "FORK" and rec["pid"] == pid and \
@@ -461,14 +467,16 @@ def record_cli(args, log) -> dict:
             else:
                 ioctl(ev.fd, IOC_DISABLE)
                 records += ev.drain()
-        head, tail = struct.unpack_from("<QQ", side_ring, RING_FIELDS_AT)
-        records += parse_ring_records(ring_copy(memoryview(side_ring)[PAGE:], PAGE * 16,
-                                                tail, head))
+        raw = _take_ring(side_ring)
+        side_raw += raw
+        records += parse_ring_records(raw)
         side_ring.close()
         os.close(sb_fd)
         for ev in events:
             writer.add_stream_bytes(ev.tid, b"".join(ev.chunks), pid=pid)
-        problems = sideband_to_bundle(writer, records)
+        problems += sideband_to_bundle(writer, records)
+        writer.add_sideband("perf.pevent", bytes(side_raw), kind="perf-records",
+                            sample_type=SIDEBAND_SAMPLE_TYPE, sample_id_all=True)
     except IntelPtError as exc:
         problems.append(str(exc))
         raise
@@ -483,6 +491,38 @@ def record_cli(args, log) -> dict:
             os.waitpid(child, 0)
         manifest = writer.finish("; ".join(problems) if problems else None)
     return manifest
+
+
+def _take_ring(ring) -> bytes:
+    """New records of a 16-page sideband ring; advances data_tail past them."""
+    head, tail = struct.unpack_from("<QQ", ring, RING_FIELDS_AT)
+    data = ring_copy(memoryview(ring)[PAGE:], PAGE * 16, tail, head)
+    struct.pack_into("<Q", ring, RING_FIELDS_AT + 8, head)
+    return data
+
+
+def pt_timing(options: PtOptions, root=cpu_mod.PMU_ROOT) -> dict:
+    """The bundle's timing parameters from the PMU's sysfs files: the nominal
+    (max non-turbo) ratio and the TSC/crystal-clock ratio `tsc_art_ratio`
+    ("numerator:denominator" = CPUID 0x15 EBX:EAX)."""
+    pmu = root / "intel_pt"
+
+    def read(name):
+        try:
+            return (pmu / name).read_text().strip()
+        except OSError:
+            return ""
+    nom = read("max_nonturbo_ratio")
+    art = read("tsc_art_ratio")
+    ebx, _, eax = art.partition(":")
+    nom_freq = int(nom) if nom.isdigit() else None
+    return {"tsc_hz": nom_freq * 100_000_000 if nom_freq else None,
+            "tsc_source": "the TSC of the recorded CPU",
+            "mtc_freq": options.mtc_period if options.mtc else None,
+            "nom_freq": nom_freq,
+            "cpuid_0x15_eax": int(eax) if eax.isdigit() else None,
+            "cpuid_0x15_ebx": int(ebx) if ebx.isdigit() else None,
+            "cyc": options.cyc, "cyc_thresh": options.cyc_thresh if options.cyc else None}
 
 
 def _address(spec: str) -> int:

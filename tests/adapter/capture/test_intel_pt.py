@@ -159,3 +159,14 @@ def test_live_intel_pt_record_decodes(tmp_path):
     dec = subprocess.run([sys.executable, "-m", "adapter.cli", "decode", str(out), "--format",
                           "ips"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert dec.returncode == 0 and len(dec.stdout.splitlines()) > 1000
+
+
+def test_timing_parameters_from_sysfs(tmp_path):
+    pmu = tmp_path / "intel_pt"
+    pmu.mkdir()
+    (pmu / "max_nonturbo_ratio").write_text("37\n")
+    (pmu / "tsc_art_ratio").write_text("308:2\n")   # CPUID 0x15 EBX:EAX
+    t = ipt.pt_timing(ipt.PtOptions(mtc_period=3), root=tmp_path)
+    assert (t["nom_freq"], t["cpuid_0x15_eax"], t["cpuid_0x15_ebx"], t["mtc_freq"]) == \
+        (37, 2, 308, 3)
+    assert t["tsc_hz"] == 3_700_000_000

@@ -101,10 +101,17 @@ def nm_functions(binary: pathlib.Path, go: bool = False) -> list[tuple[int, int,
     rows = []
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 4 and parts[2] in ("T", "t"):
+        code = ("T", "t", "W", "w", "i")  # code, weak, ifunc
+        if len(parts) == 4 and parts[2] in code:
             start = int(parts[0], 16)
             rows.append((start, start + int(parts[1], 16), parts[3]))
-    return sorted(rows)
+        elif len(parts) == 3 and parts[1] in code:  # no size (assembly labels)
+            rows.append((int(parts[0], 16), None, parts[2]))
+    rows.sort(key=lambda r: r[0])
+    # A symbol without a size runs to the next symbol's start (as perf and gdb read them).
+    return [(start, end if end is not None else
+             next((s for s, _, _ in rows[i + 1:] if s > start), start + 1), name)
+            for i, (start, end, name) in enumerate(rows)]
 
 
 def function_at(rows: list[tuple[int, int, str]], ip: int) -> str | None:

@@ -17,7 +17,8 @@ from pt_decoder import insn_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "adapter" / "export"))
-from recorded_bundles import PROGRAMS, REQUESTS, c_bundle, c_program, marker_line, spread_cycles  # noqa: F401
+from recorded_bundles import (PROGRAMS, REQUESTS, c_bundle, c_program, go_bundle,  # noqa: F401
+                              go_program, marker_line, spread_cycles)
 
 pytestmark = pytest.mark.timeout(180)
 SOURCE = PROGRAMS / "hotpath.c"
@@ -140,6 +141,32 @@ def test_a_bad_bundle_is_reported_and_the_last_capture_stays(c_bundle, tmp_path)
         assert "missing: not a bundle directory" in shown["params"]["message"]
         lenses = client.request("textDocument/codeLens", {"textDocument": {"uri": SOURCE.as_uri()}})
         assert lenses, "the previous capture is still shown"
+        assert client.shutdown() == 0
+    finally:
+        if client.process.poll() is None:
+            client.process.kill()
+
+
+def test_go_lines_come_from_pclntab(go_bundle):
+    source = PROGRAMS / "hotpath.go"
+    client = LspClient([sys.executable, "-m", "adapter.cli", "lsp", "--bundle", str(go_bundle)],
+                       cwd=str(ROOT), env=dict(os.environ))
+    try:
+        client.request("initialize", {"processId": os.getpid(), "rootUri": ROOT.as_uri(),
+                                      "capabilities": {}})
+        client.notify("initialized", {})
+        client.expect(lambda m: m.get("method") == "window/logMessage"
+                      and "hot lines of" in m["params"]["message"])
+        lenses = client.request("textDocument/codeLens", {"textDocument": {"uri": source.as_uri()}})
+        got = {lens["range"]["start"]["line"] + 1: lens["command"]["arguments"][0] for lens in lenses}
+        bytes_hashed = sum(8 + (i * 7) % 24 for i in range(REQUESTS))
+        assert got[marker_line(source, "hash")]["executions"] == bytes_hashed
+        # The Go compiler interleaves a line's code with its neighbours': the line of handle's
+        # first statement is entered more than once per call, the same number each time.
+        for marker in ("handle", "request"):
+            runs = got[marker_line(source, marker)]["executions"]
+            assert runs >= REQUESTS and runs % REQUESTS == 0, (marker, runs)
+        assert sum(a["cycles"] for a in got.values()) == DecodedBundle.open(go_bundle).total_cycles
         assert client.shutdown() == 0
     finally:
         if client.process.poll() is None:

@@ -222,7 +222,7 @@ class DelveBackend(Backend):
             # its own session: Delve, its `go build` and the debuggee can be ended as a group
             self.process = subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
             raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None
         deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -443,6 +443,16 @@ RESPONSE_FIXUPS = {"exceptionInfo": _exception_break_mode}
 
 def _event(name: str, body: dict) -> Event:
     return Event({"type": "event", "seq": 0, "event": name, "body": body})
+
+
+def _die_with_parent() -> None:
+    """In the dlv child before exec: SIGTERM when ptdebug dies, however it dies (prctl(2)
+    PR_SET_PDEATHSIG), so Delve ends the program it launched (or lets go of an attached one)
+    instead of waiting for clients forever. A headless multiclient Delve does not exit when
+    its clients go."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _kill_group(pgid: int, sig: int) -> None:

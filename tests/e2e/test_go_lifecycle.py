@@ -172,3 +172,21 @@ def test_connect_to_a_running_headless_delve(start_adapter, tmp_path):
                 os.kill(debuggee, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_adapter_killed_leaves_nothing(start_adapter, tmp_path):
+    """ptdebug dap killed with SIGKILL runs no clean-up of its own: Delve, told by the kernel
+    (PR_SET_PDEATHSIG), ends the program it launched and exits."""
+    package = copy_package(GO_SESSION, tmp_path)
+    source = package / "main.go"
+    run = start_adapter()
+    client = run.client
+    start_go(client, "launch", {"program": str(package), "args": ["wait"]}, source=source,
+             breakpoints={"after_total": {}})
+    client.expect_stopped("breakpoint", timeout=60)
+    run.track()
+    debuggee = client.expect_event("process")["body"]["systemProcessId"]
+    assert debuggee in run.seen and len(run.seen) >= 2
+    run.proc.kill()
+    run.proc.wait(10)
+    run.assert_nothing_left(timeout=15)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import signal
+import threading
 import time
 from array import array
 
@@ -224,13 +225,19 @@ class _Watchdog:
         self._last = self.stops_seen
 
     def __enter__(self):
-        self._old = signal.signal(signal.SIGALRM, self._handler)
-        signal.setitimer(signal.ITIMER_REAL, self.period, self.period)
+        # Python runs signal handlers in the main thread only: a recording driven
+        # from another thread has no watchdog (duration and off-path checks then
+        # happen at stops only; docs/recording.md says so).
+        self.active = threading.current_thread() is threading.main_thread()
+        if self.active:
+            self._old = signal.signal(signal.SIGALRM, self._handler)
+            signal.setitimer(signal.ITIMER_REAL, self.period, self.period)
         return self
 
     def __exit__(self, *exc):
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0, 0)
+            signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
 
 
 def _thread_state(tid: int) -> str:

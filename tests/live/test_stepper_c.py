@@ -136,3 +136,18 @@ def test_code_in_anonymous_memory_is_snapshotted(tmp_path):
     assert any(im["path"] == "[anon]" for im in snapshots)
     ips, events = decode_ips(out)
     assert errors_in(events) == [] and ips == reference
+
+
+def test_recording_driven_from_another_thread(rec_work, reference, tmp_path):
+    """The DAP server may record from a worker thread (no SIGALRM watchdog there)."""
+    import threading
+    results = []
+
+    def job():
+        results.append(record.record_stepper(
+            str(tmp_path / "thread.bundle"), command=[str(rec_work), "12", "2"], start="work",
+            end=stepper.EndCondition(until_return=True), no_aslr=True))
+    worker = threading.Thread(target=job)
+    worker.start()
+    worker.join(120)
+    assert results and list(results[0].recording.ips) == reference

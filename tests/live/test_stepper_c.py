@@ -151,3 +151,18 @@ def test_recording_driven_from_another_thread(rec_work, reference, tmp_path):
     worker.start()
     worker.join(120)
     assert results and list(results[0].recording.ips) == reference
+
+
+def test_longjmp_abandoned_frames(tmp_path):
+    """longjmp leaves calls on the recorder's shadow stack whose returns never
+    run: the stack-slot check keeps it from predicting returns into them."""
+    from stepper_support import PROGRAMS
+    exe = tmp_path / "rec_longjmp"
+    subprocess.run(["gcc", "-O1", "-o", str(exe), str(PROGRAMS / "rec_longjmp.c")], check=True)
+    reference = reference_launched([exe], "escape")
+    result = record.record_stepper(str(tmp_path / "lj.bundle"), command=[str(exe)],
+                                   start="escape", end=stepper.EndCondition(until_return=True),
+                                   no_aslr=True)
+    assert result.manifest["status"] == "complete", result.manifest["partial_reason"]
+    assert list(result.recording.ips) == reference
+    assert decode_ips(tmp_path / "lj.bundle")[0] == reference

@@ -131,7 +131,7 @@ class HotLines:
                     else:
                         branch.not_taken += count
             jump_mask = insn_flags.CALL | insn_flags.INDIRECT
-            targets = Counter((ips[p], ips[p + 1], flags[p]) for p, f in enumerate(flags)
+            targets = Counter((ips[p], ips[p + 1], f) for p, f in enumerate(flags)
                               if f & jump_mask and not f & (insn_flags.FAR | insn_flags.RETURN)
                               and p + 1 < n and (p + 1) not in gap_positions)
             for (ip, target, f), count in targets.items():
@@ -186,9 +186,9 @@ def lens_title(hot: HotLines, entry: LineStats) -> str:
 
 
 def hover_markdown(hot: HotLines, entry: LineStats) -> str:
-    parts = [f"**ptdebug** `{os.path.basename(entry.file)}:{entry.line}`: "
-             f"{entry.executions:,} executions, {entry.instructions:,} instructions, "
-             f"{entry.cycles:,} cycles ({100 * hot.share(entry):.2f}% of the window)"]
+    parts = [(f"**ptdebug** `{os.path.basename(entry.file)}:{entry.line}`: "
+              f"{entry.executions:,} executions, {entry.instructions:,} instructions, "
+              f"{entry.cycles:,} cycles ({100 * hot.share(entry):.2f}% of the window)")]
     if entry.branches:
         parts.append("")
         parts.append("| conditional branch | taken | not taken |")

@@ -174,7 +174,7 @@ def custom_requests(schema) -> list[type]:
     """The XxxIn / XxxOut dataclass pairs of the adapter's custom requests, in source order."""
     found = [cls for name, cls in vars(schema).items()
              if dataclasses.is_dataclass(cls) and cls.__module__ == schema.__name__
-             and (name.endswith("In") or name.endswith("Out"))]
+             and name.endswith(("In", "Out"))]
     return sorted(found, key=lambda cls: inspect.getsourcelines(cls)[1])
 
 

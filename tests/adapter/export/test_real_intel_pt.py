@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 from recorded_bundles import function_at, go_tool, nm_functions, ptdebug, spread_cycles
-from test_pprof import _pprof_top
 from test_perfetto import _check_nesting
+from test_pprof import _pprof_top
 
 from adapter.capture.bundle import BundleWriter
 from adapter.export.trace import DecodedBundle

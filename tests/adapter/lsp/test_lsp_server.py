@@ -17,8 +17,16 @@ from pt_decoder import insn_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "adapter" / "export"))
-from recorded_bundles import (PROGRAMS, REQUESTS, c_bundle, c_program, go_bundle,  # noqa: F401
-                              go_program, marker_line, spread_cycles)
+from recorded_bundles import (  # noqa: F401
+    PROGRAMS,
+    REQUESTS,
+    c_bundle,
+    c_program,
+    go_bundle,
+    go_program,
+    marker_line,
+    spread_cycles,
+)
 
 pytestmark = pytest.mark.timeout(180)
 SOURCE = PROGRAMS / "hotpath.c"

@@ -442,8 +442,9 @@ class ThreadRecorder:
                 saved_shadow = list(shadow)
                 origin = (start, regs.rsp, regs.rbp)
                 armed = self.bp.armed if kind != Kind.PLAIN else set(self.bp.armed) - {pos}
+                budget = self.budget_total - len(ips) - (kind == Kind.SYSCALL)
                 walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, armed,
-                                        min(self.budget_total - len(ips), MAX_WALK))
+                                        min(budget, MAX_WALK))
                 if kind == Kind.SYSCALL:
                     if not walk.ips:
                         # RF stays set across the system call (the kernel returns with

@@ -166,3 +166,14 @@ def test_longjmp_abandoned_frames(tmp_path):
     assert result.manifest["status"] == "complete", result.manifest["partial_reason"]
     assert list(result.recording.ips) == reference
     assert decode_ips(tmp_path / "lj.bundle")[0] == reference
+
+
+@pytest.mark.parametrize("breakpoints", ["int3", "dr"])
+def test_count_is_exact(rec_work, reference, tmp_path, breakpoints):
+    """--count N records exactly the first N instructions, whichever breakpoints."""
+    for n in (1, 7, 1000, len(reference) - 5):
+        result = record.record_stepper(str(tmp_path / f"n{n}"), command=[str(rec_work), "12", "2"],
+                                       start="work", end=stepper.EndCondition(count=n),
+                                       no_aslr=True, breakpoints=breakpoints)
+        assert list(result.recording.ips) == reference[:n]
+        assert result.recording.end_ip == reference[n]

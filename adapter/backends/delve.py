@@ -218,11 +218,14 @@ class DelveBackend(Backend):
             else:
                 env[key] = value
         log.info("starting %s (in %s)", shlex.join(argv), run_dir)
+        _prepare_prctl()
         try:
             # its own session: Delve, its `go build` and the debuggee can be ended as a group
-            self.process = subprocess.Popen(argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+            # preexec_fn: only prctl runs between fork and exec (see _die_with_parent)
+            self.process = subprocess.Popen(
+                argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent)  # noqa: PLW1509
         except OSError as exc:
             raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None
         deadline = time.monotonic() + STARTUP_TIMEOUT
@@ -445,14 +448,23 @@ def _event(name: str, body: dict) -> Event:
     return Event({"type": "event", "seq": 0, "event": name, "body": body})
 
 
+_prctl = None
+
+
 def _die_with_parent() -> None:
     """In the dlv child before exec: SIGTERM when ptdebug dies, however it dies (prctl(2)
     PR_SET_PDEATHSIG), so Delve ends the program it launched (or lets go of an attached one)
-    instead of waiting for clients forever. A headless multiclient Delve does not exit when
-    its clients go."""
-    import ctypes
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    instead of waiting for clients forever: a headless multiclient Delve does not exit when
+    its clients go. Only the prctl call runs in the child (resolved by _prepare_prctl before
+    the fork: no dlopen, no lock, between fork and exec)."""
+    _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+
+def _prepare_prctl() -> None:
+    global _prctl
+    if _prctl is None:
+        import ctypes
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 def _kill_group(pgid: int, sig: int) -> None:

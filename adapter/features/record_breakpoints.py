@@ -58,6 +58,9 @@ LOCAL_REFERENCE_BASE = 1 << 28
 """variablesReference / frameId numbers from here on are ptdebug's (debugpy counts from 1)."""
 NATIVE_ID = "__import__('threading').get_native_id()"
 LINE_TABLE_MAX_BYTES = 4 << 20
+RECORDER_GRACE = 120.0
+"""Seconds a recording may take beyond waiting for its trigger (the stepper records some
+10^5-10^6 instructions a second here; a 5 M-instruction window takes about 5 s)."""
 
 
 @dataclass
@@ -349,6 +352,12 @@ class RecordBreakpoints:
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
                                              breakpoint.get("recordWindow"))
+            watches = getattr(self.session.data_breakpoints, "armed", None)
+            if watches:
+                # Both use the thread's four debug registers (SDM Vol. 3B §17.2); a recorder
+                # sharing them with perf watchpoints cannot trust its breakpoints.
+                raise AdapterError(f"{len(watches)} data breakpoint(s) are armed and hold the "
+                                   "debug registers the recorder needs; remove them to record")
             tid = self._native_id(thread_id)
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release)
             self.captures.append(capture)
@@ -402,6 +411,12 @@ class RecordBreakpoints:
                                   json.dumps(spec)], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         self._child = child
+        # A recorder that neither finishes nor fails is ended (it then detaches, keeping what
+        # it had): the program must never stay held by a window that cannot close.
+        limit = window.timeout + (window.milliseconds or 0) / 1000 + RECORDER_GRACE
+        watchdog = threading.Timer(limit, _stop_recorder, (child,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             result = None
             for line in child.stdout:
@@ -411,6 +426,7 @@ class RecordBreakpoints:
                     result = json.loads(line)
             child.wait(timeout=window.timeout + 30)
         finally:
+            watchdog.cancel()
             self._child = None
             if child.poll() is None:
                 _stop_recorder(child)

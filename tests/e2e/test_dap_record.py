@@ -5,7 +5,7 @@ the stopped thread through the native helper (kv_update, until it returns) and t
 from __future__ import annotations
 
 import pytest
-from conftest import evaluate, top_frame
+from conftest import INITIALIZE, evaluate, top_frame
 from record_support import KVCACHE, SERVICE, build_kvcache, line_of, record_session
 
 pytestmark = pytest.mark.timeout(120)
@@ -84,6 +84,44 @@ def test_a_window_that_cannot_open_is_reported_and_the_program_runs_on(start_ada
     assert evaluate(client, top_frame(client, stopped["threadId"])["id"], "request_id") == "3"
     refused = client.request("stepBack", {"threadId": stopped["threadId"]})
     assert refused["success"] is False and "record" in refused["message"]
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def test_no_recording_while_data_breakpoints_hold_the_debug_registers(start_adapter, tmp_path):
+    """A record breakpoint that fires while a data breakpoint is armed says why it cannot
+    record, and the program runs on to the next stop."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    client.call("initialize", INITIALIZE)
+    launch_seq = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
+        "recordWindow": {"function": "kv_update"}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)},
+                                   "breakpoints": [{"line": line_of(SERVICE, "ready")}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    stopped = client.expect_stopped("breakpoint")
+    run.track()
+    client.expect_event("capabilities",
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    frame = top_frame(client, stopped["threadId"])
+    info = client.call("dataBreakpointInfo", {"name": "cache[0]", "frameId": frame["id"]})
+    client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 2"},
+        {"line": line_of(SERVICE, "after_request"), "condition": "request_id == 2"}]})
+    client.call("continue", {"threadId": stopped["threadId"]})
+    after = client.expect_stopped("breakpoint", timeout=30)
+    assert top_frame(client, after["threadId"])["line"] == line_of(SERVICE, "after_request")
+    message = client.expect_event("output", pred=lambda e: "did not record" in
+                                  e["body"]["output"])["body"]["output"]
+    assert "data breakpoint(s) are armed" in message
+    assert client.events("ptdebug/capture") == []
+    client.call("setDataBreakpoints", {"breakpoints": []})
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()

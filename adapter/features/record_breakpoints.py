@@ -359,6 +359,7 @@ class RecordBreakpoints:
                 raise AdapterError(f"{len(watches)} data breakpoint(s) are armed and hold the "
                                    "debug registers the recorder needs; remove them to record")
             tid = self._native_id(thread_id)
+            window = dataclasses.replace(window, until=self._native_position(window))
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release)
             self.captures.append(capture)
             self.session.client.send_event("ptdebug/capture", capture.event_body())
@@ -383,6 +384,37 @@ class RecordBreakpoints:
             held, self._held = self._held, []
             for raw in held:
                 self.session.backend_event(Event(raw))
+
+    def _native_position(self, window: RecordWindow) -> str | None:
+        """`window.until` as the recorder takes it: FILE:LINE of native code (a second
+        breakpoint closing the window) becomes the address of that line's first statement, in
+        the library of the window's function; a symbol or an address is passed on as is."""
+        spec = window.until
+        file, _, line = (spec or "").rpartition(":")
+        if not file or not line.isdigit():
+            return spec
+        if not window.function:
+            raise AdapterError(f"recordWindow.until {spec!r}: a source line closes a window "
+                               "that opens at a native function (recordWindow.function) of the "
+                               "same library")
+        from pt_decoder.errors import PtError
+        from pt_decoder.image import Image
+        from pt_decoder.lines import LineTable
+        try:
+            image = Image.from_process(self.session.pid, perf_map=False)
+            found = image.find_symbol(window.function)
+            module = image.module_at(found[0]) if found is not None else None
+            if module is None:
+                raise AdapterError(f"no function {window.function!r} in process "
+                                   f"{self.session.pid}")
+            addresses = LineTable.for_elf(module.path, module.base).statement_addresses(
+                file, int(line))
+        except (PtError, OSError) as exc:
+            raise AdapterError(f"recordWindow.until {spec!r}: {exc}") from None
+        if not addresses:
+            raise AdapterError(f"recordWindow.until {spec!r}: no code at that line in "
+                               f"{module.path} (built with -g?)")
+        return hex(min(addresses))
 
     def _native_id(self, thread_id: int) -> int:
         backend = self.session.backend

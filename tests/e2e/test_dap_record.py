@@ -125,3 +125,30 @@ def test_no_recording_while_data_breakpoints_hold_the_debug_registers(start_adap
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()
+
+
+def test_window_closed_by_a_second_breakpoint_on_a_native_line(start_adapter, tmp_path):
+    """`until: FILE:LINE` closes the window before that line's first run: the history holds
+    kv_update up to its store loop and nothing of it."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    store = line_of(KVCACHE, "store")
+    stopped = record_session(client, library, record_condition="request_id == 5",
+                             stop_condition="request_id == 5",
+                             window={"function": "kv_update", "until": f"kvcache.c:{store}"})
+    run.track()
+    capture = client.events("ptdebug/capture")[0]["body"]
+    assert 5 < capture["instructions"] < 40, capture
+    thread_id = stopped["threadId"]
+    lines = []
+    for _ in range(12):
+        client.call("stepBack", {"threadId": thread_id, "granularity": "line"})
+        description = client.expect_stopped("step")["description"]
+        lines.append(top_frame(client, thread_id)["line"])
+        if "start of the recorded history" in description:
+            break
+    assert line_of(KVCACHE, "scale") in lines and max(lines) < store, lines
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

@@ -60,6 +60,8 @@ def test_conditional_breakpoint_goroutines_variables_evaluate(start_adapter, tmp
     current = next(g for g in listed if g["id"] == stopped["threadId"])
     assert current["userFunction"] == "main.square" and current["threadId"] > 0
     assert {"main.produce", "main.sum"} <= {g["userFunction"] for g in listed}
+    producer = next(g for g in listed if g["userFunction"] == "main.produce")
+    assert producer["labels"] == {"stage": "produce"}
 
     # stepping: next stays in the goroutine, on the following line
     client.call("next", {"threadId": stopped["threadId"]})

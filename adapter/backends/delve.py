@@ -155,9 +155,10 @@ def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple
 
 class DelveBackend(Backend):
     name = "delve"
-    native_data_breakpoints = True
-    """Delve serves DAP data breakpoints itself (hardware watchpoints that follow stack
-    moves); the session plugs in adapter.golang.data_breakpoints instead of its own engine."""
+    native_data_breakpoints = False
+    """True when this Delve serves DAP data breakpoints itself (1.26.2 and later say so in
+    `initialize`): the session then plugs in adapter.golang.data_breakpoints instead of its own
+    engine, which must not share Delve's debug registers."""
 
     def __init__(self, hooks: BackendHooks):
         super().__init__(hooks)
@@ -272,7 +273,9 @@ class DelveBackend(Backend):
         response = self.request("initialize", arguments, timeout=CONNECT_TIMEOUT)
         if not response.success:
             raise BackendError(f"Delve refused initialize: {response.error_text}")
-        return dict(response.raw.get("body") or {})
+        capabilities = dict(response.raw.get("body") or {})
+        self.native_data_breakpoints = bool(capabilities.get("supportsDataBreakpoints"))
+        return capabilities
 
     def launch(self, request: Request, config: LaunchConfig) -> None:
         self._attach_remote(request)

@@ -152,3 +152,30 @@ def test_window_closed_by_a_second_breakpoint_on_a_native_line(start_adapter, tm
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()
+
+
+def test_record_breakpoint_with_a_hit_condition(start_adapter, tmp_path):
+    """hitCondition 3 (debugpy: the third pass of the line): requests 1..5 pass the record
+    breakpoint, only request 3 is recorded. (debugpy breaks when the hit condition *or* the
+    condition holds; a record breakpoint records exactly when debugpy would have stopped.)"""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    initialize = client.call("initialize", INITIALIZE)
+    assert "record" in [m["mode"] for m in initialize["breakpointModes"]]
+    launch_seq = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
+        "recordWindow": {"function": "kv_update"}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "hitCondition": "3"},
+        {"line": line_of(SERVICE, "after_request"), "condition": "request_id == 5"}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    stopped = client.expect_stopped("breakpoint", timeout=40)
+    run.track()
+    assert evaluate(client, top_frame(client, stopped["threadId"])["id"], "request_id") == "5"
+    assert len(client.events("ptdebug/capture")) == 1
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

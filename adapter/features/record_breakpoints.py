@@ -321,6 +321,9 @@ class RecordBreakpoints:
 
     # --- stops ----------------------------------------------------------------------------
     def _filter_event(self, raw: dict) -> bool:
+        if raw.get("event") == "continued":
+            with self._lock:  # DAP: references are valid only while the program is paused
+                self.local_references.clear()
         if raw.get("event") != "stopped":
             return False
         body = raw.get("body") or {}

@@ -13,14 +13,18 @@ How a record breakpoint fires (Python backend):
   gives back to the `record` ones are remembered.
 - When debugpy reports a stop whose `hitBreakpointIds` are all record breakpoints, the event is
   consumed (the user never sees it). Off the reader thread, the stopped thread's OS id is asked
-  of debugpy (`threading.get_native_id()` in its top frame); the stepper seizes that one thread
-  with ptrace and stops it; only then is debugpy told to `continue` (pydevd works in-process, so
-  the thread it releases is still held by ptrace and cannot run away); the stepper then lets it
+  of debugpy (`threading.get_native_id()` in its top frame); a recorder child process (`python -m
+  adapter.features.record_breakpoints`: the stepper's watchdog is a SIGALRM handler, which Python
+  runs only on a main thread) seizes that one thread with ptrace and stops it; only then is
+  debugpy told to `continue` (pydevd works in-process, so the thread it releases is still held
+  by ptrace and cannot run away); the stepper then lets it
   run to the window's native function (a debug-register breakpoint) or records at once, for N
   instructions / T ms / until that function returns, and releases it. Stops the thread reaches
   while its capture is being decoded are held back and delivered after, so they see it.
 - Each capture is decoded into a History, kept in `captures`, and announced by the custom event
   `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps).
+- Nothing is recorded while data breakpoints are armed (both need the thread's debug
+  registers); a failure is told to the user in an `output` event and the program runs on.
 """
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ so slices nest exactly as the calls did. Time is the instructions' TSC time in n
 microseconds as the format requires, with three decimals so that no nanosecond is lost.
 Slices are written as begin/end events in execution order (not complete events), so their
 nesting is explicit even where many instructions share one timestamp.
-Each slice carries the cycles and instructions spent inside it (args). Frames entered before
+Each slice carries the cycles and instructions spent inside it (args). For a Go recording
+whose goids were recorded (the stepper's goid probe), each goroutine also gets a track with one
+slice per run of it on a thread (adapter/golang's index of the goids). Frames entered before
 the recording window start with the window; a return past the first frame opens a slice for
 the caller it returns to. A gap in the trace closes every open slice and starts again after it.
 """
@@ -76,6 +78,44 @@ def thread_timeline(decoded: DecodedBundle, thread: ThreadTrace) -> tuple[list[t
     return marks, ns
 
 
+@dataclass
+class GoroutineRun:
+    """Goroutine `goid` ran on thread `tid` from history position `start` to `stop`
+    (exclusive): what adapter.golang's index of the recorded goids says."""
+
+    goid: int
+    tid: int
+    start: int
+    stop: int
+
+
+def goroutine_runs(decoded: DecodedBundle) -> list[GoroutineRun]:
+    """The goroutine runs of a Go recording whose goids were recorded (the stepper's goid
+    probe, PTWRITE); [] for other bundles, or where no goid is known at all."""
+    try:
+        from adapter.golang.bundle_index import GoroutineHistoryError, index_bundle
+    except ImportError:  # the goroutine index needs numpy
+        return []
+    try:
+        indexed = index_bundle(decoded.root)
+    except GoroutineHistoryError:
+        return []  # not a Go program
+    lengths = {t.tid: len(t.history) for t in decoded.threads}
+    runs = []
+    for thread in indexed:
+        if lengths.get(thread.tid) != len(thread.history):
+            continue  # decoded differently: positions would not line up
+        for goid in thread.index.goroutines():
+            if goid < 0:
+                continue  # before any goid was seen
+            runs.extend(GoroutineRun(goid, thread.tid, a, b) for a, b in thread.index.ranges(goid))
+    return sorted(runs, key=lambda r: (r.goid, r.tid, r.start))
+
+
+def _goroutine_name(goid: int) -> str:
+    return "g0 (scheduler)" if goid == 0 else f"goroutine {goid}"
+
+
 def thread_slices(decoded: DecodedBundle, thread: ThreadTrace) -> list[Slice]:
     """The call slices of one thread, in the order they close."""
     marks, ns = thread_timeline(decoded, thread)
@@ -117,11 +157,34 @@ def trace_events(decoded: DecodedBundle) -> dict:
                 event["args"] = {"cycles": prefix[position] - prefix[start],
                                  "instructions": position - start}
             events.append(event)
+    runs = goroutine_runs(decoded)
+    if runs:
+        # Goroutines are a second process of tracks (tid = goid), so that their ids never mix
+        # with OS thread ids; each run is one slice "on thread T".
+        gpid = GOROUTINE_PID_BASE + pid
+        events.append({"ph": "M", "name": "process_name", "pid": gpid, "tid": 0,
+                       "args": {"name": f"goroutines of {' '.join(command) or pid}"}})
+        times = {t.tid: (decoded.times_ns(t), _prefix_sums(t.cycle_weights()))
+                 for t in decoded.threads}
+        for goid in sorted({r.goid for r in runs}):
+            events.append({"ph": "M", "name": "thread_name", "pid": gpid, "tid": goid,
+                           "args": {"name": _goroutine_name(goid)}})
+        for r in runs:
+            ns, prefix = times[r.tid]
+            end = ns[r.stop] if r.stop < len(ns) else ns[-1]
+            events.append({"ph": "X", "name": f"on thread {r.tid}", "cat": "goroutine",
+                           "pid": gpid, "tid": r.goid, "ts": _us(ns[r.start] - origin),
+                           "dur": _us(end - ns[r.start]),
+                           "args": {"instructions": r.stop - r.start,
+                                    "cycles": prefix[r.stop] - prefix[r.start]}})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"bundle": os.path.abspath(decoded.root), "time_origin_ns": origin,
                           "backend": decoded.manifest.get("backend"),
                           "status": decoded.manifest.get("status")}}
 
+
+GOROUTINE_PID_BASE = 1 << 30
+"""JSON: the pid of the goroutine tracks' process is this plus the recorded pid."""
 
 # Perfetto's trace.proto field numbers (protos/perfetto/trace/trace_packet.proto and
 # track_event/*.proto in the Perfetto repository).
@@ -135,6 +198,7 @@ EVENT_ANNOTATIONS, EVENT_TYPE, EVENT_TRACK, EVENT_CATEGORIES, EVENT_NAME = 4, 9,
 SLICE_BEGIN, SLICE_END = 1, 2                             # TrackEvent.Type
 ANNOTATION_INT, ANNOTATION_NAME = 4, 10                   # DebugAnnotation
 SEQUENCE_ID = 1
+GOROUTINE_UUID_BASE = 1 << 62
 
 
 def trace_proto(decoded: DecodedBundle) -> bytes:
@@ -178,6 +242,25 @@ def trace_proto(decoded: DecodedBundle) -> bytes:
                                   .int(ANNOTATION_INT, value, keep_zero=True))
             packet(Message().int(PACKET_TIMESTAMP, ns[position], keep_zero=True)
                    .int(PACKET_SEQUENCE_ID, SEQUENCE_ID).message(PACKET_TRACK_EVENT, event))
+    runs = goroutine_runs(decoded)
+    times = {t.tid: decoded.times_ns(t) for t in decoded.threads}
+    for goid in sorted({r.goid for r in runs}):
+        # Track uuids: thread tracks are even (tid << 1), the process's is odd (pid << 1 | 1);
+        # goroutine tracks live above 2**62 so they collide with neither.
+        packet(Message().message(PACKET_TRACK_DESCRIPTOR, Message()
+                                 .int(DESCRIPTOR_UUID, GOROUTINE_UUID_BASE + goid)
+                                 .int(DESCRIPTOR_PARENT, process_uuid)
+                                 .string(DESCRIPTOR_NAME, _goroutine_name(goid))))
+    for r in runs:
+        ns = times[r.tid]
+        track = GOROUTINE_UUID_BASE + r.goid
+        for phase, position in ((SLICE_BEGIN, r.start), (SLICE_END, r.stop)):
+            event = Message().int(EVENT_TYPE, phase).int(EVENT_TRACK, track)
+            if phase == SLICE_BEGIN:
+                event.string(EVENT_CATEGORIES, "goroutine").string(EVENT_NAME, f"on thread {r.tid}")
+            stamp = ns[position] if position < len(ns) else ns[-1]
+            packet(Message().int(PACKET_TIMESTAMP, stamp, keep_zero=True)
+                   .int(PACKET_SEQUENCE_ID, SEQUENCE_ID + 1).message(PACKET_TRACK_EVENT, event))
     return bytes(out)
 
 

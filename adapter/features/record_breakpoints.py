@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
+from adapter.protocol.errors import AdapterError, InvalidLaunchConfig, InvalidRequest
 from adapter.protocol.messages import Event, Request
 
 log = logging.getLogger("ptdebug.dap")
@@ -148,6 +148,9 @@ class Capture:
     breakpoint_id: int | None = None
     end_reason: str = ""
     partial: str | None = None
+    """Why the window closed early, or None (a complete capture)."""
+    location: dict | None = None
+    """{path, line} of the record breakpoint that opened the window (None: captureNow)."""
 
     _lines: Any = None
 
@@ -217,7 +220,10 @@ class Capture:
                 "gaps": [{"position": g.position, "reason": g.reason}
                          for g in self.history.gaps],
                 "bundle": self.bundle, "endReason": self.end_reason,
-                "partial": self.partial}
+                "status": "partial" if self.partial else "complete",
+                "partial": self.partial is not None, "partialReason": self.partial,
+                "reason": "breakpoint" if self.location else "command",
+                "location": self.location}
 
 
 @dataclass
@@ -249,6 +255,8 @@ class RecordBreakpoints:
         session.request_interceptors.setdefault("setBreakpoints", []).append(
             self._set_breakpoints)
         session.request_interceptors.setdefault("variables", []).append(self._variables)
+        session.request_interceptors.setdefault("ptdebug/captureNow", []).append(
+            self._capture_now)
         session.event_filters.insert(0, self._filter_event)
 
     # --- shared with the trace scope and reverse stepping ---------------------------------
@@ -312,10 +320,10 @@ class RecordBreakpoints:
         return DEFERRED
 
     def _record_breakpoint(self, ids) -> dict | None:
-        for entry in self.sources.values():
+        for path, entry in self.sources.items():
             for bp_id in ids:
                 if bp_id in entry.record_ids:
-                    return {"id": bp_id, **entry.record_ids[bp_id]}
+                    return {"id": bp_id, "path": path, **entry.record_ids[bp_id]}
         return None
 
     def breakpoint_lines(self) -> dict[str, list[int]]:
@@ -347,7 +355,42 @@ class RecordBreakpoints:
                          name="ptdebug-record").start()
         return True
 
-    def _capture(self, stopped: dict, breakpoint: dict) -> None:
+    def _keep(self, capture: Capture) -> None:
+        self.captures.append(capture)
+        self.session.client.send_event("ptdebug/capture", capture.event_body())
+        self.session.client.send_event("output", {"category": "console", "output":
+            f"ptdebug: capture {capture.id}: thread {capture.tid}, {capture.window.describe()}: "
+            f"{capture.instructions} instructions, {capture.cycles} cycles, "
+            f"{capture.duration_ns / 1e6:.3f} ms, {len(capture.history.gaps)} gaps\n"})
+        for listener in self._listeners:
+            listener(capture)
+
+    def _capture_now(self, request: Request) -> object:
+        """`ptdebug/captureNow {threadId?}`: record a paused thread now, with the launch
+        configuration's window; the program then runs on. The response is the capture's
+        `ptdebug/capture` body (sent as an event too)."""
+        if self.session.backend is None or self.session.backend.name != "debugpy":
+            return None
+        if not self.session.paused:
+            raise AdapterError("ptdebug/captureNow records a paused thread: pause the program "
+                               "(or use a breakpoint in mode 'record') first")
+        if self._recording_thread is not None:
+            raise AdapterError("a capture is already being recorded")
+        thread_id = (request.raw.get("arguments") or {}).get("threadId")
+        if thread_id is None:
+            threads = self.session.backend.request("threads", {}, timeout=10)
+            listed = (threads.raw.get("body") or {}).get("threads") or []
+            if not listed:
+                raise AdapterError("the program has no thread to record")
+            thread_id = listed[0]["id"]
+        if not isinstance(thread_id, int):
+            raise InvalidRequest("arguments.threadId must be an integer")
+        self._recording_thread = thread_id
+        threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request),
+                         daemon=True, name="ptdebug-record").start()
+        return DEFERRED
+
+    def _capture(self, stopped: dict, breakpoint: dict, answer: Request | None = None) -> None:
         thread_id = stopped.get("threadId")
         released = threading.Event()
 
@@ -368,20 +411,20 @@ class RecordBreakpoints:
             tid = self._native_id(thread_id)
             window = dataclasses.replace(window, until=self._native_position(window))
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release)
-            self.captures.append(capture)
-            self.session.client.send_event("ptdebug/capture", capture.event_body())
-            self.session.client.send_event("output", {"category": "console", "output":
-                f"ptdebug: capture {capture.id}: thread {tid}, {window.describe()}: "
-                f"{capture.instructions} instructions, {capture.cycles} cycles, "
-                f"{capture.duration_ns / 1e6:.3f} ms, {len(capture.history.gaps)} gaps\n"})
-            for listener in self._listeners:
-                listener(capture)
+            if breakpoint.get("path"):
+                capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
+            self._keep(capture)
+            if answer is not None:
+                answer.respond(capture.event_body())
         except Exception as exc:
             message = exc.message if isinstance(exc, AdapterError) else str(exc)
             log.warning("record breakpoint: %s", message, exc_info=not isinstance(
                 exc, AdapterError))
-            self.session.client.send_event("output", {"category": "important", "output":
-                f"ptdebug: the record breakpoint did not record: {message}\n"})
+            if answer is not None:
+                answer.fail(exc if isinstance(exc, AdapterError) else AdapterError(message))
+            else:
+                self.session.client.send_event("output", {"category": "important", "output":
+                    f"ptdebug: the record breakpoint did not record: {message}\n"})
         finally:
             try:
                 release()  # never leave the program paused at a breakpoint the user did not see

@@ -4,6 +4,8 @@ the stopped thread through the native helper (kv_update, until it returns) and t
 `ptdebug/capture`; when the condition does not hold nothing is recorded."""
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 from conftest import INITIALIZE, evaluate, top_frame
 from record_support import KVCACHE, SERVICE, build_kvcache, line_of, record_session
@@ -33,7 +35,10 @@ def test_record_breakpoint_captures_only_when_its_condition_holds(start_adapter,
     assert "kv_update" in capture["window"] and capture["endReason"]
     assert 20 < capture["instructions"] < 5000, capture
     assert capture["durationNs"] > 0 and capture["gaps"] == []
-    assert capture["partial"] is None
+    assert capture["partial"] is False and capture["status"] == "complete"
+    assert capture["reason"] == "breakpoint"
+    assert capture["location"] == {"path": str(SERVICE), "line": line_of(SERVICE, "request")}
+    assert (pathlib.Path(capture["bundle"]) / "manifest.json").is_file()
     # The capture is the request path through the native helper: stepping back from the live
     # end lands on kvcache.c (the trace is decoded against the helper's DWARF lines).
     client.call("stepBack", {"threadId": stopped["threadId"], "granularity": "line"})
@@ -176,6 +181,30 @@ def test_record_breakpoint_with_a_hit_condition(start_adapter, tmp_path):
     run.track()
     assert evaluate(client, top_frame(client, stopped["threadId"])["id"], "request_id") == "5"
     assert len(client.events("ptdebug/capture")) == 1
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def test_capture_now_records_the_paused_thread_and_the_program_runs_on(start_adapter, tmp_path):
+    """`ptdebug/captureNow {threadId}` (the extension's Capture Now): the paused thread is
+    recorded with the launch window; the response and a `ptdebug/capture` event carry it."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    stopped = record_session(client, library, record_condition="request_id == 99",
+                             stop_condition="request_id in (2, 4)",
+                             window={"instructions": 200})
+    run.track()
+    body = client.call("ptdebug/captureNow", {"threadId": stopped["threadId"]}, timeout=30)
+    assert body["instructions"] == 200 and body["reason"] == "command", body
+    assert body["threadId"] == stopped["threadId"] and body["location"] is None
+    event = client.expect_event("ptdebug/capture")["body"]
+    assert event["bundle"] == body["bundle"]
+    again = client.expect_stopped("breakpoint", timeout=30)  # it ran on to request 4
+    assert evaluate(client, top_frame(client, again["threadId"])["id"], "request_id") == "4"
+    refused = client.request("ptdebug/captureNow", {"threadId": "main"})
+    assert refused["success"] is False and "threadId" in refused["message"]
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()

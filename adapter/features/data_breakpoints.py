@@ -16,7 +16,15 @@ the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pau
   watched object, the thread, the native function that wrote, and the old and new values.
   The Python stack is debugpy's; the writer stops at its next Python line (x86 data
   breakpoints trap after the write, SDM Vol. 3B §17.3.1.2, and pydevd pauses at a line).
-- debugpy pauses every thread, so the other threads pause too.
+- Which threads stop follows debugpy's own launch/attach option `stopAllThreadsOnSuspend`
+  (default true: every thread pauses, as at any debugpy stop). With false only the writing
+  thread is suspended and the others run on. debugpy's adapter rewrites every `pause` to
+  threadId "*" (debugpy/adapter/clients.py `pause_request`), so the single-thread suspension is
+  asked of pydevd in the debuggee instead: an `evaluate` without a frame (pydevd runs it on
+  any thread) calls pydevd's `set_suspend(thread, CMD_THREAD_SUSPEND, suspend_other_threads=
+  False, is_pause=True)` for the writer, which is what pydevd's own single-thread pause does
+  (pydevd_api.py `request_suspend_thread`). pydevd then reports `stopped` (reason `pause`)
+  for that thread alone, which becomes the data-breakpoint stop.
 """
 from __future__ import annotations
 
@@ -269,15 +277,24 @@ class DataBreakpoints:
         while not self._stops.empty():
             self._stops.get_nowait()
         self._pending = hit
+        single = self.session.launch_arguments.get("stopAllThreadsOnSuspend", True) is False
         try:
-            self.session.backend.request("pause", {"threadId": 0}, timeout=STOP_TIMEOUT)
+            if single:
+                self._suspend_only(hit.tid)
+            else:
+                self.session.backend.request("pause", {"threadId": 0}, timeout=STOP_TIMEOUT)
             try:
                 stopped = self._stops.get(timeout=STOP_TIMEOUT)
             except queue.Empty:
                 raise BackendTimeout("debugpy did not pause after a data breakpoint hit") from None
         finally:
             self._pending = None
-        thread_id, thread_name = self._dap_thread_of(hit.tid)
+        if single:
+            # pydevd suspended exactly the writer: its stop names the thread.
+            thread_id = (stopped.get("body") or {}).get("threadId")
+            thread_name = self._thread_name(thread_id)
+        else:
+            thread_id, thread_name = self._dap_thread_of(hit.tid)
         old = decode_value(hit.old, armed.target.format)
         new = decode_value(hit.new, armed.target.format)
         symbol = self._symbol(hit.ip)
@@ -317,6 +334,25 @@ class DataBreakpoints:
             self.paused = True
             self._resumed.clear()
         return False
+
+    def _suspend_only(self, tid: int) -> None:
+        """Ask pydevd to suspend the thread whose OS id is `tid`, and no other (see header)."""
+        expression = (
+            "__import__('pydevd').get_global_debugger().set_suspend("
+            f"next(t for t in __import__('threading').enumerate() if t.native_id == {tid}), "
+            "__import__('_pydevd_bundle.pydevd_comm_constants', fromlist=['_'])"
+            ".CMD_THREAD_SUSPEND, suspend_other_threads=False, is_pause=True)")
+        response = self.session.backend.request(
+            "evaluate", {"expression": expression, "context": "repl"}, timeout=STOP_TIMEOUT)
+        if not response.success:
+            raise AdapterError(f"pydevd could not suspend thread tid {tid}: "
+                               f"{response.error_text.strip()}")
+
+    def _thread_name(self, thread_id: int | None) -> str:
+        threads = self.session.backend.request("threads", {}, timeout=10).raw.get(
+            "body", {}).get("threads", [])
+        return next((t.get("name", "") for t in threads if t["id"] == thread_id),
+                    f"thread {thread_id}")
 
     def _dap_thread_of(self, tid: int) -> tuple[int | None, str]:
         """debugpy's thread id and name for OS thread `tid` (asked of each stopped thread)."""

@@ -55,6 +55,9 @@ class LaunchConfig:
     """Stop at the first line of the program."""
     justMyCode: bool = True
     """Step and break in user code only (debugpy's option of the same name)."""
+    stopAllThreadsOnSuspend: bool = True
+    """Python: whether a stop (breakpoint, pause, data breakpoint) suspends every thread
+    (debugpy's option of the same name); false suspends only the thread that stopped."""
     noDebug: bool = False
     """Run without debugging (VS Code's "Run Without Debugging")."""
     mode: Literal["auto", "debug", "exec", "test"] | None = None
@@ -93,6 +96,8 @@ class AttachConfig:
     """A debugpy server to connect to instead of a pid."""
     justMyCode: bool = True
     """Step and break in user code only."""
+    stopAllThreadsOnSuspend: bool = True
+    """Python: whether a stop suspends every thread (debugpy's option of the same name)."""
 
     def __post_init__(self) -> None:
         if self.pid is None:

@@ -20,6 +20,8 @@ export interface LaunchConfig {
     stopOnEntry?: boolean;
     /** Step and break in user code only (debugpy's option of the same name). */
     justMyCode?: boolean;
+    /** Python: whether a stop (breakpoint, pause, data breakpoint) suspends every thread (debugpy's option of the same name); false suspends only the thread that stopped. */
+    stopAllThreadsOnSuspend?: boolean;
     /** Run without debugging (VS Code's "Run Without Debugging"). */
     noDebug?: boolean;
     /** Go only (vscode-go's name): build and debug the package `program` ("debug"), run the built binary `program` ("exec"), or debug the package's tests ("test"); "auto" (the default) is "exec" for an ELF file and "debug" otherwise. */
@@ -40,6 +42,8 @@ export interface AttachConfig {
     connect?: ConnectTarget | null;
     /** Step and break in user code only. */
     justMyCode?: boolean;
+    /** Python: whether a stop suspends every thread (debugpy's option of the same name). */
+    stopAllThreadsOnSuspend?: boolean;
 }
 
 /** `ptdebug/goroutineHistory` (Go sessions): which goroutine ran which recorded instructions, from a recording's PTWRITE goids and its flow (docs/go.md). */

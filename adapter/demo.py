@@ -232,8 +232,13 @@ class Demo:
         hit = dap.event("stopped", "the corrupting write",
                         lambda b: b.get("reason") == "data breakpoint")
         self.say(f"data breakpoint: {hit.get('description')}")
-        writer = self.top(dap, hit["threadId"])
-        self.say(f"the writer stopped at {self.place(writer)}")
+        frames = dap.call("stackTrace", {"threadId": hit["threadId"], "levels": 20})
+        for frame in frames["stackFrames"]:
+            if "instructionPointerReference" not in frame:
+                self.say(f"the writer stopped at {self.place(frame)}")
+                break
+            self.say(f"  native frame of the write: {self.place(frame)} "
+                     f"(ip {frame['instructionPointerReference']})")
 
         self.step("record breakpoint on the request path (condition: tokens == 0)")
         dap.call("setDataBreakpoints", {"breakpoints": []})

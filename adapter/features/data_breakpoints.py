@@ -25,6 +25,11 @@ the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pau
   False, is_pause=True)` for the writer, which is what pydevd's own single-thread pause does
   (pydevd_api.py `request_suspend_thread`). pydevd then reports `stopped` (reason `pause`)
   for that thread alone, which becomes the data-breakpoint stop.
+- The stopped thread's `stackTrace` starts with the native frames of the write (the sample's
+  IP and call chain, features.native_frames: `instructionPointerReference`, symbol, DWARF line
+  where the module has one, presentationHint `subtle`), then debugpy's Python frames; they show
+  the moment of the write, not where the thread now waits. Their `scopes` are the sample's
+  registers; `evaluate` in them is refused. They are dropped when the program continues.
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ from adapter.features.buffer_probe import (
     probe_expression,
     watch_range,
 )
+from adapter.features.native_frames import NativeFrameMaker, NativeStack, call_chain
 from adapter.memory import parse_address
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
 from adapter.protocol.messages import Request
@@ -106,6 +112,16 @@ class DataBreakpoints:
         session.response_observers["scopes"] = self._observe_scopes
         session.response_observers["variables"] = self._observe_variables
         session.event_filters.append(self._filter_event)
+        self.native: NativeStack | None = None
+        """The native frames of the last data-breakpoint stop, until the program continues."""
+        self._frame_maker = NativeFrameMaker()
+        self._stack_pages: dict[object, tuple[list[dict], int, bool]] = {}
+        """client request seq -> (native frames shown, native frame count, drop debugpy's)."""
+        interceptors = session.request_interceptors
+        for command, handler in (("stackTrace", self._page_stack), ("scopes", self._scopes),
+                                 ("evaluate", self._evaluate)):
+            interceptors.setdefault(command, []).insert(0, handler)
+        session.response_observers["stackTrace"] = self._observe_stack
 
     @classmethod
     def probe(cls, session, pid: int) -> DataBreakpoints | None:
@@ -297,7 +313,8 @@ class DataBreakpoints:
             thread_id, thread_name = self._dap_thread_of(hit.tid)
         old = decode_value(hit.old, armed.target.format)
         new = decode_value(hit.new, armed.target.format)
-        symbol = self._symbol(hit.ip)
+        image = self._image()
+        symbol = self._symbol(hit.ip, image)
         text = (f"{armed.target.label} changed from {old} to {new}: written by thread "
                 f"{thread_name!r} (tid {hit.tid}) in {symbol}"
                 + (f"; {count} writes seen" if count > 1 else ""))
@@ -308,6 +325,10 @@ class DataBreakpoints:
             body["threadId"] = thread_id
         self.paused = True
         self._resumed.clear()
+        if thread_id is not None and not isinstance(image, str):
+            frames = self._frame_maker.frames(image, call_chain(hit.ip, hit.callchain),
+                                              "at the write")
+            self.native = NativeStack(thread_id, frames, dict(hit.regs), "at the write")
         self.session.client.send_event("stopped", body)
 
     def _report_while_paused(self, hits: list) -> None:
@@ -323,6 +344,8 @@ class DataBreakpoints:
 
     def _filter_event(self, raw: dict) -> bool:
         name = raw.get("event")
+        if name in ("continued", "stopped", "terminated", "exited"):
+            self.native = None  # a new stop or a resumed thread: the write is history
         if name == "continued":
             self.paused = False
             self._resumed.set()
@@ -334,6 +357,63 @@ class DataBreakpoints:
             self.paused = True
             self._resumed.clear()
         return False
+
+    # --- native frames of the stopped writer ----------------------------------------------
+    def _page_stack(self, request: Request) -> object:
+        """Before a stackTrace of the writer is forwarded: ask debugpy for the Python frames
+        that follow the native ones shown, so paging (startFrame, levels) counts both."""
+        arguments = request.raw.get("arguments") or {}
+        native = self.native
+        reverse = self.session.reverse
+        if (native is None or arguments.get("threadId") != native.thread_id
+                or (reverse is not None and native.thread_id in reverse.replays)):
+            return None
+        count = len(native.frames)
+        start, levels = arguments.get("startFrame") or 0, arguments.get("levels") or 0
+        shown = native.frames[start:start + levels] if levels else native.frames[start:]
+        forwarded = dict(arguments, startFrame=max(0, start - count))
+        drop = False
+        if levels:
+            rest = levels - len(shown)
+            drop = rest <= 0  # only native frames asked: debugpy's answer gives the total
+            forwarded["levels"] = max(rest, 1)
+        request.raw["arguments"] = forwarded
+        self._stack_pages[request.raw.get("seq")] = (shown, count, drop)
+        return None
+
+    def _observe_stack(self, request: dict, response: dict) -> None:
+        page = self._stack_pages.pop(request.get("seq"), None)
+        if page is None or not response.get("success"):
+            return
+        shown, count, drop = page
+        body = response.setdefault("body", {})
+        python = [] if drop else list(body.get("stackFrames") or [])
+        total = body.get("totalFrames") or len(body.get("stackFrames") or [])
+        body["stackFrames"] = shown + python
+        body["totalFrames"] = total + count
+
+    def _scopes(self, request: Request) -> object:
+        native = self.native
+        frame_id = (request.raw.get("arguments") or {}).get("frameId")
+        if native is None or not native.owns(frame_id):
+            return None
+        recording = self.session.recording
+        if not native.is_top(frame_id) or recording is None or not native.registers:
+            return {"scopes": []}
+        registers = [{"name": name, "value": f"{value:#x}", "variablesReference": 0,
+                      "memoryReference": f"{value:#x}"}
+                     for name, value in native.registers.items()]
+        reference = recording.reference(lambda: registers)
+        return {"scopes": [{"name": f"Registers ({native.when})", "presentationHint":
+                            "registers", "variablesReference": reference, "expensive": False}]}
+
+    def _evaluate(self, request: Request) -> object:
+        native = self.native
+        if native is not None and native.owns((request.raw.get("arguments") or {})
+                                              .get("frameId")):
+            raise InvalidRequest("this is a native frame of the write (ptdebug shows it from "
+                                 "the watchpoint's sample): evaluate in a Python frame")
+        return None
 
     def _suspend_only(self, tid: int) -> None:
         """Ask pydevd to suspend the thread whose OS id is `tid`, and no other (see header)."""
@@ -371,13 +451,20 @@ class DataBreakpoints:
                 return thread["id"], thread.get("name", "")
         return None, f"tid {tid}"
 
-    def _symbol(self, ip: int) -> str:
+    def _image(self):
+        """pt_decoder Image of the debuggee's code now, or the reason it cannot be read."""
         from pt_decoder.errors import PtError
         from pt_decoder.image import Image
         try:
-            symbol = Image.from_process(self.watcher.pid).symbolize(ip)
+            return Image.from_process(self.watcher.pid)
         except (PtError, OSError) as exc:  # a vanished process or unreadable mapping: say so
-            return f"{ip:#x} ({exc})"
+            return str(exc)
+
+    def _symbol(self, ip: int, image=None) -> str:
+        image = self._image() if image is None else image
+        if isinstance(image, str):
+            return f"{ip:#x} ({image})"
+        symbol = image.symbolize(ip)
         if symbol is None:
             return f"{ip:#x}"
         module = symbol.module.rsplit("/", 1)[-1]

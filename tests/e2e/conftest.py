@@ -132,3 +132,10 @@ def top_frame(client: DapClient, thread_id: int) -> dict:
 def evaluate(client: DapClient, frame_id: int, expression: str) -> str:
     return client.call("evaluate", {"expression": expression, "frameId": frame_id,
                                     "context": "repl"})["result"]
+
+
+def python_frame(client: DapClient, thread_id: int) -> dict:
+    """The innermost Python frame (debugpy's) of a thread: after a data-breakpoint stop the
+    stack starts with native frames of the write, which carry an instructionPointerReference."""
+    frames = client.call("stackTrace", {"threadId": thread_id, "levels": 40})["stackFrames"]
+    return next(f for f in frames if "instructionPointerReference" not in f)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import PROGRAMS, evaluate, launch, top_frame
+from conftest import PROGRAMS, evaluate, launch, python_frame, top_frame
 from dapclient import marker_line
 
 pytestmark = pytest.mark.timeout(90)
@@ -31,7 +31,7 @@ def _stop_on_write(run, **config) -> tuple[dict, dict]:
     assert "from 0.0 to 7.25" in stopped["description"], stopped
     threads = {t["id"]: t["name"] for t in client.call("threads")["threads"]}
     assert threads[stopped["threadId"]] == "kv-writer"
-    writer = top_frame(client, stopped["threadId"])
+    writer = python_frame(client, stopped["threadId"])
     assert writer["name"] == "writer"
     # x86 data breakpoints trap after the write: pydevd stops at the writer's next line
     write = marker_line(PROGRAM, "write")

@@ -4,7 +4,7 @@ thread, and the session stops that thread with reason `data breakpoint`."""
 from __future__ import annotations
 
 import pytest
-from conftest import PROGRAMS, evaluate, launch, top_frame
+from conftest import PROGRAMS, evaluate, launch, python_frame, top_frame
 from dapclient import marker_line
 
 pytestmark = pytest.mark.timeout(90)
@@ -60,7 +60,9 @@ def test_write_by_another_thread_stops_it_with_reason_data_breakpoint(start_adap
     # The stop is in the writing thread, on the Python line after the write.
     threads = {t["id"]: t["name"] for t in client.call("threads")["threads"]}
     assert threads[stopped["threadId"]] == "kv-writer"
-    writer = top_frame(run.client, stopped["threadId"])
+    native = top_frame(run.client, stopped["threadId"])  # the write, in numpy
+    assert "_multiarray_umath" in native["name"] and "instructionPointerReference" in native
+    writer = python_frame(run.client, stopped["threadId"])
     assert writer["name"] == "writer"
     assert writer["line"] in (marker_line(KV, "spin"), marker_line(KV, "spin") - 1)
     assert evaluate(client, writer["id"], "float(cache[3])") == "42.5"

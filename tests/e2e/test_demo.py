@@ -37,6 +37,7 @@ def test_demo_shows_the_session_and_leaves_nothing_behind():
         "adapter breakpoint modes: normal, record",
         "data breakpoint: cache[3] changed from [0.0, 0.0, 0.0, 0.0] to [-1.0, 0.0, 0.0, 0.0]",
         "written by thread 'compactor'",
+        "  native frame of the write: ",  # the sample's IP, symbolised (native_frames)
         "the writer stopped at compactor at service.py:",  # its next Python line (pydevd)
         "record breakpoint: capture 1: thread",
         f"stopped at handle at service.py:{line_of(SERVICE, 'after_request')}",

@@ -42,8 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import AdapterError, InvalidLaunchConfig, InvalidRequest
+from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
 from adapter.protocol.messages import Event, Request
+from adapter.protocol.schema import (
+    CaptureGap,
+    CaptureLocation,
+    CaptureNowIn,
+    CaptureNowOut,
+    parse,
+)
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -214,16 +221,17 @@ class Capture:
         return self.trace.ns(history.time(len(history) - 1)) - self.trace.ns(history.time(0))
 
     def event_body(self) -> dict:
-        return {"id": self.id, "threadId": self.thread_id, "tid": self.tid,
-                "window": self.window.describe(), "instructions": self.instructions,
-                "cycles": self.cycles, "durationNs": self.duration_ns,
-                "gaps": [{"position": g.position, "reason": g.reason}
-                         for g in self.history.gaps],
-                "bundle": self.bundle, "endReason": self.end_reason,
-                "status": "partial" if self.partial else "complete",
-                "partial": self.partial is not None, "partialReason": self.partial,
-                "reason": "breakpoint" if self.location else "command",
-                "location": self.location}
+        """The `ptdebug/capture` event body (schema.CaptureNowOut, the one source of its shape)."""
+        location = self.location
+        return dataclasses.asdict(CaptureNowOut(
+            id=self.id, threadId=self.thread_id, tid=self.tid, window=self.window.describe(),
+            instructions=self.instructions, cycles=self.cycles, durationNs=self.duration_ns,
+            gaps=[CaptureGap(g.position, g.reason) for g in self.history.gaps],
+            bundle=self.bundle, endReason=self.end_reason,
+            status="partial" if self.partial else "complete",
+            partial=self.partial is not None, partialReason=self.partial,
+            reason="breakpoint" if location else "command",
+            location=CaptureLocation(location["path"], location["line"]) if location else None))
 
 
 @dataclass
@@ -376,15 +384,13 @@ class RecordBreakpoints:
                                "(or use a breakpoint in mode 'record') first")
         if self._recording_thread is not None:
             raise AdapterError("a capture is already being recorded")
-        thread_id = (request.raw.get("arguments") or {}).get("threadId")
+        thread_id = parse(CaptureNowIn, request.raw.get("arguments") or {}).threadId
         if thread_id is None:
             threads = self.session.backend.request("threads", {}, timeout=10)
             listed = (threads.raw.get("body") or {}).get("threads") or []
             if not listed:
                 raise AdapterError("the program has no thread to record")
             thread_id = listed[0]["id"]
-        if not isinstance(thread_id, int):
-            raise InvalidRequest("arguments.threadId must be an integer")
         self._recording_thread = thread_id
         threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request),
                          daemon=True, name="ptdebug-record").start()

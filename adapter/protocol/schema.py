@@ -239,6 +239,64 @@ class GoroutineHistoryOut:
     """"ns" (the stepper's clock) or "tsc" (Intel PT time stamps)."""
 
 
+@dataclass
+class CaptureNowIn:
+    """`ptdebug/captureNow` (Python sessions): record a paused thread at once with the launch
+    configuration's `recordWindow`; the program then runs on (features/record_breakpoints.py)."""
+
+    threadId: int | None = None
+    """The DAP thread to record; debugpy's first thread when absent."""
+
+
+@dataclass
+class CaptureGap:
+    position: int
+    """History position (instruction index) where the trace was lost."""
+    reason: str
+
+
+@dataclass
+class CaptureLocation:
+    path: str
+    line: int
+
+
+@dataclass
+class CaptureNowOut:
+    """The response body of `ptdebug/captureNow` and the body of every `ptdebug/capture` event:
+    a trace window closed and its capture is kept in the session (docs/protocol.md)."""
+
+    id: int
+    """The capture's id, unique in the session."""
+    threadId: int | None
+    """The DAP thread the window followed."""
+    tid: int
+    """The recorded OS thread."""
+    window: str
+    """The window, described ("from kv_update(), until kv_update returns")."""
+    instructions: int
+    """Decoded instruction count."""
+    cycles: int
+    """Cycles in the window (the stepper's are ns of a thread slowed by ptrace)."""
+    durationNs: int
+    """Window length in nanoseconds."""
+    gaps: list[CaptureGap]
+    """Where the trace was lost, if anywhere."""
+    bundle: str
+    """The trace bundle directory (manifest.json inside)."""
+    endReason: str
+    """Why the window closed ("the trigger function returned", ...)."""
+    status: Literal["complete", "partial"]
+    partial: bool
+    """True when the capture ended before its window closed."""
+    partialReason: str | None
+    """Why a partial capture stopped early."""
+    reason: Literal["breakpoint", "command"]
+    """What opened the window: a record breakpoint, or `ptdebug/captureNow`."""
+    location: CaptureLocation | None
+    """The record breakpoint's source line (None for captureNow)."""
+
+
 # --- the parser ----------------------------------------------------------------------------
 T = typing.TypeVar("T")
 

@@ -4,6 +4,7 @@ the stopped thread through the native helper (kv_update, until it returns) and t
 `ptdebug/capture`; when the condition does not hold nothing is recorded."""
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -201,6 +202,10 @@ def test_capture_now_records_the_paused_thread_and_the_program_runs_on(start_ada
     assert body["threadId"] == stopped["threadId"] and body["location"] is None
     event = client.expect_event("ptdebug/capture")["body"]
     assert event["bundle"] == body["bundle"]
+    # the body has exactly the fields and types of its one source, schema.CaptureNowOut
+    from adapter.protocol.schema import CaptureNowOut, parse
+    assert set(event) == {f.name for f in dataclasses.fields(CaptureNowOut)}
+    assert parse(CaptureNowOut, event).reason == "command"
     again = client.expect_stopped("breakpoint", timeout=30)  # it ran on to request 4
     assert evaluate(client, top_frame(client, again["threadId"])["id"], "request_id") == "4"
     refused = client.request("ptdebug/captureNow", {"threadId": "main"})

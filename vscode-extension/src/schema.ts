@@ -63,6 +63,58 @@ export interface GoroutineHistoryOut {
     timeUnit: string;
 }
 
+/** `ptdebug/captureNow` (Python sessions): record a paused thread at once with the launch configuration's `recordWindow`; the program then runs on (features/record_breakpoints.py). */
+export interface CaptureNowIn {
+    /** The DAP thread to record; debugpy's first thread when absent. */
+    threadId?: number | null;
+}
+
+/** The response body of `ptdebug/captureNow` and the body of every `ptdebug/capture` event: a trace window closed and its capture is kept in the session (docs/protocol.md). */
+export interface CaptureNowOut {
+    /** The capture's id, unique in the session. */
+    id: number;
+    /** The DAP thread the window followed. */
+    threadId: number | null;
+    /** The recorded OS thread. */
+    tid: number;
+    /** The window, described ("from kv_update(), until kv_update returns"). */
+    window: string;
+    /** Decoded instruction count. */
+    instructions: number;
+    /** Cycles in the window (the stepper's are ns of a thread slowed by ptrace). */
+    cycles: number;
+    /** Window length in nanoseconds. */
+    durationNs: number;
+    /** Where the trace was lost, if anywhere. */
+    gaps: CaptureGap[];
+    /** The trace bundle directory (manifest.json inside). */
+    bundle: string;
+    /** Why the window closed ("the trigger function returned", ...). */
+    endReason: string;
+    status: "complete" | "partial";
+    /** True when the capture ended before its window closed. */
+    partial: boolean;
+    /** Why a partial capture stopped early. */
+    partialReason: string | null;
+    /** What opened the window: a record breakpoint, or `ptdebug/captureNow`. */
+    reason: "breakpoint" | "command";
+    /** The record breakpoint's source line (None for captureNow). */
+    location: CaptureLocation | null;
+}
+
+/** CaptureGap of adapter/protocol/schema.py. */
+export interface CaptureGap {
+    /** History position (instruction index) where the trace was lost. */
+    position: number;
+    reason: string;
+}
+
+/** CaptureLocation of adapter/protocol/schema.py. */
+export interface CaptureLocation {
+    path: string;
+    line: number;
+}
+
 /** Where a debugpy server listens (`python -m debugpy --listen HOST:PORT prog.py`). */
 export interface ConnectTarget {
     /** TCP port of the debugpy server. */

@@ -130,8 +130,11 @@ class TraceScope:
         if not self.recording.captures or self.session.backend is None:
             return None
         thread_id = (request.raw.get("arguments") or {}).get("threadId")
+        other = self.session.response_observers.get("stackTrace")
 
         def observe(response: dict) -> None:
+            if other is not None:  # e.g. the native frames of a data-breakpoint stop
+                other(request.raw, response)
             for frame in (response.get("body") or {}).get("stackFrames") or []:
                 self.frame_threads[frame.get("id")] = thread_id
 

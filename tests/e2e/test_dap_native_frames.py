@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import PROGRAMS, evaluate, launch, top_frame
+from conftest import INITIALIZE, PROGRAMS, evaluate, launch, top_frame
 from dapclient import marker_line
 
 pytestmark = pytest.mark.timeout(90)
@@ -83,3 +83,47 @@ def test_data_breakpoint_stop_shows_the_native_frames_of_the_write(start_adapter
     assert client.expect_event("exited", timeout=30)["body"]["exitCode"] == 0
     client.call("disconnect", {})
     assert run.wait_exit() == 0
+
+
+
+def test_native_frames_also_when_the_session_has_a_capture(start_adapter, tmp_path):
+    """Once a record breakpoint kept a capture, stackTrace also feeds the Processor Trace scope
+    (features.trace_scope forwards it): the native frames of a later data-breakpoint stop are
+    still put first, and debugpy's Python frames still follow. The capture is of a thread that
+    has exited by then: a thread the ptrace stepper recorded keeps its debug-register slots
+    reserved until it exits (the kernel frees ptrace breakpoints only then), so no hardware
+    watch can be armed on it."""
+    library = tmp_path / "libdapnative.so"
+    subprocess.run(["gcc", "-g", "-O0", "-shared", "-fPIC", "-o", str(library), str(SOURCE)],
+                   check=True)
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch_seq = client.send_request("launch", {
+        "program": str(PROGRAM), "args": [str(library)], "console": "internalConsole",
+        "recordWindow": {"instructions": 200}})
+    client.expect_event("initialized")
+    answer = client.call("setBreakpoints", {"source": {"path": str(PROGRAM)}, "breakpoints": [
+        {"line": marker_line(PROGRAM, "record"), "mode": "record"},
+        {"line": marker_line(PROGRAM, "armed")}]})
+    assert [b["verified"] for b in answer["breakpoints"]] == [True, True], answer
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    capture = client.expect_event("ptdebug/capture", timeout=30)["body"]
+    assert capture["instructions"] == 200, capture
+    stopped = client.expect_stopped("breakpoint", timeout=30)
+    client.expect_event("capabilities",
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    frame = top_frame(client, stopped["threadId"])["id"]
+    info = client.call("dataBreakpointInfo", {"name": "values[2]", "frameId": frame})
+    body = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
+    assert body["breakpoints"][0]["verified"] is True, body
+    client.call("continue", {"threadId": stopped["threadId"]})
+    hit = client.expect_stopped("data breakpoint", timeout=30)
+    stack = client.call("stackTrace", {"threadId": hit["threadId"], "levels": 20})["stackFrames"]
+    assert stack[0]["id"] in NATIVE_FRAME_IDS and "scale_in_place" in stack[0]["name"], stack
+    python = next(f for f in stack if f["id"] not in NATIVE_FRAME_IDS)
+    assert python["name"] == "writer", stack
+    client.call("setDataBreakpoints", {"breakpoints": []})
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()

@@ -189,16 +189,20 @@ class Session:
         if self.backend_gone_at is not None:
             raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
         interceptors = self.request_interceptors.get(request.command, ())
+        checked = None  # the arguments object already checked: checked once, not per step
         if interceptors and self.argument_checker is not None and request.command in DAP_REQUESTS:
             # a feature may forward it (changed or not): the same checks as any forwarded request
-            self.argument_checker.check(request.command, request.raw.get("arguments"))
+            checked = request.raw.get("arguments")
+            self.argument_checker.check(request.command, checked)
         for intercept in interceptors:
             answer = intercept(request)
             if answer is not None:
                 return answer
         if backend.handles(request.command) or request.command not in DAP_REQUESTS:
-            if self.argument_checker is not None and request.command in DAP_REQUESTS:
-                self.argument_checker.check(request.command, request.raw.get("arguments"))
+            arguments = request.raw.get("arguments")
+            if (self.argument_checker is not None and request.command in DAP_REQUESTS
+                    and (arguments is not checked or arguments is None)):
+                self.argument_checker.check(request.command, arguments)
             observer = self.response_observers.get(request.command)
             if observer is None:
                 backend.forward(request)

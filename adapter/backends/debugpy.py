@@ -174,7 +174,7 @@ class DebugpyBackend(Backend):
         if self.channel is None:
             raise BackendGone("debugpy is not running")
         if observe is None:
-            relay = lambda response: request.respond_like(response.raw)
+            relay = lambda response: request.relay(response.raw)  # untouched: body as received
         else:
             def relay(response: Response) -> None:
                 try:

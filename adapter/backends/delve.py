@@ -370,7 +370,7 @@ class DelveBackend(Backend):
             raise BackendGone("Delve is not running")
         fixup = RESPONSE_FIXUPS.get(request.command)
         if observe is None and fixup is None:
-            relay = lambda response: request.respond_like(response.raw)
+            relay = lambda response: request.relay(response.raw)  # untouched: body as received
         else:
             def relay(response: Response) -> None:
                 try:

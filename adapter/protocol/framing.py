@@ -10,10 +10,20 @@ allocated or read. Errors after which the stream cannot be trusted (bad header, 
 truncated body) are `MalformedHeader`/`MessageTooLarge`; a body that is not JSON is `InvalidJson`,
 after which reading may go on with the next message, since its length was honoured.
 See the "Base protocol" section of the DAP overview.
+
+Relaying without re-encoding: a message read here whose body comes last (as debugpy and Delve
+write them) is a `ReceivedMessage`, a dict that also keeps its `body` as the exact JSON text it
+arrived in (found while parsing: the json module's C scanner parses the body once and says
+where it ends; the small envelope before it is parsed on its own). A `JsonText` value put in an outgoing message's `body` is written as that text.
+This is how a backend's answer reaches the client byte for byte, with only its envelope (`seq`,
+`request_seq`) renumbered: encoding a large `stackTrace` or `variables` body again cost as much
+as parsing it (docs/PERFORMANCE.md, the Delve section).
 """
 from __future__ import annotations
 
 import json
+import json.scanner
+import re
 import threading
 from typing import BinaryIO
 
@@ -28,6 +38,76 @@ MAX_HEADER_LINES = 16
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.loads
+_scan_value = json.scanner.make_scanner(json.JSONDecoder())
+"""The C scanner behind json.loads: (value, end) of the JSON value at an index of a str."""
+
+
+class ReceivedMessage(dict):
+    """A message as read: the parsed JSON object, plus its `body` as the JSON text it came in.
+
+    Made only by parse_message, which sets both attributes."""
+
+    __slots__ = ("body_text", "parsed_body")
+    body_text: str
+    """The `body` value's exact JSON text."""
+    parsed_body: object
+    """The object parsed from `body_text`: the body is unreplaced while `self["body"]` is it."""
+
+
+class JsonText(str):
+    """JSON text written as it is (a relayed body), not as a JSON string, by MessageWriter.
+
+    Only ever made from text this module parsed (`ReceivedMessage.body_text`), so what is
+    written stays valid JSON."""
+
+    __slots__ = ()
+
+
+_OBJECT_START = re.compile(r"[ \t\n\r]*\{")
+_BODY_KEY = re.compile(r'"body"[ \t\n\r]*:[ \t\n\r]*')
+_OBJECT_END = re.compile(r"[ \t\n\r]*\}[ \t\n\r]*\Z")
+
+
+def parse_message(data: bytes) -> object:
+    """`json.loads(data)`; an object whose last key is `body` (how debugpy and Delve write
+    every response and event) comes back as a ReceivedMessage that keeps the body's text.
+    Raises what json.loads raises (ValueError, UnicodeDecodeError)."""
+    text = data.decode("utf-8")
+    key = text.find('"body"')
+    if key > 0:
+        value = _BODY_KEY.match(text, key)
+        try:
+            # The envelope: everything before the first "body", closed with a null body.
+            # It parses to an object holding "body" only if that "body" is a top-level key
+            # (one inside a nested value leaves a brace open; one inside an escaped key such
+            # as "a\"body" makes a key that is not "body").
+            opening = _OBJECT_START.match(text)
+            head = text[opening.end() - 1:key] + '"body":null}' if opening else ""
+            envelope, envelope_end = _scan_value(head, 0)
+            if (value is not None and envelope_end == len(head) and type(envelope) is dict
+                    and envelope.get("body", 0) is None):
+                # the body, parsed once by the C scanner, which says where it ends
+                body, end = _scan_value(text, value.end())
+                if _OBJECT_END.match(text, end):
+                    envelope["body"] = body
+                    message = ReceivedMessage(envelope)
+                    message.body_text = text[value.end():end]
+                    message.parsed_body = body
+                    return message
+        except (ValueError, StopIteration):
+            pass  # json.loads below says what is wrong, as it always did
+    return _loads(data)
+
+
+def encode_message(message: dict) -> bytes:
+    """The UTF-8 JSON of `message`; a JsonText `body` is written as the JSON text it is."""
+    body = message.get("body")
+    if type(body) is not JsonText:
+        return _dumps(message).encode("utf-8")
+    head = _dumps({key: value for key, value in message.items() if key != "body"})
+    if head == "{}":
+        return f'{{"body":{body}}}'.encode()
+    return f'{head[:-1]},"body":{body}}}'.encode()
 
 
 class MessageReader:
@@ -40,7 +120,8 @@ class MessageReader:
         """Bodies longer than this are refused with MessageTooLarge before any is read."""
 
     def read_message(self) -> dict | None:
-        """The next message as a dict; None at a clean end of stream between two messages.
+        """The next message as a dict (a ReceivedMessage when it keeps its body's text); None
+        at a clean end of stream between two messages.
 
         Raises MalformedHeader (also for a stream cut inside a message), MessageTooLarge,
         InvalidJson or InvalidMessage; after the last two the stream is still in sync.
@@ -50,7 +131,7 @@ class MessageReader:
             return None
         body = self._read_exactly(length)
         try:
-            message = _loads(body)
+            message = parse_message(body)
         except (UnicodeDecodeError, ValueError) as exc:
             raise InvalidJson(f"the message body is not UTF-8 JSON ({exc}): "
                               f"{body[:80]!r}") from None
@@ -119,6 +200,7 @@ class MessageWriter:
             self._write_locked(message)
 
     def _write_locked(self, message: dict) -> None:
-        body = _dumps(message).encode("utf-8")
+        body = encode_message(message)
+        # one write of the whole frame, then the flush that hands it to the peer now
         self.stream.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         self.stream.flush()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import AdapterError, BackendRequestFailed, InvalidMessage, InvalidRequest
+from .framing import JsonText, ReceivedMessage
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -85,7 +86,14 @@ class Request(Message):
         self._answer({"success": False, "message": error.message,
                       "body": error.to_error_body()})
 
-    def respond_like(self, response: dict) -> None:
+    def relay(self, response: dict) -> None:
+        """`respond_like(response)` for a response nobody has looked into: its body, when it
+        is the one parsed on arrival, is written as the exact text it came in (no re-encoding;
+        only the envelope, `seq` and `request_seq`, is this channel's). Callers that ran a fixup
+        or an observer on the response, which may change the body in place, use respond_like."""
+        self.respond_like(response, verbatim=True)
+
+    def respond_like(self, response: dict, verbatim: bool = False) -> None:
         """Answer with the outcome of another peer's response (forwarding).
 
         A failure without `body.error` (debugpy sends only `message`) gets one, with the id of
@@ -99,6 +107,9 @@ class Request(Message):
             text = str(response.get("message") or "the backend reported a failure")
             body = dict(body) if isinstance(body, dict) else {}
             body.update(BackendRequestFailed(text).to_error_body())
+        elif (verbatim and body is not None and type(response) is ReceivedMessage
+              and body is response.parsed_body):
+            body = JsonText(response.body_text)
         if body is not None:
             answer["body"] = body
         self._answer(answer)

@@ -1,0 +1,94 @@
+"""ptdebug's own CPU per relayed backend response: the body written as the bytes it came in
+(`Request.relay`) versus parsed and encoded again (`Request.respond_like`), side by side.
+
+Layer: benchmark (imports adapter.protocol only). In memory, no pipes and no peers: a stream
+of framed Delve-shaped `stackTrace` responses is read by MessageReader, each is answered to a
+client Channel writing to /dev/null, by one path and then the other, alternating rounds; best
+round of each. This isolates the hop's CPU work from the wake-ups that the end-to-end figures
+in bench_goroutines / bench_dap include.
+
+    .venv/bin/python -m benchmarks.bench_relay [--quick] [--json]
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+
+from adapter.protocol.channel import Channel
+from adapter.protocol.framing import MessageReader, MessageWriter
+from adapter.protocol.messages import Request
+
+
+def _stack_trace_response(frames: int) -> bytes:
+    """A `stackTrace` answer as Delve writes it (compact, body last)."""
+    body = {"stackFrames": [
+        {"id": 1000 + i, "name": f"main.worker{i}", "source": {
+            "name": "main.go", "path": "/home/user/src/service/cmd/worker/main.go"},
+         "line": 30 + i, "column": 0, "instructionPointerReference": f"0x{0x4a1b2c + i:x}",
+         "presentationHint": "normal"} for i in range(frames)], "totalFrames": frames}
+    message = {"seq": 0, "type": "response", "request_seq": 55, "success": True,
+               "command": "stackTrace", "body": body}
+    data = json.dumps(message, separators=(",", ":")).encode()
+    return b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+
+
+class _NoHandlers:
+    pass
+
+
+def _round(stream: bytes, count: int, verbatim: bool) -> float:
+    """Seconds per response to read it and answer the client's request with it."""
+    with open(os.devnull, "wb") as sink:
+        client = Channel(MessageReader(io.BytesIO(b"")), MessageWriter(sink), _NoHandlers(),
+                         "client")
+        reader = MessageReader(io.BytesIO(stream))
+        request_raw = {"seq": 9, "type": "request", "command": "stackTrace",
+                       "arguments": {"threadId": 1}}
+        start = time.perf_counter()
+        for _ in range(count):
+            response = reader.read_message()
+            request = Request(request_raw, client)
+            if verbatim:
+                request.relay(response)
+            else:
+                request.respond_like(response)
+        return (time.perf_counter() - start) / count
+
+
+def run(quick: bool = False) -> dict:
+    count, rounds = (500, 3) if quick else (3000, 7)
+    result: dict = {"responses_per_round": count, "rounds": rounds}
+    for frames in (1, 20, 100):
+        frame = _stack_trace_response(frames)
+        stream = frame * count
+        best = {"relay_verbatim": float("inf"), "re_encoded": float("inf")}
+        for i in range(rounds):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            for verbatim in order:
+                seconds = _round(stream, count, verbatim)
+                key = "relay_verbatim" if verbatim else "re_encoded"
+                best[key] = min(best[key], seconds)
+        result[f"stackTrace_{frames}_frames"] = {
+            "message_bytes": len(frame),
+            "relay_verbatim_us": round(best["relay_verbatim"] * 1e6, 1),
+            "re_encoded_us": round(best["re_encoded"] * 1e6, 1),
+            "verbatim_vs_re_encoded": round(best["relay_verbatim"] / best["re_encoded"], 3)}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    result = run(quick="--quick" in argv)
+    if "--json" in argv:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -22,8 +22,9 @@ NATIVE_FRAME_ID_END = 1 << 27
 MAX_NATIVE_FRAMES = 16
 """The perf call chain is a frame-pointer walk; past this many frames it is mostly libpython."""
 LINE_TABLE_MAX_BYTES = 4 << 20
-"""Modules larger than this (libpython, libc) are named by symbol only: reading their DWARF
-takes seconds, and a source line matters in the user's own native code."""
+"""Modules larger than this (libpython) or without their own .debug_line (libc, whose lines
+are in a separate debug file) are named by symbol only: reading their DWARF takes seconds, and
+a source line matters in the user's own native code."""
 USER_SPACE_END = 1 << 47
 """x86-64 canonical user addresses are below 2^47 (SDM Vol. 1 §3.3.7.1); the rest is kernel."""
 
@@ -87,6 +88,8 @@ class NativeFrameMaker:
         return self._next_id
 
     def _line(self, module, address: int) -> tuple[str, int] | None:
+        from elftools.common.exceptions import ELFError
+
         from pt_decoder.errors import PtError
         from pt_decoder.lines import LineTable
         if module is None or module.kind != "elf":
@@ -96,11 +99,21 @@ class NativeFrameMaker:
         if key not in self._line_tables:
             try:
                 small = os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES
-                table = LineTable.for_elf(module.path, module.base) if small else None
-            except (OSError, PtError):
+                table = (LineTable.for_elf(module.path, module.base, source="dwarf")
+                         if small and _has_own_lines(module.path) else None)
+            except (OSError, PtError, ELFError):
                 table = None  # no file any more, or no line information: symbol names only
             self._line_tables[key] = table
         return table.lookup(address) if table is not None else None
+
+
+def _has_own_lines(path: str) -> bool:
+    """Whether the ELF file itself has a .debug_line section. A system library's lines live in
+    a separate debug file (/usr/lib/debug/.build-id) whose DWARF takes seconds to read (libc's:
+    about 10 s here): a stop must not wait for that, and the user's own code is built with -g."""
+    from elftools.elf.elffile import ELFFile
+    with open(path, "rb") as f:
+        return ELFFile(f).get_section_by_name(".debug_line") is not None
 
 
 def call_chain(ip: int, callchain: tuple[int, ...]) -> list[int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -178,6 +179,9 @@ class DelveBackend(Backend):
         """launch's stopOnEntry, passed to Delve's remote attach."""
         self._socket: socket.socket | None = None
         self._pump: threading.Thread | None = None
+        self._output: _PipeLines | None = None
+        """Line splitter over Delve's (and the program's) stdout+stderr pipe."""
+        self._output_lock = threading.Lock()
         self._early_output: list[bytes] = []
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -230,12 +234,14 @@ class DelveBackend(Backend):
         except OSError as exc:
             raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        stdout = self.process.stdout
+        self._output = _PipeLines(self.process.stdout.fileno())
         while True:
             if time.monotonic() > deadline:
                 raise BackendError(f"Delve did not start listening within {STARTUP_TIMEOUT:g} s"
                                    f"{self._early_text()}")
-            line = stdout.readline()
+            line = self._output.next_line(deadline - time.monotonic())
+            if line is None:
+                continue
             if not line:
                 status = self.process.wait()
                 text = self._early_text()
@@ -262,10 +268,33 @@ class DelveBackend(Backend):
 
     def _pump_output(self) -> None:
         """The program's output (and Delve's own lines) as `output` events."""
-        stdout = self.process.stdout
-        for line in iter(stdout.readline, b""):
-            self.hooks.backend_event(_event("output", {
-                "category": "stdout", "output": line.decode(errors="replace")}))
+        while not self._output.ended:
+            self._output.readable(0.2)  # wait for data outside the lock, then take it
+            if not self._emit_output(wait=0):
+                return
+
+    def _emit_output(self, wait: float) -> bool:
+        """Send the complete lines readable within `wait` seconds; False at end of output.
+        Reading and sending happen under one lock, so the pump and `_drain_output` never
+        reorder lines."""
+        with self._output_lock:
+            lines = self._output.read_lines(wait)
+            for line in lines:
+                if line:
+                    self.hooks.backend_event(_event("output", {
+                        "category": "stdout", "output": line.decode(errors="replace")}))
+            return not (lines and lines[-1] == b"")
+
+    def _drain_output(self) -> None:
+        """Relay what the program wrote before it ended: Delve's DAP reports `exited` over
+        its socket, possibly before the last lines crossed the pipe, and a client must see
+        the output before the end of the session. Bounded: a quiet pipe for 50 ms is empty."""
+        if self._output is None:
+            return
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and self._output.readable(0.05):
+            if not self._emit_output(wait=0):
+                return
 
     def initialize(self, client_arguments: dict) -> dict:
         arguments = dict(client_arguments)
@@ -415,6 +444,8 @@ class DelveBackend(Backend):
 
     # --- Delve -> us (Channel handlers) ---------------------------------------------------
     def default_event(self, event: Event) -> None:
+        if event.event in ("exited", "terminated"):
+            self._drain_output()
         self.hooks.backend_event(event)
 
     def default_request(self, request: Request) -> object:
@@ -445,6 +476,52 @@ def _exception_break_mode(response: dict) -> None:
 
 RESPONSE_FIXUPS = {"exceptionInfo": _exception_break_mode}
 """command -> fix(response) making one of Delve's answers valid DAP before it is relayed."""
+
+
+class _PipeLines:
+    """Complete lines from a pipe, read with os.read so that nothing hides in a Python
+    buffer where select() cannot see it. `b""` marks the end of the pipe."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.pending = b""
+        self.ended = False
+
+    def readable(self, wait: float) -> bool:
+        return not self.ended and bool(select.select([self.fd], [], [], max(wait, 0))[0])
+
+    def read_lines(self, wait: float) -> list[bytes]:
+        """The complete lines available after waiting up to `wait` s for data (the partial
+        last line at the end of the pipe counts as complete), then b"" if the pipe ended."""
+        if b"\n" in self.pending:  # left over from next_line()
+            *lines, self.pending = self.pending.split(b"\n")
+            return [line + b"\n" for line in lines]
+        if not self.readable(wait):
+            return []
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            self.ended = True
+            rest, self.pending = self.pending, b""
+            return ([rest] if rest else []) + [b""]
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        return [line + b"\n" for line in lines]
+
+    def next_line(self, wait: float) -> bytes | None:
+        """One line (b"" at the end of the pipe), or None if none came within `wait` s."""
+        deadline = time.monotonic() + max(wait, 0)
+        while b"\n" not in self.pending and not self.ended:
+            if not self.readable(deadline - time.monotonic()):
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                self.ended = True
+                break
+            self.pending += chunk
+        if b"\n" in self.pending:
+            line, self.pending = self.pending.split(b"\n", 1)
+            return line + b"\n"
+        rest, self.pending = self.pending, b""
+        return rest
 
 
 def _event(name: str, body: dict) -> Event:

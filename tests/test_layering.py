@@ -14,13 +14,19 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RULES = [
     ("pt_decoder", ("adapter",)),
     ("adapter.hw", ("adapter.protocol", "adapter.session", "adapter.backends",
-                    "adapter.watchpoints", "adapter.recorder", "adapter.reverse")),
+                    "adapter.watchpoints", "adapter.features")),
     ("adapter.protocol", ("adapter.hw", "adapter.capture", "adapter.backends",
-                          "adapter.watchpoints", "adapter.recorder", "adapter.reverse")),
+                          "adapter.watchpoints", "adapter.features")),
     ("adapter.capture", ("adapter.protocol", "adapter.session")),
-    ("adapter.backends", ("adapter.watchpoints", "adapter.recorder", "adapter.reverse")),
+    ("adapter.backends", ("adapter.features", "adapter.watchpoints")),
 ]
-FEATURES = ("adapter.watchpoints", "adapter.recorder", "adapter.reverse")
+# Feature families of adapter/features: each talks to the others only through Session.
+FEATURE_FAMILIES = {
+    "data breakpoints": ("adapter.features.data_breakpoints", "adapter.features.buffer_probe",
+                         "adapter.features.native_frames"),
+    "trace": ("adapter.features.record_breakpoints", "adapter.features.reverse",
+              "adapter.features.trace_scope"),
+}
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -85,11 +91,16 @@ def _violations():
                 for name in imported:
                     if any(name == f or name.startswith(f + ".") for f in forbidden):
                         found.append(f"{module} imports {name}")
-        if module in FEATURES:
-            for name in imported:
-                for other in FEATURES:
-                    if other != module and (name == other or name.startswith(other + ".")):
-                        found.append(f"feature {module} imports feature {name}")
+        for family, members in FEATURE_FAMILIES.items():
+            if module not in members:
+                continue
+            for other_family, others in FEATURE_FAMILIES.items():
+                if other_family == family:
+                    continue
+                for name in imported:
+                    if any(name == o or name.startswith(o + ".") for o in others):
+                        found.append(f"{family} feature {module} imports {other_family} "
+                                     f"feature {name}")
     return found
 
 

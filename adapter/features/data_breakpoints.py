@@ -121,7 +121,6 @@ class DataBreakpoints:
         for command, handler in (("stackTrace", self._page_stack), ("scopes", self._scopes),
                                  ("evaluate", self._evaluate)):
             interceptors.setdefault(command, []).insert(0, handler)
-        session.response_observers["stackTrace"] = self._observe_stack
 
     @classmethod
     def probe(cls, session, pid: int) -> DataBreakpoints | None:
@@ -329,6 +328,9 @@ class DataBreakpoints:
             frames = self._frame_maker.frames(image, call_chain(hit.ip, hit.callchain),
                                               "at the write")
             self.native = NativeStack(thread_id, frames, dict(hit.regs), "at the write")
+            # Only while there are native frames: an observed response is re-encoded, an
+            # unobserved one is relayed as debugpy sent it (the fast path of every stackTrace).
+            self.session.response_observers["stackTrace"] = self._observe_stack
         self.session.client.send_event("stopped", body)
 
     def _report_while_paused(self, hits: list) -> None:
@@ -344,8 +346,9 @@ class DataBreakpoints:
 
     def _filter_event(self, raw: dict) -> bool:
         name = raw.get("event")
-        if name in ("continued", "stopped", "terminated", "exited"):
+        if name in ("continued", "stopped", "terminated", "exited") and self.native is not None:
             self.native = None  # a new stop or a resumed thread: the write is history
+            self.session.response_observers.pop("stackTrace", None)
         if name == "continued":
             self.paused = False
             self._resumed.set()

@@ -76,10 +76,18 @@ def test_data_breakpoint_stop_shows_the_native_frames_of_the_write(start_adapter
     assert evaluate(client, python["id"], "int(values[2])") == "30"  # the session carries on
 
     client.call("setDataBreakpoints", {"breakpoints": []})
-    client.call("evaluate", {"expression": "globals().update(stop=True)",
-                             "frameId": python["id"], "context": "repl"})
+    # once the program continued, the next stop of the writer shows debugpy's frames only
+    client.call("setBreakpoints", {"source": {"path": str(PROGRAM)},
+                                   "breakpoints": [{"line": marker_line(PROGRAM, "writer_wait")}]})
     client.call("continue", {"threadId": stopped["threadId"]})
-    # after continuing, the native frames are gone
+    again = client.expect_stopped("breakpoint", timeout=30)
+    later = client.call("stackTrace", {"threadId": again["threadId"], "levels": 40})
+    assert [f for f in later["stackFrames"] if f["id"] in NATIVE_FRAME_IDS] == []
+    assert later["stackFrames"][0]["name"] == "writer"
+    client.call("setBreakpoints", {"source": {"path": str(PROGRAM)}, "breakpoints": []})
+    client.call("evaluate", {"expression": "globals().update(stop=True)",
+                             "frameId": later["stackFrames"][0]["id"], "context": "repl"})
+    client.call("continue", {"threadId": again["threadId"]})
     assert client.expect_event("exited", timeout=30)["body"]["exitCode"] == 0
     client.call("disconnect", {})
     assert run.wait_exit() == 0

@@ -1,11 +1,17 @@
 """ptdebug's own CPU per relayed backend response: the body written as the bytes it came in
-(`Request.relay`) versus parsed and encoded again (`Request.respond_like`), side by side.
+(`Request.relay`) versus parsed and encoded again (`Request.respond_like`), side by side; and
+the floor any proxy process written in Python pays on this machine, for comparison.
 
 Layer: benchmark (imports adapter.protocol only). In memory, no pipes and no peers: a stream
 of framed Delve-shaped `stackTrace` responses is read by MessageReader, each is answered to a
 client Channel writing to /dev/null, by one path and then the other, alternating rounds; best
 round of each. This isolates the hop's CPU work from the wake-ups that the end-to-end figures
 in bench_goroutines / bench_dap include.
+
+The floor: a client times framed round trips to an echo process over pipes, straight and
+through a minimal relay process (read a frame, write it on; no parsing, one thread), the two
+alternating. What the relay adds is what one more Python process in the path costs before
+it does any work (two more pipe hops, two more wake-ups).
 
     .venv/bin/python -m benchmarks.bench_relay [--quick] [--json]
 """
@@ -14,6 +20,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 
@@ -58,6 +66,69 @@ def _round(stream: bytes, count: int, verbatim: bool) -> float:
         return (time.perf_counter() - start) / count
 
 
+_FRAMES = r"""
+import sys
+def read(f):
+    line = f.readline()
+    if not line:
+        return None
+    f.readline()
+    return f.read(int(line.split(b":")[1]))
+def write(f, body):
+    f.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    f.flush()
+"""
+_ECHO = _FRAMES + r"""
+while (body := read(sys.stdin.buffer)) is not None:
+    write(sys.stdout.buffer, body)
+"""
+_RELAY = _FRAMES + r"""
+import subprocess
+echo = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE)
+while (body := read(sys.stdin.buffer)) is not None:
+    write(echo.stdin, body)
+    write(sys.stdout.buffer, read(echo.stdout))
+echo.stdin.close()
+echo.wait()
+"""
+
+
+def _process_hop_floor(requests: int) -> dict:
+    """Median and p99 round trip (us) to an echo process, straight and through a relay."""
+    paths = {"straight": [sys.executable, "-c", _ECHO],
+             "through_relay": [sys.executable, "-c", _RELAY, _ECHO]}
+    procs = {name: subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+             for name, argv in paths.items()}
+    body = b'{"seq":1,"type":"request","command":"stackTrace","arguments":{"threadId":1}}'
+    frame = b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    samples: dict[str, list[int]] = {name: [] for name in paths}
+    try:
+        for i in range(requests + 200):  # the first 200 of each warm up
+            for name in (paths if i % 2 == 0 else reversed(list(paths))):
+                proc = procs[name]
+                start = time.perf_counter_ns()
+                proc.stdin.write(frame)
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+                proc.stdout.readline()
+                proc.stdout.read(int(line.split(b":")[1]))
+                if i >= 200:
+                    samples[name].append(time.perf_counter_ns() - start)
+    finally:
+        for proc in procs.values():
+            proc.stdin.close()
+            proc.wait(10)
+    result: dict = {}
+    for name, values in samples.items():
+        values.sort()
+        result[f"{name}_median_us"] = round(statistics.median(values) / 1e3, 1)
+        result[f"{name}_p99_us"] = round(values[int(len(values) * 0.99)] / 1e3, 1)
+    result["relay_adds_median_us"] = round(result["through_relay_median_us"]
+                                           - result["straight_median_us"], 1)
+    return result
+
+
 def run(quick: bool = False) -> dict:
     count, rounds = (500, 3) if quick else (3000, 7)
     result: dict = {"responses_per_round": count, "rounds": rounds}
@@ -76,6 +147,7 @@ def run(quick: bool = False) -> dict:
             "relay_verbatim_us": round(best["relay_verbatim"] * 1e6, 1),
             "re_encoded_us": round(best["re_encoded"] * 1e6, 1),
             "verbatim_vs_re_encoded": round(best["relay_verbatim"] / best["re_encoded"], 3)}
+    result["python_process_hop_floor"] = _process_hop_floor(500 if quick else 3000)
     return result
 
 

@@ -49,6 +49,7 @@ from adapter.protocol.schema import (
     CaptureLocation,
     CaptureNowIn,
     CaptureNowOut,
+    RecordWindowSettings,
     parse,
 )
 
@@ -75,19 +76,9 @@ RECORDER_GRACE = 120.0
 
 
 @dataclass
-class RecordWindow:
-    """When a window opens and closes. From the launch configuration's `recordWindow`, overridden
-    key by key by a breakpoint's own `recordWindow`."""
-    function: str | None = None
-    """Open at this native function's entry (the thread runs free until it gets there)."""
-    untilReturn: bool = True
-    """With `function`: close when it returns."""
-    instructions: int | None = None
-    milliseconds: float | None = None
-    until: str | None = None
-    """Close before this address or function runs (a second breakpoint)."""
-    timeout: float = 10.0
-    """Seconds to wait for the thread to reach `function`."""
+class RecordWindow(RecordWindowSettings):
+    """When a window opens and closes; the fields are the schema's (one source), merged from
+    the launch configuration's `recordWindow` and a breakpoint's own."""
 
     @classmethod
     def from_dicts(cls, *configs: dict | None) -> RecordWindow:

@@ -36,6 +36,24 @@ BACKENDS = ("python", "go")
 
 # --- launch and attach ---------------------------------------------------------------------
 @dataclass
+class RecordWindowSettings:
+    """When a record breakpoint's trace window opens and closes (`recordWindow` of a launch or
+    attach configuration, overridden key by key by a breakpoint's own `recordWindow`)."""
+    function: str | None = None
+    """Open at this native function's entry (the thread runs free until it gets there)."""
+    untilReturn: bool = True
+    """With `function`: close when it returns."""
+    instructions: int | None = None
+    """Close after this many instructions."""
+    milliseconds: float | None = None
+    """Close after this many milliseconds."""
+    until: str | None = None
+    """Close before this address, function or FILE:LINE runs (a second breakpoint)."""
+    timeout: float = 10.0
+    """Seconds to wait for the thread to reach `function`."""
+
+
+@dataclass
 class LaunchConfig:
     """`launch` arguments. Keys not named here are forwarded to the backend unchanged."""
 
@@ -58,6 +76,8 @@ class LaunchConfig:
     stopAllThreadsOnSuspend: bool = True
     """Python: whether a stop (breakpoint, pause, data breakpoint) suspends every thread
     (debugpy's option of the same name); false suspends only the thread that stopped."""
+    recordWindow: RecordWindowSettings | None = None
+    """The trace window of record-mode breakpoints (ptdebug's own)."""
     noDebug: bool = False
     """Run without debugging (VS Code's "Run Without Debugging")."""
     mode: Literal["auto", "debug", "exec", "test"] | None = None
@@ -98,6 +118,8 @@ class AttachConfig:
     """Step and break in user code only."""
     stopAllThreadsOnSuspend: bool = True
     """Python: whether a stop suspends every thread (debugpy's option of the same name)."""
+    recordWindow: RecordWindowSettings | None = None
+    """The trace window of record-mode breakpoints (ptdebug's own)."""
 
     def __post_init__(self) -> None:
         if self.pid is None:

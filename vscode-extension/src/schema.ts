@@ -22,6 +22,8 @@ export interface LaunchConfig {
     justMyCode?: boolean;
     /** Python: whether a stop (breakpoint, pause, data breakpoint) suspends every thread (debugpy's option of the same name); false suspends only the thread that stopped. */
     stopAllThreadsOnSuspend?: boolean;
+    /** The trace window of record-mode breakpoints (ptdebug's own). */
+    recordWindow?: RecordWindowSettings | null;
     /** Run without debugging (VS Code's "Run Without Debugging"). */
     noDebug?: boolean;
     /** Go only (vscode-go's name): build and debug the package `program` ("debug"), run the built binary `program` ("exec"), or debug the package's tests ("test"); "auto" (the default) is "exec" for an ELF file and "debug" otherwise. */
@@ -44,6 +46,8 @@ export interface AttachConfig {
     justMyCode?: boolean;
     /** Python: whether a stop suspends every thread (debugpy's option of the same name). */
     stopAllThreadsOnSuspend?: boolean;
+    /** The trace window of record-mode breakpoints (ptdebug's own). */
+    recordWindow?: RecordWindowSettings | null;
 }
 
 /** `ptdebug/goroutineHistory` (Go sessions): which goroutine ran which recorded instructions, from a recording's PTWRITE goids and its flow (docs/go.md). */
@@ -147,6 +151,22 @@ export interface GoroutineRange {
     startTime: number;
     /** Time of the instruction at `stop` (or the last one). */
     stopTime: number;
+}
+
+/** When a record breakpoint's trace window opens and closes (`recordWindow` of a launch or attach configuration, overridden key by key by a breakpoint's own `recordWindow`). */
+export interface RecordWindowSettings {
+    /** Open at this native function's entry (the thread runs free until it gets there). */
+    function?: string | null;
+    /** With `function`: close when it returns. */
+    untilReturn?: boolean;
+    /** Close after this many instructions. */
+    instructions?: number | null;
+    /** Close after this many milliseconds. */
+    milliseconds?: number | null;
+    /** Close before this address, function or FILE:LINE runs (a second breakpoint). */
+    until?: string | null;
+    /** Seconds to wait for the thread to reach `function`. */
+    timeout?: number;
 }
 
 export type PtdebugConfiguration = (LaunchConfig & { request: "launch" }) | (AttachConfig & { request: "attach" });

@@ -74,7 +74,7 @@ def _timed(dap: DapPeer, command: str, arguments: dict) -> tuple[float, dict]:
 
 
 def run(quick: bool = False) -> dict:
-    iterations = 1500 if quick else 15000
+    iterations = 1600 if quick else 16000  # ~5.1 M instructions
     with tempfile.TemporaryDirectory(prefix="ptdebug-bench-reverse-") as directory:
         root = pathlib.Path(directory)
         (root / "burn.c").write_text(LIBRARY)

@@ -17,7 +17,8 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
+
+from benchmarks.dap_client import BlockingDapClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -88,15 +89,13 @@ while True:
 '''
 
 
-class _Session:
-    """A blocking, reader-thread-free DAP client: the least client overhead possible."""
+class _Session(BlockingDapClient):
+    """A debugpy session (through ptdebug or not) stopped at `# @stop` of the fixture."""
 
     def __init__(self, argv: list[str], program: str, env: dict | None = None):
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
-        self.rfile, self.wfile = self.proc.stdout, self.proc.stdin
-        self.seq = 0
-        self.events: list[dict] = []
+        super().__init__(self.proc.stdout, self.proc.stdin)
         self.call("initialize", {"clientID": "bench", "adapterID": "python",
                                  "linesStartAt1": True, "columnsStartAt1": True,
                                  "pathFormat": "path"})
@@ -121,55 +120,6 @@ class _Session:
             "evaluate": {"expression": "score * 2 + len(cache)", "frameId": self.frame,
                          "context": "repl"},
         }
-
-    def send(self, command: str, arguments: dict) -> int:
-        self.seq += 1
-        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
-                           "arguments": arguments}).encode()
-        self.wfile.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        self.wfile.flush()
-        return self.seq
-
-    def _read(self) -> dict:
-        length = 0
-        while True:
-            line = self.rfile.readline()
-            if not line:
-                raise EOFError("the adapter closed the connection")
-            if line in (b"\r\n", b"\n"):
-                break
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        return json.loads(self.rfile.read(length))
-
-    def wait_response(self, seq: int) -> dict:
-        while True:
-            message = self._read()
-            if message["type"] == "response" and message["request_seq"] == seq:
-                if not message["success"]:
-                    raise RuntimeError(f"{message['command']} failed: {message}")
-                return message
-            if message["type"] == "event":
-                self.events.append(message)
-
-    def wait_event(self, name: str) -> dict:
-        for i, event in enumerate(self.events):
-            if event["event"] == name:
-                return self.events.pop(i)
-        while True:
-            message = self._read()
-            if message["type"] == "event":
-                if message["event"] == name:
-                    return message
-                self.events.append(message)
-
-    def call(self, command: str, arguments: dict) -> dict:
-        return self.wait_response(self.send(command, arguments)).get("body", {})
-
-    def timed(self, command: str) -> int:
-        start = time.perf_counter_ns()
-        self.wait_response(self.send(command, self.arguments[command]))
-        return time.perf_counter_ns() - start
 
     def close(self) -> None:
         try:

@@ -30,6 +30,7 @@ import threading
 import time
 
 from benchmarks.bench_dap import CYCLE, PTDEBUG, _side_by_side
+from benchmarks.dap_client import BlockingDapClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
@@ -126,13 +127,11 @@ def bench_index(instructions: int, tmp: str) -> dict:
 
 
 # --- DAP through ptdebug vs straight to Delve -------------------------------------------------
-class _GoSession:
-    """A blocking DAP client on a stream pair, stopped at `// @work` of go_session."""
+class _GoSession(BlockingDapClient):
+    """A Delve session (through ptdebug or not) stopped at `// @work` of go_session."""
 
     def __init__(self, rfile, wfile, source: str, start: dict, request: str):
-        self.rfile, self.wfile = rfile, wfile
-        self.seq = 0
-        self.events: list[dict] = []
+        super().__init__(rfile, wfile)
         self.call("initialize", {"clientID": "bench", "adapterID": "go", "linesStartAt1": True,
                                  "columnsStartAt1": True, "pathFormat": "path"})
         seq = self.send(request, start)
@@ -152,55 +151,6 @@ class _GoSession:
             "evaluate": {"expression": "j.value * 2 + j.id", "frameId": frame,
                          "context": "repl"},
         }
-
-    def send(self, command: str, arguments: dict) -> int:
-        self.seq += 1
-        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
-                           "arguments": arguments}).encode()
-        self.wfile.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        self.wfile.flush()
-        return self.seq
-
-    def _read(self) -> dict:
-        length = 0
-        while True:
-            line = self.rfile.readline()
-            if not line:
-                raise EOFError("the peer closed the connection")
-            if line in (b"\r\n", b"\n"):
-                break
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        return json.loads(self.rfile.read(length))
-
-    def wait_response(self, seq: int) -> dict:
-        while True:
-            message = self._read()
-            if message["type"] == "response" and message["request_seq"] == seq:
-                if not message["success"]:
-                    raise RuntimeError(f"{message['command']} failed: {message}")
-                return message
-            if message["type"] == "event":
-                self.events.append(message)
-
-    def wait_event(self, name: str) -> dict:
-        for i, event in enumerate(self.events):
-            if event["event"] == name:
-                return self.events.pop(i)
-        while True:
-            message = self._read()
-            if message["type"] == "event":
-                if message["event"] == name:
-                    return message
-                self.events.append(message)
-
-    def call(self, command: str, arguments: dict) -> dict:
-        return self.wait_response(self.send(command, arguments)).get("body", {})
-
-    def timed(self, command: str) -> int:
-        start = time.perf_counter_ns()
-        self.wait_response(self.send(command, self.arguments[command]))
-        return time.perf_counter_ns() - start
 
 
 def bench_dap(requests: int, tmp: str) -> dict:

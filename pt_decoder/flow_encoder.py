@@ -42,12 +42,19 @@ Tracing", "Packet Generation" and the packet tables):
               TMA, CBR], MODE.Exec, FUP(next IP), PSBEND. The return stack is cleared
               (the SDM allows compression only for calls since the last PSB).
   timing (timing=True)             TSC in every PSB+ and before each TIP.PGE, each
-              followed by TMA (as the SDM says when MTC is on); CBR in PSB+; MTC each
-              time the crystal clock counter (CTC = TSC * eax / ebx of CPUID leaf 0x15)
-              enters a new 2^mtc_freq period.
+              followed by TMA (as the SDM says when MTC is on); CBR in PSB+; MTC when
+              the crystal clock counter (CTC = TSC * eax / ebx of CPUID leaf 0x15)
+              enters a new 2^mtc_freq period: one MTC for the last edge the clock
+              crossed between two instructions (or one every 255 periods across a long
+              gap, so that the 8-bit payload stays unambiguous), carrying that edge's
+              CTC, never the later stamp's.
               With cyc=True also CYC(core cycles since the last CYC) before every TNT,
               TIP*, FUP, PTW and MTC, from the caller's cycle counts or else TSC ticks
-              (CBR == nom_freq: the core runs at the TSC's rate).
+              (CBR == nom_freq: the core runs at the TSC's rate), and before each TSC
+              and PSB+: the CYC before an MTC counts the cycles up to its edge exactly
+              (interpolated between the two stamps), so the cycles between MTCs add up
+              to their CTC distance and the decoded time never runs past the next MTC
+              or TSC.
   end         the last instruction's outcome (towards end_ip if given), FUP(end_ip) +
               TIP.PGD(suppressed) -- or TIP.PGD(end_ip) when the last instruction is an
               indirect branch or an uncompressed ret.
@@ -209,6 +216,9 @@ class _Run:
         eax, ebx = fe.cpuid_0x15
         self.eax, self.ebx = eax, ebx
         self.next_mtc_tsc = 0
+        self.ref_ctc = 0
+        """CTC the decoder last learned (the last TMA's or MTC's): the next MTC must lie
+        fewer than 256 MTC periods after it, or its 8-bit payload is ambiguous."""
         self.next_psb = fe.psb_period if fe.psb_period else 1 << 62
 
     # ---- timing helpers -------------------------------------------------------------
@@ -226,23 +236,53 @@ class _Run:
             self.enc.cyc(self.cyc_now - self.last_cyc)
             self.last_cyc = self.cyc_now
 
-    def _mtc(self) -> None:
-        self.flush()
-        self._cyc()
-        self.enc.mtc((self._ctc(self.now) >> self.fe.mtc_freq) & 0xFF)
-        self._arm_mtc(self.now)
+    def _mtcs_until(self, new_now: int, new_cyc: int) -> None:
+        """The clock moves from the current instruction's stamp (self.now / cyc_now) to
+        the next one's (new_now / new_cyc), crossing one or more MTC periods: write the
+        MTC of the last period edge crossed, as the hardware does at that edge.
+
+        The decoder (libipt's model, SDM "MTC" and "CYC" packets) sets its time to the
+        edge at an MTC and counts the following CYCs from there, and calibrates the
+        cycle:TSC ratio from the CYC cycles counted between two MTCs. So the CYC before
+        an MTC carries exactly the cycles up to the edge (interpolated between the two
+        stamps) and the next CYC the cycles after it: a CYC carrying cycles past the
+        edge makes the MTC pull the time back, and skews the calibration so that later
+        CYCs overshoot the next TSC. Long gaps get an MTC every 255 periods at least,
+        since the 8-bit payload cannot tell more periods apart."""
+        self.flush()                                 # earlier instructions' TNT, and
+        self._cyc()                                  # the cycles up to their stamp
+        period = 1 << self.fe.mtc_freq
+        last_edge = self._ctc(new_now) // period * period
+        prev_now, prev_cyc = self.now, self.cyc_now
+        span = new_now - prev_now
+        while True:
+            edge = min(last_edge, (self.ref_ctc + 255 * period) // period * period)
+            edge_tsc = -(-edge * self.ebx // self.eax)
+            if span > 0:
+                self.cyc_now = prev_cyc + (new_cyc - prev_cyc) * max(
+                    0, min(edge_tsc - prev_now, span)) // span
+            self._cyc()
+            self.enc.mtc((edge >> self.fe.mtc_freq) & 0xFF)
+            self.ref_ctc = edge
+            if edge >= last_edge:
+                break
+        self.cyc_now = prev_cyc
+        self._arm_mtc(new_now)
 
     def _tsc(self) -> None:
         """TSC, and TMA right after it (SDM: TMA follows TSC when MTC is enabled; libipt
-        ignores MTCs between a TSC and its TMA)."""
+        ignores MTCs between a TSC and its TMA). The caller has written the CYC up to
+        now, so the cycles between MTCs add up to their CTC distance."""
         self.enc.tsc(self.now & ((1 << 56) - 1))
         self.last_cyc = self.cyc_now
         self._tma()
+        self._arm_mtc(self.now)
 
     def _tma(self) -> None:
         ctc = self._ctc(self.now)
         edge_tsc = -(-ctc * self.ebx // self.eax)            # TSC at that CTC tick
         self.enc.tma(ctc & 0xFFFF, max(0, self.now - edge_tsc) & 0x1FF)
+        self.ref_ctc = ctc
 
     # ---- packets --------------------------------------------------------------------
     def flush(self) -> None:
@@ -271,11 +311,12 @@ class _Run:
     def _psb_plus(self, fup_ip: int | None) -> None:
         self.flush()
         enc = self.enc
+        if self.fe.timing:
+            self._cyc()                              # no CYC inside PSB+
         enc.psb()
         if self.fe.timing:
             self._tsc()
             enc.cbr(self.fe.nom_freq)
-            self._arm_mtc(self.now)
         if fup_ip is not None:
             enc.mode_exec(self.fe.bits)
             enc.fup(fup_ip)
@@ -285,6 +326,7 @@ class _Run:
 
     def _enable(self, ip: int) -> None:
         if self.fe.timing:
+            self._cyc()
             self._tsc()
         self.enc.mode_exec(self.fe.bits)
         self.enc.tip_pge(ip)
@@ -360,11 +402,13 @@ class _Run:
                 ip = ips[k]
             nxt = ips[k + 1] if k + 1 < n else None
             if timing:
-                self.now = tscs[k] if tscs is not None else (
+                now = tscs[k] if tscs is not None else (
                     self.tsc_start + k * self.cycles_per_insn)
-                self.cyc_now = self.now if self.cycles is None else self.cycles[k]
-                if self.now >= self.next_mtc_tsc:
-                    self._mtc()
+                cyc_now = now if self.cycles is None else self.cycles[k]
+                if now >= self.next_mtc_tsc:
+                    self._mtcs_until(now, cyc_now)
+                self.now = now
+                self.cyc_now = cyc_now
             if ptwrites and k in ptwrites:
                 self.flush()
                 self._cyc()

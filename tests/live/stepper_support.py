@@ -94,6 +94,14 @@ def libipt_decode_ips(bundle) -> tuple[list[int], list[dict]]:
     """The bundle decoded by the reference decoder (libipt 2.0.5 through the
     project's oracle binding): (instruction addresses, error records)."""
     from oracle import libipt
+    records = libipt_decode_records(bundle)
+    return libipt.ips(records), [r for r in records if r["type"] == "error"]
+
+
+def libipt_decode_records(bundle) -> list[dict]:
+    """libipt's instruction, event and error records of the bundle's first stream,
+    each instruction with libipt's time (`tsc`) under the manifest's timing."""
+    from oracle import libipt
 
     from adapter.capture.bundle import Bundle
     if not libipt.available():
@@ -109,4 +117,4 @@ def libipt_decode_ips(bundle) -> tuple[list[int], list[dict]]:
                                   mtc_freq=timing["mtc_freq"], nom_freq=timing["nom_freq"],
                                   cpuid_0x15=(timing["cpuid_0x15_eax"],
                                               timing["cpuid_0x15_ebx"]))
-    return libipt.ips(records), [r for r in records if r["type"] == "error"]
+    return records

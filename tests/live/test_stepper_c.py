@@ -15,6 +15,7 @@ from stepper_support import (
     decode_ips,
     errors_in,
     libipt_decode_ips,
+    libipt_decode_records,
     reference_launched,
 )
 
@@ -63,6 +64,24 @@ def test_reference_decoder_agrees(recorded, reference):
     ips, errors = libipt_decode_ips(out)
     assert errors == []
     assert ips == reference
+
+
+def test_decoded_time_is_monotonic_and_equals_libipt(recorded):
+    """Regression: the stepper's coarse stamps (one per stop) once made the encoder's CYC
+    run past the MTC edges, so the decoded time stepped back. `ptdebug decode --time`
+    gives a non-decreasing time, inside the recording's span, equal to libipt's."""
+    out, result = recorded
+    run = subprocess.run([*PTDEBUG, "decode", str(out), "--format", "jsonl", "--time"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    times = [r["tsc"] for r in rows if "kind" not in r]
+    ref = [r["tsc"] for r in libipt_decode_records(out) if r["type"] == "insn"]
+    assert len(times) == len(result.recording.ips) > 3000
+    assert all(a <= b for a, b in zip(times, times[1:]))
+    stamps = [ns for _, ns in result.recording.stamps]
+    assert min(stamps) <= times[0] < times[-1] <= max(stamps)
+    assert times == ref
 
 
 def test_bundle_copied_elsewhere_decodes_the_same(recorded, reference, tmp_path):

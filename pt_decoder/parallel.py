@@ -80,10 +80,15 @@ def stitch(parts: list[tuple], cuts: list[int]) -> FlowResult:
     """Join piece results (flow, cycles at the stop PSB, stopped) into one FlowResult."""
     out = None
     base_cyc = 0
+    resynced = False
     for i, (flow, cyc_at_stop, stopped) in enumerate(parts):
-        if i > 0 and len(flow.flags):
-            # the serial decoder went on without a resync here
+        if i > 0 and len(flow.flags) and not resynced:
+            # the serial decoder went on without a resync here (it resyncs, and marks
+            # the next instruction RESUMED, only after an error since the last one)
             flow.flags[0] &= ~RESUMED & 0xff
+        n = len(flow.ip)
+        resynced = any(kind in ("error", "sync_error") and pos == n
+                       for kind, pos, *_ in flow.items) or (resynced and n == 0)
         if base_cyc:
             for k in range(len(flow.cycles)):
                 flow.cycles[k] += base_cyc

@@ -78,9 +78,11 @@ def test_pieces_stitch_to_the_serial_result_on_a_damaged_stream(stream):
     rng = random.Random(5)
     for _ in range(3):
         bad = bytearray(data)
-        for _ in range(5):
-            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        serial = None
+        # a damaged timing payload (CYC, MTC) decodes without error: damage more then
+        while serial is None or not serial.errors():
+            for _ in range(5):
+                bad[rng.randrange(len(bad))] = rng.randrange(256)
+            serial = InsnDecoder(bytes(bad), image, **kw).decode()
         bad = bytes(bad)
-        serial = InsnDecoder(bad, image, **kw).decode()
-        assert serial.errors()
         _same(serial, parallel.decode_parallel(bad, image, workers=2, mode="thread", pieces=4, **kw))

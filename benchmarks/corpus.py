@@ -32,7 +32,7 @@ from pt_decoder.image import Image
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHARED = pathlib.Path(os.environ.get("PTDEBUG_SHARED", ROOT.parent / "shared")).resolve()
 SOURCE = "traces/dynamorio-drpt2trace/test_simple.tracedir-2022-06-22-static-glibc-hello"
-VERSION = 1            # bump when the stream's recipe changes (invalidates cached copies)
+VERSION = 2            # bump when the stream's recipe changes (invalidates cached copies)
 DECODE = {"cpu": "6/85/7", "mtc_freq": 3, "nom_freq": 36, "cpuid_0x15": [2, 300]}
 CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) / "ptdebug"
 

@@ -127,6 +127,20 @@ class DebugRegisterWatcher:
         return Hit(watch, tid, self.pid, regs["rip"], time.clock_gettime_ns(time.CLOCK_MONOTONIC),
                    address, regs, chain, old, new, exact=True)
 
+    def take_stale_trap(self, tid: int) -> bool:
+        """Whether `tid` has a trap of ours that no current watch claims (DR6 B0-B3 set:
+        Linux's virtual DR6 holds only this tracer's bits), clearing DR6 if so. Such a trap
+        belongs to a watch removed since it fired; its SIGTRAP must never reach the target,
+        whose default action for it is to die."""
+        try:
+            dr6 = ptrace.peekuser(tid, _DR6_OFFSET)
+        except ptrace.PtraceError:
+            return False
+        if not debugregs.dr6_triggered(dr6):
+            return False
+        ptrace.pokeuser(tid, _DR6_OFFSET, 0)
+        return True
+
     def close(self) -> None:
         self.registers.watches.clear()
         if self._mem_fd >= 0:
@@ -242,6 +256,22 @@ class TracedWatchSession:
                     if tid in self.threads:
                         self._cont(tid)
 
+    def _swallow_pending_trap(self, tid: int) -> None:
+        """A hit that fired just before our interrupt: the kernel reported the interrupt
+        stop first (job-control traps come before queued signals) and the hit's SIGTRAP is
+        still queued. Let the thread reach that signal's stop (no user code runs before a
+        queued signal is dequeued) so that detaching drops it."""
+        deliver = 0
+        for _ in range(8):
+            try:
+                ptrace.cont(tid, deliver)
+                status = ptrace.waitpid(tid, ptrace.WALL)
+            except (ptrace.PtraceError, ChildProcessError):
+                return
+            if status.gone or (status.stop_signal == signal.SIGTRAP and not status.event):
+                return
+            deliver = 0 if status.event else status.stop_signal  # another signal: pass it on
+
     def _drain_until_stopped(self, tid: int) -> None:
         """Wait until `tid` is in a ptrace-stop. A signal met first is passed on (the
         interrupt stop follows); a hit met first is dropped, since the watches are
@@ -332,7 +362,9 @@ class TracedWatchSession:
                 hit = self.watcher.hit_at_stop(tid)
                 if hit is not None:
                     return hit
-                self._cont(tid, signal.SIGTRAP)
+                # ours but stale (its watch was removed meanwhile): drop it; else the
+                # target's own SIGTRAP (int3 in its code...), passed on
+                self._cont(tid, 0 if self.watcher.take_stale_trap(tid) else signal.SIGTRAP)
             else:
                 self._cont(tid, status.stop_signal)
 
@@ -345,10 +377,13 @@ class TracedWatchSession:
         try:
             with self._all_stopped(resume=False):
                 for tid in sorted(self.threads):
+                    trap_pending = self.watcher.take_stale_trap(tid)
                     try:
                         self.watcher.clear(tid)
                     except ptrace.PtraceError:
                         pass
+                    if trap_pending:
+                        self._swallow_pending_trap(tid)
                     try:
                         ptrace.detach(tid)
                     except ptrace.PtraceError:

@@ -428,29 +428,34 @@ def gather64(const uint64_t[:] table, const uint32_t[:] ids):
     return out
 
 
+cdef inline uint64_t _uvarint(const uint8_t[:] buf, Py_ssize_t* off) except? 0xFFFFFFFFFFFFFFFF:
+    """One little-endian base-128 unsigned varint at *off (Go's encoding/binary), *off
+    advanced past it."""
+    cdef uint64_t uv = 0, shift = 0
+    cdef uint8_t b
+    cdef Py_ssize_t n = buf.shape[0]
+    while True:
+        if off[0] >= n:
+            raise ValueError("pc-value table runs past .gopclntab")
+        b = buf[off[0]]
+        off[0] += 1
+        uv |= (<uint64_t> (b & 0x7F)) << shift
+        if b < 0x80:
+            return uv
+        shift += 7
+
+
 cdef Py_ssize_t _pcvalue(const uint8_t[:] buf, Py_ssize_t off, uint64_t entry, int quantum,
                          list pcs, list values) except -1:
     """Decode one Go pc-value table into `pcs`/`values` (change points; the last pc
     ends the table). Pairs of zig-zag value delta and pc delta in quanta, as
     uvarints, from value -1 at the entry; a zero value delta after the first
     pair ends it (Go's src/runtime/symtab.go, pcvalue/step)."""
-    cdef uint64_t pc = entry, uv, shift
+    cdef uint64_t pc = entry, uv
     cdef int64_t value = -1
     cdef bint first = True
-    cdef uint8_t b
-    cdef Py_ssize_t n = buf.shape[0]
     while True:
-        uv = 0
-        shift = 0
-        while True:
-            if off >= n:
-                raise ValueError("pc-value table runs past .gopclntab")
-            b = buf[off]
-            off += 1
-            uv |= (<uint64_t> (b & 0x7F)) << shift
-            if b < 0x80:
-                break
-            shift += 7
+        uv = _uvarint(buf, &off)
         if uv == 0 and not first:
             pcs.append(pc)
             values.append(value)
@@ -462,17 +467,7 @@ cdef Py_ssize_t _pcvalue(const uint8_t[:] buf, Py_ssize_t off, uint64_t entry, i
             value += <int64_t> (uv >> 1)
         pcs.append(pc)
         values.append(value)
-        uv = 0
-        shift = 0
-        while True:
-            if off >= n:
-                raise ValueError("pc-value table runs past .gopclntab")
-            b = buf[off]
-            off += 1
-            uv |= (<uint64_t> (b & 0x7F)) << shift
-            if b < 0x80:
-                break
-            shift += 7
+        uv = _uvarint(buf, &off)
         pc += uv * quantum
 
 

@@ -14,9 +14,12 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import InvalidLaunchConfig, UnsupportedBackend
 
 if TYPE_CHECKING:
+    import subprocess
+
     from adapter.protocol.messages import Event, Request, Response
     from adapter.protocol.schema import AttachConfig, LaunchConfig
 
@@ -42,6 +45,8 @@ class Backend(abc.ABC):
 
     name = "backend"
     """Short name used in log lines and error texts ('debugpy', 'delve')."""
+    title = "the backend"
+    """The debugger's name in messages to the user ('debugpy', 'Delve')."""
 
     def __init__(self, hooks: BackendHooks):
         self.hooks = hooks
@@ -50,6 +55,30 @@ class Backend(abc.ABC):
         """The debuggee's process id, once known."""
         self.launched = False
         """True when the debuggee was started by this session (so it is ours to end)."""
+        self.process: subprocess.Popen | None = None
+        """The debugger's process, when ptdebug started it."""
+        self.closing = False
+        """Set by close(): the end of the channel is then expected, not a crash."""
+
+    # --- the debugger -> us: Channel handlers every backend shares ------------------------
+    def default_event(self, event: Event) -> None:
+        self.hooks.backend_event(event)
+
+    def default_request(self, request: Request) -> object:
+        """A reverse request (runInTerminal, startDebugging): the client answers it."""
+        self.hooks.backend_reverse_request(request)
+        return DEFERRED
+
+    def channel_closed(self, reason: str) -> None:
+        if self.closing:
+            return
+        code = self._exit_status()
+        self.hooks.backend_gone(f"{self.title}'s connection closed ({reason}"
+                                f"{'' if code is None else f', exit status {code}'})")
+
+    def _exit_status(self) -> int | None:
+        """The debugger process's exit status if it has ended, else None."""
+        return self.process.poll() if self.process else None
 
     @abc.abstractmethod
     def start(self, config: LaunchConfig | AttachConfig) -> None:

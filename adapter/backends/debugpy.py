@@ -53,17 +53,14 @@ answer (a long repr) must reach the client rather than end the session."""
 
 class DebugpyBackend(Backend):
     name = "debugpy"
+    title = "debugpy"
 
     def __init__(self, hooks: BackendHooks):
         super().__init__(hooks)
-        self.process: subprocess.Popen | None = None
-        """The `python -m debugpy.adapter` process."""
         self.channel: Channel | None = None
         """DAP to that process."""
         self.socket: socket.socket | None = None
         """The connection to a debugpy server (attach with `connect`), else None."""
-        self.closing = False
-        """Set by close(): the end of the channel is then expected, not a crash."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -199,17 +196,3 @@ class DebugpyBackend(Backend):
             self.hooks.backend_process(pid)
         self.hooks.backend_event(event)
 
-    def default_event(self, event: Event) -> None:
-        self.hooks.backend_event(event)
-
-    def default_request(self, request: Request) -> object:
-        from adapter.protocol.channel import DEFERRED
-        self.hooks.backend_reverse_request(request)
-        return DEFERRED
-
-    def channel_closed(self, reason: str) -> None:
-        if self.closing:
-            return
-        code = self.process.poll() if self.process else None
-        self.hooks.backend_gone(f"debugpy's connection closed ({reason}"
-                                f"{'' if code is None else f', exit status {code}'})")

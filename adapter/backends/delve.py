@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 
-from adapter.protocol.channel import DEFERRED, Channel
+from adapter.protocol.channel import Channel
 from adapter.protocol.errors import (
     AdapterError,
     BackendError,
@@ -156,6 +156,7 @@ def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple
 
 class DelveBackend(Backend):
     name = "delve"
+    title = "Delve"
     native_data_breakpoints = False
     """True when this Delve serves DAP data breakpoints itself (1.26.2 and later say so in
     `initialize`): the session then plugs in adapter.golang.data_breakpoints instead of its own
@@ -163,8 +164,6 @@ class DelveBackend(Backend):
 
     def __init__(self, hooks: BackendHooks):
         super().__init__(hooks)
-        self.process: subprocess.Popen | None = None
-        """The dlv process, when ptdebug started it."""
         self.channel: Channel | None = None
         """DAP to Delve."""
         self.rpc: DelveRpc | None = None
@@ -173,8 +172,6 @@ class DelveBackend(Backend):
         """Where Delve listens."""
         self.output_dir: str | None = None
         """Temporary directory for the binary Delve builds (removed by close())."""
-        self.closing = False
-        """Set by close(): the end of the channel is then expected, not a crash."""
         self.stop_on_entry = False
         """launch's stopOnEntry, passed to Delve's remote attach."""
         self._socket: socket.socket | None = None
@@ -446,23 +443,16 @@ class DelveBackend(Backend):
     def default_event(self, event: Event) -> None:
         if event.event in ("exited", "terminated"):
             self._drain_output()
-        self.hooks.backend_event(event)
+        super().default_event(event)
 
-    def default_request(self, request: Request) -> object:
-        self.hooks.backend_reverse_request(request)
-        return DEFERRED
-
-    def channel_closed(self, reason: str) -> None:
-        if self.closing:
-            return
-        code = self.process.poll() if self.process else None
-        if code is None and self.process is not None:
-            try:
-                code = self.process.wait(1.0)
-            except subprocess.TimeoutExpired:
-                code = None
-        self.hooks.backend_gone(f"Delve's connection closed ({reason}"
-                                f"{'' if code is None else f', exit status {code}'})")
+    def _exit_status(self) -> int | None:
+        # dlv closes its socket a moment before it exits: give it a second to say why
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(1.0)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def _exception_break_mode(response: dict) -> None:

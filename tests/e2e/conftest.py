@@ -139,3 +139,16 @@ def python_frame(client: DapClient, thread_id: int) -> dict:
     stack starts with native frames of the write, which carry an instructionPointerReference."""
     frames = client.call("stackTrace", {"threadId": thread_id, "levels": 40})["stackFrames"]
     return next(f for f in frames if "instructionPointerReference" not in f)
+
+
+def finish_kv_session(run, thread_id: int, frame_id: int) -> None:
+    """End a session on a dap_kv_* fixture cleanly: clear the data breakpoints, let the
+    fixture's loop stop (`stop=True`), and check that the program and the adapter exit 0."""
+    client = run.client
+    client.call("setDataBreakpoints", {"breakpoints": []})
+    client.call("evaluate", {"expression": "globals().update(stop=True)", "frameId": frame_id,
+                             "context": "repl"})
+    client.call("continue", {"threadId": thread_id})
+    assert client.expect_event("exited", timeout=30)["body"]["exitCode"] == 0
+    client.call("disconnect", {})
+    assert run.wait_exit() == 0

@@ -7,7 +7,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import PROGRAMS, evaluate, launch, python_frame, top_frame
+from conftest import (
+    PROGRAMS,
+    evaluate,
+    finish_kv_session,
+    launch,
+    python_frame,
+    top_frame,
+)
 from dapclient import marker_line
 
 pytestmark = pytest.mark.timeout(90)
@@ -45,24 +52,13 @@ def _ticks_twice(client, frame_id: int) -> tuple[int, int]:
     return first, int(evaluate(client, frame_id, "ticks"))
 
 
-def _finish(run, thread_id: int, frame_id: int) -> None:
-    client = run.client
-    client.call("setDataBreakpoints", {"breakpoints": []})
-    client.call("evaluate", {"expression": "globals().update(stop=True)", "frameId": frame_id,
-                             "context": "repl"})
-    client.call("continue", {"threadId": thread_id})
-    assert client.expect_event("exited", timeout=30)["body"]["exitCode"] == 0
-    client.call("disconnect", {})
-    assert run.wait_exit() == 0
-
-
 def test_stop_all_threads_false_stops_only_the_writer(start_adapter):
     run = start_adapter()
     stopped, writer = _stop_on_write(run, stopAllThreadsOnSuspend=False)
     assert stopped.get("allThreadsStopped") is not True, stopped
     first, later = _ticks_twice(run.client, writer["id"])
     assert later > first + 10, (first, later)  # the ticker ran on while the writer was stopped
-    _finish(run, stopped["threadId"], writer["id"])
+    finish_kv_session(run, stopped["threadId"], writer["id"])
 
 
 def test_default_stops_every_thread(start_adapter):
@@ -70,4 +66,4 @@ def test_default_stops_every_thread(start_adapter):
     stopped, writer = _stop_on_write(run)
     first, later = _ticks_twice(run.client, writer["id"])
     assert later == first, (first, later)  # the ticker is paused too
-    _finish(run, stopped["threadId"], writer["id"])
+    finish_kv_session(run, stopped["threadId"], writer["id"])

@@ -4,7 +4,14 @@ thread, and the session stops that thread with reason `data breakpoint`."""
 from __future__ import annotations
 
 import pytest
-from conftest import PROGRAMS, evaluate, launch, python_frame, top_frame
+from conftest import (
+    PROGRAMS,
+    evaluate,
+    finish_kv_session,
+    launch,
+    python_frame,
+    top_frame,
+)
 from dapclient import marker_line
 
 pytestmark = pytest.mark.timeout(90)
@@ -22,17 +29,6 @@ def _armed_session(run):
     frame = top_frame(client, stopped["threadId"])
     assert frame["line"] == marker_line(KV, "armed")
     return stopped["threadId"], frame["id"]
-
-
-def _finish(run, thread_id, frame_id):
-    client = run.client
-    client.call("setDataBreakpoints", {"breakpoints": []})
-    client.call("evaluate", {"expression": "globals().update(stop=True)", "frameId": frame_id,
-                             "context": "repl"})
-    client.call("continue", {"threadId": thread_id})
-    assert client.expect_event("exited", timeout=30)["body"]["exitCode"] == 0
-    client.call("disconnect", {})
-    assert run.wait_exit() == 0
 
 
 def test_write_by_another_thread_stops_it_with_reason_data_breakpoint(start_adapter):
@@ -66,7 +62,7 @@ def test_write_by_another_thread_stops_it_with_reason_data_breakpoint(start_adap
     assert writer["name"] == "writer"
     assert writer["line"] in (marker_line(KV, "spin"), marker_line(KV, "spin") - 1)
     assert evaluate(client, writer["id"], "float(cache[3])") == "42.5"
-    _finish(run, stopped["threadId"], writer["id"])
+    finish_kv_session(run, stopped["threadId"], writer["id"])
 
 
 def test_info_for_variables_addresses_and_what_cannot_be_watched(start_adapter):
@@ -103,4 +99,4 @@ def test_info_for_variables_addresses_and_what_cannot_be_watched(start_adapter):
     assert "reads alone" in body["breakpoints"][1]["message"]
     assert "no_register" in body["breakpoints"][4]["message"]
     assert evaluate(client, frame, "spins") == "0"  # the session carries on
-    _finish(run, main_thread, frame)
+    finish_kv_session(run, main_thread, frame)

@@ -125,12 +125,14 @@ class LineTable:
             return cls._from_dwarf(elf, base)
 
     @classmethod
-    def for_image(cls, image) -> LineTable:
+    def for_image(cls, image, accept=None) -> LineTable:
         """One table for every ELF module of a pt_decoder.image.Image that has line
-        information, each at its load bias; modules without any are left out."""
+        information, each at its load bias; modules without any are left out, and so are
+        those for which `accept(module)`, when given, is false (a caller that wants only the
+        user's code skips the system libraries whose line tables take seconds to read)."""
         tables = []
         for module in image.modules:
-            if module.kind != "elf":
+            if module.kind != "elf" or (accept is not None and not accept(module)):
                 continue
             try:
                 tables.append(cls.for_elf(module.path, module.base))

@@ -163,14 +163,8 @@ class DecodedBundle:
         debug package are left out on purpose: reading libc's takes a minute, and a hot-path
         view is about the user's code."""
         if self._lines is None:
-            tables = []
-            for module in self.symbols.modules:
-                if module.kind == "elf" and _has_own_lines(module.path):
-                    try:
-                        tables.append(LineTable.for_elf(module.path, module.base))
-                    except PtError:
-                        continue
-            self._lines = LineTable.merge(tables)
+            self._lines = LineTable.for_image(self.symbols,
+                                              accept=lambda module: _has_own_lines(module.path))
         return self._lines
 
     def function(self, ip: int) -> tuple[str, int]:

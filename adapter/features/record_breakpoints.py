@@ -163,24 +163,19 @@ class Capture:
         The interpreter and system libraries are left out: reading a 20 MB libpython's DWARF
         takes many seconds, and stepping by line is about the user's code."""
         if self._lines is None:
-            from pt_decoder.errors import PtError
             from pt_decoder.lines import LineTable
-            tables = []
             ips = self.history.distinct_ips
-            for module in self.trace.symbols.modules:
-                low, high = module.load_address, module.load_address + module.size
-                if not _any_between(ips, low, high):
-                    continue  # no instruction of the capture ran in it
+
+            def user_code(module) -> bool:
+                if not _any_between(ips, module.load_address,
+                                    module.load_address + module.size):
+                    return False  # no instruction of the capture ran in it
                 try:
-                    small = os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES
+                    return os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES
                 except OSError:
-                    continue
-                if module.kind == "elf" and small:
-                    try:
-                        tables.append(LineTable.for_elf(module.path, module.base))
-                    except PtError:
-                        continue
-            self._lines = LineTable.merge(tables)
+                    return False
+
+            self._lines = LineTable.for_image(self.trace.symbols, accept=user_code)
         return self._lines
 
     def line(self, ip: int) -> tuple[str, int] | None:

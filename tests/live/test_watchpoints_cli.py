@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from test_watchpoints import Target, _marker_line, watch_threads  # noqa: F401
+from test_watchpoints import _marker_line, target_factory, watch_threads  # noqa: F401
 
 pytestmark = pytest.mark.live
 PTDEBUG = [sys.executable, "-X", "faulthandler", "-m", "adapter.cli"]
@@ -29,25 +29,9 @@ def _start(*argv) -> subprocess.Popen:
     return proc
 
 
-@pytest.fixture
-def target(watch_threads):  # noqa: F811
-    made = []
-
-    def make(*args):
-        t = Target(watch_threads, *args)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        if t.proc.poll() is None:
-            t.proc.kill()
-            t.proc.wait()
-
-
 @pytest.mark.parametrize("mechanism", ["perf", "ptrace"])
-def test_json_lines_with_count(target, mechanism):
-    t = target(2, 0, 5, 2000)
+def test_json_lines_with_count(target_factory, mechanism):
+    t = target_factory(2, 0, 5, 2000)
     cli = _start("--pid", t.pid, "--symbol", "watched_value", "--count", 6, "--json", "--mechanism", mechanism)
     t.go()
     out, err = cli.communicate(timeout=60)
@@ -68,8 +52,8 @@ def test_json_lines_with_count(target, mechanism):
     assert t.proc.returncode == 0
 
 
-def test_text_lines_for_an_execute_watch_by_symbol(target):
-    t = target(0, 0, 0, 0, 20)
+def test_text_lines_for_an_execute_watch_by_symbol(target_factory):
+    t = target_factory(0, 0, 0, 0, 20)
     cli = _start("--pid", t.pid, "--symbol", "counted_call", "--access", "x", "--count", 20)
     t.go()
     out, err = cli.communicate(timeout=60)
@@ -86,8 +70,8 @@ def test_text_lines_for_an_execute_watch_by_symbol(target):
 
 @pytest.mark.parametrize("mechanism", ["perf", "ptrace"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_ends_the_watch_and_the_target_runs_on(target, mechanism, sig):
-    t = target(1, 0, 400, 2000)           # writes for about a second
+def test_signal_ends_the_watch_and_the_target_runs_on(target_factory, mechanism, sig):
+    t = target_factory(1, 0, 400, 2000)           # writes for about a second
     cli = _start("--pid", t.pid, "--addr", hex(t.addr["value"]), "--mechanism", mechanism)
     t.go()
     first = cli.stdout.readline()
@@ -106,8 +90,8 @@ def test_signal_ends_the_watch_and_the_target_runs_on(target, mechanism, sig):
     assert t.proc.returncode == 0 and list(t.wrote.values()) == [400]
 
 
-def test_the_process_exiting_ends_the_watch(target):
-    t = target(1, 0, 3, 1000)
+def test_the_process_exiting_ends_the_watch(target_factory):
+    t = target_factory(1, 0, 3, 1000)
     cli = _start("--pid", t.pid, "--addr", hex(t.addr["value"]))
     t.go()
     t.wait_done()
@@ -117,8 +101,8 @@ def test_the_process_exiting_ends_the_watch(target):
     assert len(out.splitlines()) == 3
 
 
-def test_duration_ends_a_quiet_watch(target):
-    t = target(1, 0, 1, 0)
+def test_duration_ends_a_quiet_watch(target_factory):
+    t = target_factory(1, 0, 1, 0)
     start = time.monotonic()
     cli = _start("--pid", t.pid, "--addr", hex(t.addr["neighbour"]), "--duration", 0.5)
     out, _ = cli.communicate(timeout=30)

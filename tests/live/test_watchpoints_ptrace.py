@@ -13,7 +13,7 @@ import os
 import signal
 
 import pytest
-from test_watchpoints import Target, watch_threads  # noqa: F401  (the build fixture)
+from test_watchpoints import Target, target_factory, watch_threads  # noqa: F401  (fixtures)
 
 from adapter import watch_traced as wt
 from adapter import watchpoints as wp
@@ -30,22 +30,6 @@ def _finish(target: Target) -> None:
     target.wait_done()
     target.close()
     assert target.proc.returncode == 0, f"fixture ended with {target.proc.returncode}"
-
-
-@pytest.fixture
-def target_factory(watch_threads):  # noqa: F811
-    made = []
-
-    def make(*args, **kw) -> Target:
-        t = Target(watch_threads, *args, **kw)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        if t.proc.poll() is None:
-            t.proc.kill()
-            t.proc.wait()
 
 
 def test_hit_stops_the_writer_with_exact_values_and_close_detaches(target_factory):

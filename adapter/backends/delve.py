@@ -29,6 +29,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import (
@@ -117,41 +119,49 @@ def go_mode(config: LaunchConfig) -> str:
     return mode
 
 
-def dlv_arguments(config: LaunchConfig | AttachConfig, output_dir: str) -> tuple[list[str], str]:
-    """Delve's command line for `config` (without the dlv path) and the directory to run it
-    in. Raises InvalidLaunchConfig naming what is wrong with the configuration."""
-    headless = ["--headless", "--accept-multiclient", "--api-version=2",
-                "--listen=127.0.0.1:0"]
-    if isinstance(config, AttachConfig):
-        # not --continue: Delve's DAP server resumes the process at configurationDone itself,
-        # and only the stops of runs it started are reported to its DAP client
-        return ["attach", str(config.pid), *headless], os.getcwd()
+HEADLESS = ["--headless", "--accept-multiclient", "--api-version=2", "--listen=127.0.0.1:0"]
+
+
+@dataclass
+class LaunchPlan:
+    """What a Go launch runs: the package to build (mode debug/test; None for exec), the
+    binary, its arguments and working directory."""
+    mode: str
+    binary: str
+    argv: list[str]
+    cwd: str
+    package: str | None = None
+    package_dir: str | None = None
+
+
+def launch_plan(config: LaunchConfig, output_dir: str) -> LaunchPlan:
+    """The build and run of `config` (vscode-go's attributes). Raises InvalidLaunchConfig
+    naming what is wrong with the configuration."""
     mode = go_mode(config)
     program = os.path.abspath(os.path.expanduser(config.program))
     if mode == "exec":
         if not os.path.isfile(program):
             raise InvalidLaunchConfig(f"program {config.program!r} is not a file; mode "
                                       "\"exec\" runs a built binary")
-        argv, run_dir = ["exec", program], config.cwd or os.path.dirname(program)
-    else:
+        plan = LaunchPlan(mode, program, [program], os.path.dirname(program))
+    elif mode in ("debug", "test"):
         if program.endswith(".go") and os.path.isfile(program):
-            package, run_dir = program, os.path.dirname(program)
+            package, package_dir = program, os.path.dirname(program)
         elif os.path.isdir(program):
-            package, run_dir = ".", program
+            package, package_dir = ".", program
         else:
             raise InvalidLaunchConfig(f"program {config.program!r} is neither a package "
                                       f"directory nor a .go file (mode {mode!r})")
-        argv = [mode, package, "--output", os.path.join(output_dir, "__debug_bin")]
-        if config.buildFlags:
-            argv.append("--build-flags=" + config.buildFlags)
+        binary = os.path.join(output_dir, "__debug_bin")
+        plan = LaunchPlan(mode, binary, [binary], package_dir, package, package_dir)
+    else:
+        raise InvalidLaunchConfig(f"mode {mode!r} is not one of auto, debug, test, exec")
     if config.cwd:
         if not os.path.isdir(config.cwd):
             raise InvalidLaunchConfig(f"cwd {config.cwd!r} is not a directory")
-        argv += ["--wd", os.path.abspath(config.cwd)]
-    argv += headless
-    if config.args:
-        argv += ["--", *config.args]
-    return argv, run_dir
+        plan.cwd = os.path.abspath(config.cwd)
+    plan.argv += list(config.args or [])
+    return plan
 
 
 class DelveBackend(Backend):
@@ -180,21 +190,38 @@ class DelveBackend(Backend):
         """Line splitter over Delve's (and the program's) stdout+stderr pipe."""
         self._output_lock = threading.Lock()
         self._early_output: list[bytes] = []
+        self._spawner: ThreadPoolExecutor | None = None
+        self.program = None
+        """adapter.golang.launch.HeldProgram: the program ptdebug started (launch), else None."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
+        # Every process is started from this one long-lived thread: PR_SET_PDEATHSIG fires
+        # when the thread that forked ends, not the process, and Delve is started again from
+        # recording threads (hand_over/take_back).
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="delve-spawner")
         if isinstance(config, AttachConfig) and config.connect is not None:
             # a headless Delve the user runs (`dlv ... --headless --accept-multiclient
             # --api-version=2 --listen=HOST:PORT`): ptdebug is one more client of it
             self.address = (config.connect.host, config.connect.port)
         else:
             self.launched = isinstance(config, LaunchConfig)
-            self.output_dir = tempfile.mkdtemp(prefix="ptdebug-go-")
-            argv, run_dir = dlv_arguments(config, self.output_dir)
-            self.address = self._run_dlv([find_dlv(), *argv], run_dir,
-                                         getattr(config, "env", None) or {})
+            env = _environment(getattr(config, "env", None) or {})
+            dlv = find_dlv()
+            if isinstance(config, LaunchConfig):
+                self.output_dir = tempfile.mkdtemp(prefix="ptdebug-go-")
+                self._launch(dlv, launch_plan(config, self.output_dir), config, env)
+            else:
+                # not --continue: Delve's DAP server resumes the process at configurationDone
+                # itself, and only the stops of runs it started are reported to its DAP client
+                self.address = self._run_dlv([dlv, "attach", str(config.pid), *HEADLESS],
+                                             os.getcwd(), env)
         if isinstance(config, LaunchConfig):
             self.stop_on_entry = config.stopOnEntry
+        self._connect()
+
+    def _connect(self) -> None:
+        """The DAP channel and the JSON-RPC bridge to the Delve at self.address."""
         host, port = self.address
         try:
             sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -212,26 +239,62 @@ class DelveBackend(Backend):
         log.info("Delve %s (API %s, backend %s) at %s:%d", version.get("DelveVersion"),
                  version.get("APIVersion"), version.get("Backend"), host, port)
 
-    def _run_dlv(self, argv: list[str], run_dir: str, env_changes: dict) -> tuple[str, int]:
-        env = dict(os.environ)
-        for key, value in env_changes.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
+    def _launch(self, dlv: str, plan: LaunchPlan, config: LaunchConfig, env: dict) -> None:
+        """Build (mode debug/test), start the program held at its first instruction, and
+        attach a headless Delve to it (adapter/golang/launch.py says why not `dlv debug`)."""
+        from adapter.golang import launch as go_launch
+        if plan.package is not None:
+            log.info("building %s (mode %s) into %s", plan.package_dir, plan.mode, plan.binary)
+            try:
+                go_launch.build(plan.mode, plan.package, plan.package_dir, plan.binary,
+                                config.buildFlags, env)
+            except go_launch.BuildFailed as exc:
+                # the client sees the compiler's words, then the end of the session: nothing
+                # was started that could be debugged
+                self.hooks.backend_event(_event("output", {"category": "stderr",
+                                                           "output": exc.text + "\n"}))
+                self.hooks.backend_event(_event("terminated", {}))
+                raise BackendError(f"the build failed (go exit status {exc.status}): "
+                                   f"{exc.text}") from None
+            except go_launch.StartFailed as exc:
+                raise BackendError(str(exc)) from None
+        read_end, write_end = os.pipe()
+        try:
+            self.program = self._spawner.submit(go_launch.HeldProgram.start, plan.argv,
+                                                plan.cwd, env, write_end).result()
+        except go_launch.StartFailed as exc:
+            os.close(read_end)
+            os.close(write_end)
+            raise BackendError(str(exc)) from None
+        try:
+            self.address = self._run_dlv([dlv, "attach", str(self.program.pid), *HEADLESS],
+                                         plan.cwd, env, pipe=(read_end, write_end))
+        except BaseException:
+            self.program.kill()
+            raise
+        self.program.resume()  # Delve holds it now; it runs at configurationDone
+
+    def _run_dlv(self, argv: list[str], run_dir: str, env: dict,
+                 pipe: tuple[int, int] | None = None) -> tuple[str, int]:
+        """Start Delve and wait until it listens; (host, port). Its output (and, with `pipe`,
+        the program's, which writes into the same pipe) is relayed as `output` events."""
         log.info("starting %s (in %s)", shlex.join(argv), run_dir)
         _prepare_prctl()
+        read_end, write_end = pipe if pipe is not None else os.pipe()
         try:
-            # its own session: Delve, its `go build` and the debuggee can be ended as a group
+            # its own session: Delve and its children can be ended as a group
             # preexec_fn: only prctl runs between fork and exec (see _die_with_parent)
-            self.process = subprocess.Popen(
-                argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent)  # noqa: PLW1509
+            self.process = self._spawner.submit(
+                subprocess.Popen, argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
+                stdout=write_end, stderr=write_end, start_new_session=True,
+                preexec_fn=_die_with_parent).result()  # noqa: PLW1509
         except OSError as exc:
+            os.close(read_end)
             raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None
+        finally:
+            os.close(write_end)  # the pipe ends when Delve and the program have both gone
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        self._output = _PipeLines(self.process.stdout.fileno())
+        self._output = _PipeLines(read_end)
         while True:
             if time.monotonic() > deadline:
                 raise BackendError(f"Delve did not start listening within {STARTUP_TIMEOUT:g} s"
@@ -242,14 +305,10 @@ class DelveBackend(Backend):
             if not line:
                 status = self.process.wait()
                 text = self._early_text()
-                # the client sees the compiler's (or Delve's) words, then the end of the
-                # session: nothing was started that could be debugged
                 self.hooks.backend_event(_event("output", {"category": "stderr",
                                                            "output": text[2:] + "\n"}))
                 self.hooks.backend_event(_event("terminated", {}))
-                what = ("the build failed" if self.launched and
-                        argv[1] in ("debug", "test") else "Delve exited")
-                raise BackendError(f"{what} (dlv exit status {status}){text}")
+                raise BackendError(f"Delve exited (dlv exit status {status}){text}")
             match = LISTENING.search(line)
             if match:
                 break
@@ -371,12 +430,16 @@ class DelveBackend(Backend):
             if self.launched and self.pid is not None:
                 # Delve killed by someone else leaves its debuggee detached and running
                 _kill_pid(self.pid)
+        if self.program is not None:
+            self.program.kill()  # and reaped: it is our child
         if self.channel is not None:
             self.channel.join(timeout)
         if self._pump is not None:
             self._pump.join(timeout)
         if self.output_dir is not None:
             shutil.rmtree(self.output_dir, ignore_errors=True)
+        if self._spawner is not None:
+            self._spawner.shutdown(wait=False)
 
     # --- forwarding -----------------------------------------------------------------------
     def handles(self, command: str) -> bool:
@@ -512,6 +575,17 @@ class _PipeLines:
             return line + b"\n"
         rest, self.pending = self.pending, b""
         return rest
+
+
+def _environment(changes: dict) -> dict:
+    """This process's environment with a configuration's `env` applied (None removes)."""
+    env = dict(os.environ)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 def _event(name: str, body: dict) -> Event:

@@ -1,0 +1,183 @@
+"""Starting a Go program for a Delve session: build it as `dlv debug|test` would, and start it
+held at its first instruction, so that Delve attaches to it instead of launching it.
+
+Layer: adapter.golang. Runs `go build` / `go test -c` and the program; holds it with ptrace
+only for the moment of its exec (adapter.hw.ptrace). Knows nothing of DAP or of Delve itself.
+
+Why ptdebug starts the program and not Delve: a Delve that launched its debuggee always kills
+it when it detaches (service/debugger: `if d.config.AttachPid == 0 { kill = true }`), and a
+record breakpoint needs Delve to let go of the process for the recording and attach again
+after (adapter/golang/handover.py). A process Delve attached to survives that.
+
+How it is held: the child stops itself before exec, is seized (PTRACE_O_TRACEEXEC), runs to
+the exec stop, gets a SIGSTOP queued and is detached: it then sits in a group-stop at the
+entry point of the new program, no instruction of it run, until Delve attaches (PTRACE_ATTACH
+of a stopped task reports the stop) and ptdebug sends SIGCONT (clearing the group stop, which
+would otherwise come back when Delve detaches).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+
+from adapter.hw import ptrace as pt
+
+DEBUG_GCFLAGS = "-gcflags=all=-N -l"
+"""What `dlv debug` builds with: no optimisation, no inlining (variables and lines as written)."""
+BUILD_TIMEOUT = float(os.environ.get("PTDEBUG_GO_BUILD_TIMEOUT", "300"))
+PR_SET_PDEATHSIG = 1
+
+
+class BuildFailed(Exception):
+    """`go build` / `go test -c` failed; the text is the compiler's."""
+
+    def __init__(self, status: int, text: str):
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class StartFailed(Exception):
+    """The program could not be started (not found, not executable, ended at once)."""
+
+
+def find_go() -> str:
+    go = shutil.which("go") or ("/usr/local/go/bin/go"
+                               if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    if go is None:
+        raise StartFailed("the Go toolchain (go) is not on PATH; install Go or use mode "
+                          "\"exec\" with a built binary")
+    return go
+
+
+def build(mode: str, package: str, package_dir: str, output: str, build_flags: str | None,
+          env: dict) -> str:
+    """Build `package` (a directory's "." or a .go file) for debugging into `output`; `mode`
+    is "debug" (go build) or "test" (go test -c). Returns `output`; raises BuildFailed with
+    the compiler's words."""
+    command = [find_go(), *(["build"] if mode == "debug" else ["test", "-c"]), DEBUG_GCFLAGS,
+               "-o", output]
+    if build_flags:
+        command += shlex.split(build_flags)
+    command.append(package)
+    try:
+        done = subprocess.run(command, cwd=package_dir, env=env, capture_output=True,
+                              text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise BuildFailed(-1, f"{shlex.join(command)} took longer than {BUILD_TIMEOUT:g} s")
+    if done.returncode != 0:
+        raise BuildFailed(done.returncode, (done.stderr + done.stdout).strip())
+    if mode == "test" and not os.path.exists(output):
+        # `go test -c` writes nothing for a package without test files
+        raise BuildFailed(0, f"no test files in {package_dir}: `go test -c` built nothing")
+    return output
+
+
+class HeldProgram:
+    """A program started held at its first instruction (see the module docstring); a child
+    of this process, so its exit status is ours to collect."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.status: int | None = None
+        """Exit code (or -signal) once reaped."""
+
+    @classmethod
+    def start(cls, argv: list[str], cwd: str, env: dict, output_fd: int) -> HeldProgram:
+        """Start `argv` in `cwd` with `env`, stdout and stderr to `output_fd`, stdin from
+        /dev/null, in its own session, killed if ptdebug dies. Raises StartFailed."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        child = os.fork()
+        if child == 0:  # nothing here may return into the caller's code
+            try:
+                os.setsid()
+                os.chdir(cwd)
+                os.dup2(devnull, 0)
+                os.dup2(output_fd, 1)
+                os.dup2(output_fd, 2)
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                os.kill(os.getpid(), signal.SIGSTOP)
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)
+        os.close(devnull)
+        held = cls(child)
+        _, status = os.waitpid(child, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            held.status = os.waitstatus_to_exitcode(status)
+            raise StartFailed(f"{argv[0]!r} ended before it started")
+        try:
+            pt.seize(child, pt.O_TRACEEXEC)
+        except pt.PtraceError as exc:
+            held.kill()
+            raise StartFailed(f"cannot hold {argv[0]!r} for Delve: {exc}") from None
+        os.kill(child, signal.SIGCONT)
+        while True:  # to the exec stop
+            st = pt.waitpid(child)
+            if st.gone:
+                held.status = st.exit_code if st.exited else -st.term_signal
+                raise StartFailed(f"{argv[0]!r} could not be executed ({st.describe()})")
+            if st.event == pt.EVENT_EXEC:
+                break
+            pt.cont(child, 0 if st.event or st.stop_signal in (signal.SIGSTOP, signal.SIGCONT)
+                    else st.stop_signal)
+        os.kill(child, signal.SIGSTOP)  # taken at once after the detach: a group-stop
+        pt.detach(child, 0)
+        return held
+
+    def stopped(self) -> bool:
+        """True while the program sits in its group-stop (state T in /proc)."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rpartition(")")[2].split()[0] == "T"
+        except OSError:
+            return False
+
+    def wait_stopped(self, timeout: float = 2.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.stopped():
+            if time.monotonic() > deadline or self.poll() is not None:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def resume(self) -> None:
+        """SIGCONT: ends the group-stop (Delve, attached, then decides when it runs)."""
+        try:
+            os.kill(self.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    def poll(self) -> int | None:
+        if self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.status
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+        return self.status
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.status
+
+    def kill(self) -> None:
+        """SIGKILL the program (its whole session) and reap it."""
+        if self.poll() is not None:
+            return
+        for kill in (lambda: os.killpg(self.pid, signal.SIGKILL),
+                     lambda: os.kill(self.pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.wait(5.0)

@@ -15,6 +15,8 @@ function at the position, its callers found from the recorded calls, each with
 values were not recorded; `next`/`stepIn`/`stepOut`/`continue` move forward in the history and,
 past its end, return to the live position (`continue` then lets the program run on). The
 debuggee itself never moves while replaying: it stays paused where debugpy stopped it.
+In a Go capture each recorded frame, the stop's text and the threads pane name the goroutine
+that ran at the position (features.goroutine_view).
 """
 from __future__ import annotations
 
@@ -58,6 +60,9 @@ class Reverse:
                                  ("continue", self._continue)):
             interceptors.setdefault(command, []).insert(0, handler)
         session.event_filters.append(self._filter_event)
+        from adapter.features.goroutine_view import GoroutineView
+        self.goroutines = GoroutineView(session, recording, self)
+        """Go captures: the goroutine at the cursor in `threads` answers while replaying."""
 
     def _captured(self, capture) -> None:
         self.session.announce_capabilities(supportsStepBack=True)
@@ -199,12 +204,16 @@ class Reverse:
 
     def _stop_at(self, request: Request, thread_id: int, capture, position: int, reason: str,
                  why: str) -> None:
+        before = self.replays.get(thread_id)
         self.replays[thread_id] = Replay(capture, position)
         history = capture.history
+        from adapter.features.goroutine_view import switch_note
         from adapter.features.trace_scope import where
         place = where(capture, history.ip(position))
         text = (f"{why}: instruction {position} of {len(history)} in capture {capture.id}, "
                 f"{place}")
+        text += switch_note(capture, before.position if before is not None and
+                            before.capture is capture else None, position)
         request.respond({})
         self.session.client.send_event("stopped", {
             "reason": reason, "threadId": thread_id, "allThreadsStopped": True,
@@ -233,11 +242,14 @@ class Reverse:
         return {"stackFrames": shown, "totalFrames": len(frames)}
 
     def _frame(self, thread_id: int, capture, position: int) -> dict:
+        from adapter.features.goroutine_view import here
         ip = capture.history.ip(position)
         name, _ = capture.function(ip)
         self._next_frame += 1
         self.frames[self._next_frame] = (thread_id, capture, position)
-        frame = {"id": self._next_frame, "name": f"{name} [recorded, insn {position}]",
+        ran = here(capture, position)  # Go: the goroutine the recorded thread ran there
+        tag = f"recorded, insn {position}" + (f", {ran}" if ran else "")
+        frame = {"id": self._next_frame, "name": f"{name} [{tag}]",
                  "line": 0, "column": 0, "instructionPointerReference": f"{ip:#x}",
                  "presentationHint": "normal"}
         line = capture.line(ip)

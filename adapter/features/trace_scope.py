@@ -7,12 +7,15 @@ also runs the observer another feature registered for `scopes`) and answers `var
 own references locally. Reverse stepping asks it for the scope of a replay position.
 
 The position shown is the replay position while replaying, else the capture's last instruction.
+A Go capture adds the goroutine that ran there and the time per goroutine in the window
+(features.goroutine_view).
 Times: the bundle's TSC (for the stepper, CLOCK_MONOTONIC ns); CYC is the cumulative cycle
 count of the trace's CYC packets (Intel SDM Vol. 3C §33.3.7 "Cycle-Accurate Mode"); IPC is
 instructions over cycles in the window.
 """
 from __future__ import annotations
 
+from adapter.features import goroutine_view
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
 from pt_decoder import insn_flags
@@ -105,6 +108,8 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
     ]
     if capture.partial:
         variables.append(plain("partial", capture.partial))
+    # a Go capture: which goroutine ran here, and time per goroutine in the window
+    variables[2:2] = goroutine_view.scope_variables(recording, capture, position)
     return variables
 
 

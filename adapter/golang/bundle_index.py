@@ -8,6 +8,7 @@ goroutine_index / runtime_layout; knows nothing of DAP sessions.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from adapter.capture.bundle import Bundle, BundleError
@@ -47,9 +48,31 @@ def go_binary(bundle: Bundle) -> str:
     raise GoroutineHistoryError(f"{bundle.root}: no Go executable among the bundle's images")
 
 
-def index_bundle(path: str | os.PathLike) -> list[ThreadGoroutines]:
-    """Decode the bundle and index each thread. Raises GoroutineHistoryError naming the
-    bundle and what is wrong."""
+_layouts: dict[tuple[str, int, int], RuntimeLayout] = {}
+_layouts_lock = threading.Lock()
+
+
+def runtime_layout(path: str) -> RuntimeLayout:
+    """RuntimeLayout.from_elf, remembered per file (path, size, mtime): reading the runtime's
+    DWARF takes about a second, and every capture of a session records the same binary.
+    Raises LayoutError."""
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise LayoutError(f"{path}: {exc.strerror}") from None
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    with _layouts_lock:
+        layout = _layouts.get(key)
+        if layout is None:
+            layout = _layouts[key] = RuntimeLayout.from_elf(path)
+        return layout
+
+
+def index_bundle(path: str | os.PathLike,
+                 streams: list[int] | None = None) -> list[ThreadGoroutines]:
+    """Decode the bundle and index each thread (only the streams numbered in `streams`, in
+    manifest order, when given). Raises GoroutineHistoryError naming the bundle and what is
+    wrong; the Go binary is looked for before anything is decoded."""
     from pt_decoder.insn import InsnDecoder
 
     from adapter.export.trace import _decoder_options
@@ -60,7 +83,7 @@ def index_bundle(path: str | os.PathLike) -> list[ThreadGoroutines]:
     except BundleError as exc:
         raise GoroutineHistoryError(str(exc)) from None
     try:
-        layout = RuntimeLayout.from_elf(go_binary(bundle))
+        layout = runtime_layout(go_binary(bundle))
     except LayoutError as exc:
         raise GoroutineHistoryError(str(exc)) from None
     code = Image()
@@ -72,7 +95,9 @@ def index_bundle(path: str | os.PathLike) -> list[ThreadGoroutines]:
         raise GoroutineHistoryError(f"{path}: cannot map the bundle's images: {exc}") from None
     options = _decoder_options(bundle.manifest)
     out = []
-    for stream in bundle.streams:
+    for number, stream in enumerate(bundle.streams):
+        if streams is not None and number not in streams:
+            continue
         try:
             flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
         except (PtError, OSError) as exc:

@@ -72,6 +72,7 @@ class GoroutineIndex:
         self.goids = goids
         self.confidence = confidence
         self._starts_list = starts.tolist()
+        self._ranges: dict[int, list[tuple[int, int]]] | None = None
 
     # --- building -------------------------------------------------------------------------
     @classmethod
@@ -153,15 +154,22 @@ class GoroutineIndex:
 
     def ranges(self, goid: int) -> list[tuple[int, int]]:
         """[start, stop) ranges of `goid`, adjacent segments merged."""
-        out: list[tuple[int, int]] = []
-        for start, stop, g, _ in self.segments():
-            if g != goid:
-                continue
-            if out and out[-1][1] == start:
-                out[-1] = (out[-1][0], stop)
-            else:
-                out.append((start, stop))
-        return out
+        return self._ranges_by_goid().get(goid, [])
+
+    def _ranges_by_goid(self) -> dict[int, list[tuple[int, int]]]:
+        """goid -> its merged ranges, for every goroutine in one pass over the segments (a
+        pass per goroutine would be quadratic in a window where hundreds ran)."""
+        if self._ranges is None:
+            stops = np.append(self.starts[1:], self.length).tolist()
+            out: dict[int, list[tuple[int, int]]] = {}
+            for start, stop, goid in zip(self._starts_list, stops, self.goids.tolist()):
+                mine = out.setdefault(goid, [])
+                if mine and mine[-1][1] == start:
+                    mine[-1] = (mine[-1][0], stop)
+                else:
+                    mine.append((start, stop))
+            self._ranges = out
+        return self._ranges
 
     def switches(self) -> list[int]:
         """Positions where the goroutine changes."""
@@ -182,14 +190,21 @@ class GoroutineIndex:
             return column[np.minimum(b, last)].astype(np.int64) - column[a].astype(np.int64)
         seg_time = span(t, self.starts, stops)
         seg_cycles = span(c, self.starts, stops)
-        out = []
-        for goid in self.goroutines():
-            mask = self.goids == goid
-            out.append(GoroutineSummary(
-                goid, self.ranges(goid), int((stops[mask] - self.starts[mask]).sum()),
-                int(seg_time[mask].sum()), int(seg_cycles[mask].sum()),
-                Confidence(int(self.confidence[mask].min()))))
-        return out
+        # one grouped reduction over the segments (np.unique's inverse), not a mask a goroutine
+        goids, group = np.unique(self.goids, return_inverse=True)
+        count = goids.size
+        instructions = np.zeros(count, dtype=np.int64)
+        np.add.at(instructions, group, stops - self.starts)
+        times = np.zeros(count, dtype=np.int64)
+        np.add.at(times, group, seg_time)
+        spent = np.zeros(count, dtype=np.int64)
+        np.add.at(spent, group, seg_cycles)
+        weakest = np.full(count, Confidence.OBSERVED, dtype=np.int8)
+        np.minimum.at(weakest, group, self.confidence)
+        ranges = self._ranges_by_goid()
+        return [GoroutineSummary(int(g), ranges[int(g)], int(instructions[k]), int(times[k]),
+                                 int(spent[k]), Confidence(int(weakest[k])))
+                for k, g in enumerate(goids.tolist())]
 
 
 def _column(values) -> np.ndarray:

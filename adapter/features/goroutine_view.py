@@ -1,0 +1,286 @@
+"""Goroutines in the views of a Go capture: which goroutine ran each recorded instruction, shown
+in the Processor Trace scope (time per goroutine, the goroutine at the position), in the threads
+pane and the recorded frames while replaying, and in the text of a replay stop.
+
+Layer: features. Reads captures (features.record_breakpoints.Capture) and builds their goroutine
+index with adapter.golang.bundle_index (decoding the capture's bundle again for its PTWRITE
+goids; the Capture's History does not keep them); knows DAP and the Session's hooks, and
+nothing of how a capture was recorded.
+
+Whose goroutine is which. In a Go session DAP thread ids are goroutine ids (Delve), and a
+capture belongs to the goroutine that hit its record breakpoint (`Capture.thread_id`). The OS
+thread recorded may run other goroutines in the window (the scheduler switches them on the
+same M) and the Go runtime's scheduler itself (g0, goid 0, on the system stack): the index
+tells them apart, each label with how sure it is (goroutine_index.Confidence).
+
+The threads pane while replaying. VS Code asks `threads` after every `stopped` event (its
+debugSession.handleStop -> fetchThreads), and every move of the replay cursor (stepBack,
+reverseContinue, a forward step in the history) ends with a `stopped` event: so the pane is
+refreshed at each move without an `invalidated` event (which would cancel the stack requests
+that stop has just started, VS Code's onDidInvalidated -> cancelAllRequests). The `threads`
+answer is changed only while a thread of a Go capture is being replayed: the replayed entry's
+name says which goroutine ran at the cursor, and the entry of that goroutine, when it is in the
+list, says that it ran there. No entry is added: ids stay Delve's goroutine ids.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from adapter.golang.goroutine_index import Confidence
+from adapter.protocol.channel import DEFERRED
+from adapter.protocol.messages import Request
+
+log = logging.getLogger("ptdebug.dap")
+
+MAX_RANGES_SHOWN = 200
+"""Ranges listed under one goroutine in the trace scope (the first ones, in order)."""
+
+_building = threading.Lock()
+
+
+@dataclass
+class CaptureGoroutines:
+    """The goroutine index of one capture, with the per-goroutine figures of its window."""
+
+    index: object
+    """adapter.golang.goroutine_index.GoroutineIndex over the capture's history."""
+    observations: int
+    """How many goids the recorder wrote (PTWRITE packets)."""
+    _summaries: list | None = None
+
+    def at(self, position: int):
+        """(goid, Confidence) of the instruction at `position`."""
+        return self.index.goid_at(position)
+
+    def summaries(self, history) -> list:
+        """goroutine_index.GoroutineSummary of each goroutine, most time first (times in the
+        history's unit: TSC ticks, ns for the stepper)."""
+        if self._summaries is None:
+            import numpy as np
+            times = np.frombuffer(history.times(), dtype=np.uint64)
+            cycles = np.frombuffer(history.cycles_range(), dtype=np.uint64)
+            found = self.index.summaries(times, cycles)
+            found.sort(key=lambda s: (-s.time, -s.instructions, s.goid))
+            self._summaries = found
+        return self._summaries
+
+
+def capture_goroutines(capture) -> CaptureGoroutines | None:
+    """The goroutine index of `capture`, built on first use and kept on the capture (as
+    `capture._goroutines`); None when the capture is not of a Go program or its recorder
+    wrote no goroutine ids (no PTWRITE: a stepper without the goid probe, Intel PT without
+    PTWRITE). Safe to call from several threads: one builds, the others wait for it."""
+    kept = getattr(capture, "_goroutines", None)
+    if kept is not None:
+        return kept[0]
+    with _building:
+        kept = getattr(capture, "_goroutines", None)
+        if kept is None:
+            kept = (_build(capture),)
+            capture._goroutines = kept
+    return kept[0]
+
+
+def _build(capture) -> CaptureGoroutines | None:
+    from adapter.golang.bundle_index import GoroutineHistoryError, index_bundle
+    try:
+        (thread,) = index_bundle(capture.bundle, streams=[0])  # the stream of capture.history
+    except GoroutineHistoryError as exc:
+        log.info("capture %s: no goroutine index: %s", capture.id, exc)
+        return None
+    except Exception:  # a capture that cannot be indexed still shows everything else
+        log.exception("capture %s: building the goroutine index failed", capture.id)
+        return None
+    if not thread.samples:
+        log.info("capture %s: the recorder wrote no goroutine ids", capture.id)
+        return None
+    if thread.index.length != len(capture.history):
+        log.warning("capture %s: goroutine index of %d instructions for a history of %d",
+                    capture.id, thread.index.length, len(capture.history))
+        return None
+    return CaptureGoroutines(thread.index, len(thread.samples))
+
+
+def prepare(capture) -> None:
+    """Build the capture's index off the caller's thread, so the first replay stop finds it."""
+    threading.Thread(target=capture_goroutines, args=(capture,), daemon=True,
+                     name=f"ptdebug-goroutines-{capture.id}").start()
+
+
+# --- words -----------------------------------------------------------------------------------
+def goroutine_name(goid: int) -> str:
+    if goid == 0:
+        return "the Go scheduler (g0, system stack)"
+    if goid < 0:
+        return "an unknown goroutine"
+    return f"goroutine {goid}"
+
+
+def label(goid: int, confidence) -> str:
+    """`goroutine 12 (observed)`: the name and how sure the label is."""
+    return f"{goroutine_name(goid)} ({confidence.name.lower()})"
+
+
+def here(capture, position: int) -> str | None:
+    """What ran at `position`, for the text of a replay stop and a recorded frame; None for
+    a capture without goroutines."""
+    goroutines = capture_goroutines(capture)
+    if goroutines is None:
+        return None
+    goid, confidence = goroutines.at(position)
+    return label(goid, confidence)
+
+
+def switch_note(capture, before: int | None, after: int) -> str:
+    """`; goroutine 12 ran here (flow), after goroutine 7`: the goroutine at `after`, and the
+    one at `before` when a move from `before` crossed a goroutine switch; '' when the capture
+    has no goroutines."""
+    goroutines = capture_goroutines(capture)
+    if goroutines is None:
+        return ""
+    goid, confidence = goroutines.at(after)
+    text = f"; {label(goid, confidence)} ran here"
+    if before is not None:
+        previous, _ = goroutines.at(before)
+        if previous != goid:
+            text += f" (crossed a goroutine switch: {goroutine_name(previous)} ran at " \
+                    f"insn {before})"
+    return text
+
+
+# --- the Processor Trace scope ---------------------------------------------------------------
+def scope_variables(recording, capture, position: int) -> list[dict]:
+    """The goroutine items of the Processor Trace scope at `position` (none for a capture
+    without goroutines)."""
+    goroutines = capture_goroutines(capture)
+    if goroutines is None:
+        return []
+    history = capture.history
+    trace = capture.trace
+    goid, confidence = goroutines.at(position)
+    summaries = goroutines.summaries(history)
+    last = len(history) - 1
+    window_time = history.time(last) - history.time(0)
+    window_instructions = len(history)
+    window_cycles = capture.cycles
+    stepper = trace.manifest.get("backend") == "stepper"
+    owner = capture.thread_id
+    where_note = ""
+    if owner is not None and goid != owner:
+        where_note = f"; the capture is goroutine {owner}'s (it hit the record breakpoint)"
+
+    def share(part: int, whole: int) -> str:
+        return f"{100 * part / whole:.1f} %" if whole else "n/a"
+
+    def one(summary) -> dict:
+        ns = trace.ns(summary.time)
+        value = (f"{share(summary.time, window_time)} of the time ({_ms(ns)}), "
+                 f"{summary.instructions:,} instructions "
+                 f"({share(summary.instructions, window_instructions)})")
+        value += (f", {summary.cycles:,} cycles ({share(summary.cycles, window_cycles)})"
+                  if window_cycles else ", no cycles recorded")
+        value += f", {len(summary.ranges)} ranges; label: {summary.confidence.name.lower()}"
+        name = goroutine_name(summary.goid)
+        if summary.goid == goid:
+            name += " (ran here)"
+        return {"name": name, "value": value, "type": "goroutine",
+                "variablesReference": recording.reference(lambda: ranges(summary))}
+
+    def ranges(summary) -> list[dict]:
+        from adapter.features.trace_scope import where
+        items = []
+        for k, (start, stop) in enumerate(summary.ranges[:MAX_RANGES_SHOWN]):
+            spent = trace.ns(history.time(min(stop, last)) - history.time(start))
+            items.append({"name": f"[{k}] insn {start}..{stop - 1}",
+                          "value": f"{stop - start:,} instructions, {_ms(spent)}, from "
+                                   f"{where(capture, history.ip(start))}",
+                          "type": "range", "variablesReference": 0})
+        if len(summary.ranges) > MAX_RANGES_SHOWN:
+            items.append({"name": "...", "value": f"{len(summary.ranges) - MAX_RANGES_SHOWN} "
+                          "more ranges (ptdebug/goroutineHistory lists them all)",
+                          "variablesReference": 0})
+        return items
+
+    clock = ("time: the stepper's CLOCK_MONOTONIC ns of a thread slowed by ptrace" if stepper
+             else "time: TSC")
+    return [
+        {"name": "goroutine", "value": f"{label(goid, confidence)} ran instruction "
+         f"{position}{where_note}", "type": "goroutine", "variablesReference": 0},
+        {"name": "goroutines", "value": f"{len(summaries)} in the window ({_ms(trace.ns(window_time))}"
+         f", {goroutines.observations} goid observations; {clock}), most time first",
+         "type": "", "variablesReference": recording.reference(
+             lambda: [one(s) for s in summaries])},
+    ]
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+# --- the threads pane while replaying ------------------------------------------------------
+class GoroutineView:
+    """Names the goroutine at the replay cursor in the `threads` answers while a thread of a Go
+    capture is replayed; builds each new capture's index in the background."""
+
+    def __init__(self, session, recording, reverse):
+        self.session = session
+        self.reverse = reverse
+        recording.on_capture(prepare)
+        session.request_interceptors.setdefault("threads", []).append(self._threads)
+
+    def cursors(self) -> dict[int, tuple[object, int, int, object]]:
+        """Replayed DAP thread id -> (capture, position, goid at it, Confidence), for the
+        threads replaying a capture that has goroutines."""
+        out = {}
+        for thread_id, replay in list(self.reverse.replays.items()):
+            goroutines = capture_goroutines(replay.capture)
+            if goroutines is not None:
+                goid, confidence = goroutines.at(replay.position)
+                out[thread_id] = (replay.capture, replay.position, goid, confidence)
+        return out
+
+    def _threads(self, request: Request) -> object:
+        if not self.reverse.replays or self.session.backend is None:
+            return None  # not replaying: forwarded untouched
+        cursors = self.cursors()
+        if not cursors:
+            return None
+        other = self.session.response_observers.get("threads")
+
+        def observe(response: dict) -> None:
+            if other is not None:
+                other(request.raw, response)
+            if response.get("success"):
+                rename_threads((response.get("body") or {}).get("threads") or [], cursors)
+
+        self.session.backend.forward(request, observe)
+        return DEFERRED
+
+
+def rename_threads(threads: list[dict], cursors: dict) -> None:
+    """Change, in place, the names of the DAP threads (`{id, name}`) of a `threads` answer:
+    each replayed thread says what ran at its cursor; a goroutine that ran at some thread's
+    cursor says so. Ids are left as they are."""
+    ran_at: dict[int, list[int]] = {}
+    for thread_id, (_, _, goid, _) in cursors.items():
+        if goid != thread_id and goid > 0:
+            ran_at.setdefault(goid, []).append(thread_id)
+    for thread in threads:
+        thread_id = thread.get("id")
+        name = thread.get("name") or f"goroutine {thread_id}"
+        cursor = cursors.get(thread_id)
+        if cursor is not None:
+            capture, position, goid, confidence = cursor
+            if goid == thread_id:
+                what = f"this goroutine ran insn {position}"
+            else:
+                what = f"{goroutine_name(goid)} ran insn {position} here, not this one"
+            if confidence <= Confidence.ASSUMED:
+                what += f" ({confidence.name.lower()})"
+            name = f"{name} — replaying capture {capture.id}: {what}"
+        elif thread_id in ran_at:
+            names = ", ".join(f"goroutine {t}" for t in sorted(ran_at[thread_id]))
+            name = f"{name} — ran at the replay cursor of {names}"
+        thread["name"] = name

@@ -112,15 +112,21 @@ def prepare(capture) -> None:
 # --- words -----------------------------------------------------------------------------------
 def goroutine_name(goid: int) -> str:
     if goid == 0:
-        return "the Go scheduler (g0, system stack)"
+        return "g0 (the Go scheduler)"  # runtime work on the thread's system stack
     if goid < 0:
         return "an unknown goroutine"
     return f"goroutine {goid}"
 
 
 def label(goid: int, confidence) -> str:
-    """`goroutine 12 (observed)`: the name and how sure the label is."""
-    return f"{goroutine_name(goid)} ({confidence.name.lower()})"
+    """`goroutine 12 (observed)`, `g0 (the Go scheduler; flow)`: the name and how sure the
+    label is."""
+    return annotated(goroutine_name(goid), confidence.name.lower())
+
+
+def annotated(name: str, note: str) -> str:
+    """`name (note)`, or `g0 (the Go scheduler; note)` where the name ends in parentheses."""
+    return f"{name[:-1]}; {note})" if name.endswith(")") else f"{name} ({note})"
 
 
 def here(capture, position: int) -> str | None:
@@ -184,7 +190,7 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
         value += f", {len(summary.ranges)} ranges; label: {summary.confidence.name.lower()}"
         name = goroutine_name(summary.goid)
         if summary.goid == goid:
-            name += " (ran here)"
+            name = annotated(name, "ran here")
         return {"name": name, "value": value, "type": "goroutine",
                 "variablesReference": recording.reference(lambda: ranges(summary))}
 

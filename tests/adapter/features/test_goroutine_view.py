@@ -140,10 +140,11 @@ def test_the_trace_scope_shows_the_goroutine_here_and_time_per_goroutine(handoff
     listed = recording.expand(variables["goroutines"])
     summaries = goroutines.summaries(capture.history)
     assert len(listed) == len(summaries) == len(goroutines.index.goroutines())
-    assert listed[0]["name"] == goroutine_view.goroutine_name(summaries[0].goid) + \
-        (" (ran here)" if summaries[0].goid == other_goid else "")
-    assert [v for v in listed if v["name"].endswith("(ran here)")] == \
-        [v for v in listed if v["name"] == f"goroutine {other_goid} (ran here)"]
+    assert [v["name"] for v in listed] == [
+        f"goroutine {s.goid} (ran here)" if s.goid == other_goid else
+        goroutine_view.goroutine_name(s.goid) for s in summaries]
+    assert goroutine_view.annotated(goroutine_view.goroutine_name(0), "ran here") == \
+        "g0 (the Go scheduler; ran here)"
     shares = [float(v["value"].split(" %")[0]) for v in listed]
     assert abs(sum(shares) - 100) < 0.1 * len(shares)
     for item, summary in zip(listed, summaries):

@@ -232,9 +232,17 @@ class GoroutineView:
 
     def __init__(self, session, recording, reverse):
         self.session = session
+        self.recording = recording
         self.reverse = reverse
         recording.on_capture(prepare)
         session.request_interceptors.setdefault("threads", []).append(self._threads)
+
+    def intercepting(self, command: str) -> bool:
+        """Whether `threads` may be taken now (the session's fast relay forwards it without
+        asking while this is False). Only a capture can lead to a replay, and the session
+        re-asks when a capture is kept; a replay starts and ends with no such call, so the
+        answer stays True from the first capture on (not replaying: forwarded untouched)."""
+        return command == "threads" and bool(self.recording.captures)
 
     def cursors(self) -> dict[int, tuple[object, int, int, object]]:
         """Replayed DAP thread id -> (capture, position, goid at it, Confidence), for the

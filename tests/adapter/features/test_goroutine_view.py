@@ -173,6 +173,10 @@ def test_threads_while_replaying_name_the_goroutine_at_the_cursor(handoff):
 
     # not replaying: `threads` is the backend's, untouched
     assert session.send("threads") is None
+    assert reverse.goroutines.intercepting("threads")  # a capture exists: a replay may come
+    assert not reverse.goroutines.intercepting("stackTrace")
+    assert not goroutine_view.GoroutineView(_Session(), RecordBreakpoints(_Session()),
+                                            reverse).intercepting("threads")  # no capture
 
     # enter the history at its last instruction (main.handoff's goroutine), then step back
     # by instruction until the cursor is in another goroutine's instructions

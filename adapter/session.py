@@ -31,6 +31,7 @@ from adapter.protocol.errors import (
 )
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
+from adapter.protocol.relay import FastRelay, fits
 from adapter.protocol.schema import DAP_REQUESTS
 from adapter.protocol.validate import default_checker
 
@@ -65,8 +66,14 @@ class Session:
 
     def __init__(self, client_in: BinaryIO, client_out: BinaryIO):
         from adapter.client import ClientHandlers
-        self.client = Channel(MessageReader(client_in), MessageWriter(client_out),
-                              ClientHandlers(self), "client")
+        self.relay = FastRelay.for_streams(client_in, client_out)
+        """The C relay of plain requests (protocol/relay.py), or None (streams that are no
+        file descriptors, the extension not built, PTDEBUG_FAST_RELAY=0)."""
+        if self.relay is not None:
+            self.client = self.relay.client_channel(ClientHandlers(self))
+        else:
+            self.client = Channel(MessageReader(client_in), MessageWriter(client_out),
+                                  ClientHandlers(self), "client")
         """DAP to VS Code (or any client)."""
         self.initialized = False
         """Whether the client sent `initialize` (launch/attach before it are refused)."""
@@ -88,7 +95,8 @@ class Session:
         """Reverse-execution feature (stepBack, reverseContinue); None until wired."""
         self.instruction_breakpoints = None
         """Instruction-breakpoint feature (setInstructionBreakpoints); None until wired."""
-        self.response_observers: dict[str, Callable[[dict, dict], None]] = {}
+        self.response_observers: dict[str, Callable[[dict, dict], None]] = _Observed(
+            self.update_fast_path)
         """command -> observe(request_raw, response_raw), called before a forwarded response is
         relayed; how a feature learns from traffic it does not own (one observer a command)."""
         self.event_filters: list[Callable[[dict], bool]] = []
@@ -116,6 +124,9 @@ class Session:
         self._lock = threading.Lock()
         from adapter.features.record_breakpoints import install_trace_features
         install_trace_features(self)
+        if self.recording is not None:
+            # a capture wakes the trace features' interceptors up: they must see requests
+            self.recording.on_capture(lambda capture: self.update_fast_path())
 
     # --- running --------------------------------------------------------------------------
     def run(self) -> int:
@@ -137,6 +148,9 @@ class Session:
 
     def shutdown(self) -> None:
         """Stop the backend (it ends a launched debuggee) and the features."""
+        self.update_fast_path(enabled=False)
+        if self.relay is not None:
+            log.info("fast relay: %s", self.relay.stats())
         for feature in (self.data_breakpoints, self.reverse, self.instruction_breakpoints,
                         self.recording):
             close = getattr(feature, "close", None)
@@ -169,7 +183,44 @@ class Session:
         merged = {k: v for k, v in backend_capabilities.items() if k not in LOCAL_CAPABILITIES}
         merged.update(self.capabilities)
         self.announce_capabilities(**merged)
+        self.update_fast_path()
         return backend
+
+    def backend_channel(self, sock, handlers: Any, name: str) -> Channel:
+        """The Channel over a backend's DAP socket: through the fast relay when there is one
+        (its plain requests then never enter Python; update_fast_path says which)."""
+        if self.relay is not None:
+            return self.relay.backend_channel(sock, handlers, name)
+        return Channel(MessageReader(sock.makefile("rb")), MessageWriter(sock.makefile("wb")),
+                       handlers, name)
+
+    def update_fast_path(self, enabled: bool = True) -> None:
+        """Tell the fast relay which requests route() would forward untouched right now:
+        a standard request no client handler answers, that the backend relays as it comes
+        (backends.Backend.relays_untouched), that no response observer watches, and whose
+        interceptors are all idle (an interceptor's owner says so with `intercepting(command)`;
+        one that cannot say is taken as active). Called whenever one of these may change."""
+        relay = self.relay
+        if relay is None:
+            return
+        backend = self.backend
+        plain: dict = {}
+        if (enabled and backend is not None and self.backend_gone_at is None
+                and not self.finished.is_set()):
+            handlers = self.client.handlers
+            for command in DAP_REQUESTS:
+                if (hasattr(handlers, f"{command}_request")
+                        or not backend.relays_untouched(command)
+                        or command in self.response_observers
+                        or any(_active(intercept, command)
+                               for intercept in self.request_interceptors.get(command, ()))):
+                    continue
+                fields = (self.argument_checker.fields(command)
+                          if self.argument_checker is not None else [])
+                if fits(fields):
+                    plain[command] = fields
+        relay.set_plain(plain)
+        log.debug("fast relay: plain requests now %s", sorted(plain) or "none")
 
     def announce_capabilities(self, **capabilities: Any) -> None:
         """Record capabilities and send a `capabilities` event with the ones that changed."""
@@ -288,10 +339,12 @@ class Session:
         if feature is not None and not self.finished.is_set():
             self.data_breakpoints = feature
             self.announce_capabilities(**feature.capabilities)
+            self.update_fast_path()  # the feature may intercept or observe requests
 
     def backend_gone(self, reason: str) -> None:
         log.warning("backend gone: %s", reason)
         self.backend_gone_at = time.monotonic()
+        self.update_fast_path()  # requests now get route()'s BackendGone
         if self.disconnect_at is not None:
             self.finish()
             return
@@ -300,3 +353,30 @@ class Session:
             self.client.send_event("output", {"category": "important",
                                               "output": f"ptdebug: {reason}\n"})
             self.client.send_event("terminated", {})
+
+
+def _active(intercept: Callable, command: str) -> bool:
+    """Whether an interceptor may take `command` now (see Session.update_fast_path)."""
+    intercepting = getattr(getattr(intercept, "__self__", None), "intercepting", None)
+    return intercepting is None or bool(intercepting(command))
+
+
+class _Observed(dict):
+    """Session.response_observers: a dict that reports each change (the fast path follows)."""
+
+    def __init__(self, changed: Callable[[], None]):
+        super().__init__()
+        self._changed = changed
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def pop(self, key, *default):
+        value = super().pop(key, *default)
+        self._changed()
+        return value

@@ -18,8 +18,10 @@ from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import InvalidLaunchConfig, UnsupportedBackend
 
 if TYPE_CHECKING:
+    import socket
     import subprocess
 
+    from adapter.protocol.channel import Channel
     from adapter.protocol.messages import Event, Request, Response
     from adapter.protocol.schema import AttachConfig, LaunchConfig
 
@@ -38,6 +40,10 @@ class BackendHooks(Protocol):
 
     def backend_gone(self, reason: str) -> None:
         """The debugger's connection closed: it exited, crashed or was killed."""
+
+    def backend_channel(self, sock: socket.socket, handlers: object, name: str) -> Channel:
+        """The Channel to use over a debugger's DAP socket (the session may relay its plain
+        requests outside Python: adapter/protocol/relay.py)."""
 
 
 class Backend(abc.ABC):
@@ -99,6 +105,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def handles(self, command: str) -> bool:
         """True when forwarding `command` gets an answer (never a silent stall)."""
+
+    def relays_untouched(self, command: str) -> bool:
+        """True when `forward` sends `command` on as it is and relays its response as it comes
+        (no custom handling, no fixup): the session may then let the fast relay carry it.
+        False unless a backend says otherwise."""
+        return False
 
     @abc.abstractmethod
     def forward(self, request: Request,

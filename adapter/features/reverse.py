@@ -67,6 +67,11 @@ class Reverse:
     def _captured(self, capture) -> None:
         self.session.announce_capabilities(supportsStepBack=True)
 
+    def intercepting(self, command: str) -> bool:
+        """Whether its interceptors may take `command` now (Session.update_fast_path): only
+        once there is a capture to replay."""
+        return bool(self.recording.captures)
+
     def position_of(self, thread_id: int | None, capture) -> int:
         """The position the trace scope shows for `thread_id`: its replay position, or the
         capture's last instruction."""

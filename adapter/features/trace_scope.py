@@ -131,6 +131,11 @@ class TraceScope:
         session.request_interceptors.setdefault("scopes", []).append(self._scopes)
         session.request_interceptors.setdefault("stackTrace", []).append(self._stack_trace)
 
+    def intercepting(self, command: str) -> bool:
+        """Whether its interceptors may take `command` now (Session.update_fast_path lets
+        the fast relay carry it otherwise): only once there is a capture."""
+        return bool(self.recording.captures)
+
     def _stack_trace(self, request: Request) -> object:
         if not self.recording.captures or self.session.backend is None:
             return None

@@ -36,6 +36,8 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "array": lambda v: isinstance(v, list),
     "null": lambda v: v is None,
 }
+_NESTED = frozenset({"properties", "required", "items", "enum"})
+"""Schema keywords below a field that only the full checker follows."""
 _ARTICLES = {"integer": "an integer", "object": "an object", "array": "an array"}
 
 
@@ -71,6 +73,39 @@ class ArgumentChecker:
             self._checkers[command] = checker
         if checker is not None:
             checker({} if arguments is None else arguments, "arguments")
+
+    def fields(self, command: str) -> list[tuple[str, tuple[str, ...] | None, bool, bool]] | None:
+        """The checks of `command`'s arguments flattened to their own fields, for a checker
+        that cannot follow nested schemas (the fast relay, relay.py): (field, its JSON type
+        names or None for any, required, has a nested schema: properties, items or enum).
+        [] when the schema does not know the command (nothing is checked); None when its
+        arguments are not a plain object."""
+        definition = self.definitions.get(command[:1].upper() + command[1:] + "Arguments")
+        if definition is None:
+            return []
+        definition = self._resolve(definition)
+        if set(definition) & _NESTED - {"properties", "required"} or \
+                definition.get("type", "object") != "object":
+            return None
+        properties = definition.get("properties", {})
+        required = set(definition.get("required", ()))
+        out = []
+        for name, sub in properties.items():
+            sub = self._resolve(sub)
+            kinds = sub.get("type")
+            out.append((name, None if kinds is None else
+                        (kinds,) if isinstance(kinds, str) else tuple(kinds),
+                        name in required, bool(set(sub) & _NESTED)))
+        out.extend((name, None, True, False) for name in sorted(required - set(properties)))
+        return out
+
+    def _resolve(self, schema: dict) -> dict:
+        for _ in range(16):
+            ref = schema.get("$ref")
+            if not ref:
+                break
+            schema = self.definitions[ref.rsplit("/", 1)[-1]]
+        return schema
 
     def _compile(self, schema: dict, seen: set[str]) -> Checker:
         ref = schema.get("$ref")

@@ -8,10 +8,14 @@ real density of switches and observations. Timed side by side in the same run: t
 build, and the History the index sits beside (History.from_columns of the same columns), best
 of 5. Target: under 1 s.
 
-DAP: two sessions on the same Go binary stopped at the same breakpoint, one straight to a
+DAP: three sessions on the same Go binary stopped at the same breakpoint: one straight to a
 headless Delve (DAP remote attach), one through `ptdebug dap` (which runs its own headless
-Delve); the request mix of bench_dap.py (stackTrace, scopes, variables, evaluate) alternates
-between them. Target: at most +10 % at the median and at p99.
+Delve) with the fast relay carrying the plain requests (adapter/protocol/relay.py), and one
+through `ptdebug dap` with PTDEBUG_FAST_RELAY=0 (every request through Python, for
+comparison); the request mix of bench_dap.py (stackTrace, scopes, variables, evaluate) goes to
+each in turn, the order rotating every cycle. Target: at most +10 % at the median and at p99
+(the fast relay's session against the straight one). PTDEBUG_BENCH_LOG=DIR keeps the adapters'
+logs (their last line counts the frames each path took).
 
     .venv/bin/python -m benchmarks.bench_goroutines [--quick] [--json]
 """
@@ -29,7 +33,7 @@ import tempfile
 import threading
 import time
 
-from benchmarks.bench_dap import CYCLE, PTDEBUG, _side_by_side
+from benchmarks.bench_dap import CYCLE, PTDEBUG, _stats
 from benchmarks.dap_client import BlockingDapClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -153,6 +157,51 @@ class _GoSession(BlockingDapClient):
         }
 
 
+PATHS = ("direct", "ptdebug", "ptdebug_python_only")
+"""Straight to Delve; through ptdebug with the fast relay; through ptdebug without it."""
+
+
+def _adapter(name: str) -> subprocess.Popen:
+    argv = list(PTDEBUG)
+    log_dir = os.environ.get("PTDEBUG_BENCH_LOG")
+    if log_dir:
+        argv[argv.index("--log-level") + 1] = "INFO"
+        argv += ["--log-file", os.path.join(log_dir, f"{name}.log")]
+    env = dict(os.environ)
+    if name == "ptdebug_python_only":
+        env["PTDEBUG_FAST_RELAY"] = "0"
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+
+
+def _rotating(sessions: dict, requests: int) -> dict:
+    """`requests` timed requests on each session, one CYCLE on each in turn (the order
+    rotating every cycle), after a warm-up; each path's figures and what ptdebug adds."""
+    samples = {name: {c: [] for c in CYCLE} for name in sessions}
+    names = list(sessions)
+    for _ in range(20):  # warm every path up (imports, caches) before measuring
+        for command in CYCLE:
+            for session in sessions.values():
+                session.timed(command)
+    for i in range(requests // len(CYCLE)):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for name in (order if i // len(names) % 2 == 0 else order[::-1]):
+            for command in CYCLE:
+                samples[name][command].append(sessions[name].timed(command))
+    result: dict = {}
+    for name in names:
+        every = [v for values in samples[name].values() for v in values]
+        result[name] = _stats(every)
+        result[name]["per_command_median_us"] = {c: _stats(v)["median_us"]
+                                                 for c, v in samples[name].items()}
+    for name, prefix in (("ptdebug", "added"), ("ptdebug_python_only", "python_only_added")):
+        for q in ("median_us", "p99_us"):
+            added = result[name][q] - result["direct"][q]
+            result[f"{prefix}_{q}"] = round(added, 1)
+            result[f"{prefix}_{q.replace('_us', '')}"] = round(added / result["direct"][q], 4)
+    return result
+
+
 def bench_dap(requests: int, tmp: str) -> dict:
     from adapter.backends.delve import find_dlv
     binary, package = _build("go_session", tmp, debug=True)
@@ -160,23 +209,25 @@ def bench_dap(requests: int, tmp: str) -> dict:
     dlv = subprocess.Popen([find_dlv(), "exec", binary, "--headless", "--accept-multiclient",
                             "--api-version=2", "--listen=127.0.0.1:0"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    adapter = subprocess.Popen(PTDEBUG, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, cwd=ROOT)
+    adapters = {name: _adapter(name) for name in PATHS[1:]}
     try:
         port = int(re.search(rb"127\.0\.0\.1:(\d+)", dlv.stdout.readline()).group(1))
         threading.Thread(target=dlv.stdout.read, daemon=True).start()  # drain its output
         sock = socket.create_connection(("127.0.0.1", port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        direct = _GoSession(sock.makefile("rb"), sock.makefile("wb"), source,
-                            {"mode": "remote"}, "attach")
-        proxied = _GoSession(adapter.stdout, adapter.stdin, source,
-                             {"backend": "go", "program": binary, "mode": "exec"}, "launch")
-        result = _side_by_side(direct, proxied, requests)
-        proxied.send("disconnect", {"terminateDebuggee": True})
-        adapter.stdin.close()
-        adapter.wait(20)
+        sessions = {"direct": _GoSession(sock.makefile("rb"), sock.makefile("wb"), source,
+                                         {"mode": "remote"}, "attach")}
+        for name, adapter in adapters.items():
+            sessions[name] = _GoSession(adapter.stdout, adapter.stdin, source,
+                                        {"backend": "go", "program": binary, "mode": "exec"},
+                                        "launch")
+        result = _rotating(sessions, requests)
+        for name, adapter in adapters.items():
+            sessions[name].send("disconnect", {"terminateDebuggee": True})
+            adapter.stdin.close()
+            adapter.wait(20)
     finally:
-        for proc in (adapter, dlv):
+        for proc in (*adapters.values(), dlv):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)

@@ -13,6 +13,10 @@ through a minimal relay process (read a frame, write it on; no parsing, one thre
 alternating. What the relay adds is what one more Python process in the path costs before
 it does any work (two more pipe hops, two more wake-ups).
 
+The C floor: the same against a Delve-like TCP peer, straight and through a process running
+only the fast relay's C core (adapter/protocol/relay.py) with `stackTrace` plain: what the
+fast path costs on this machine before Python does anything at all.
+
     .venv/bin/python -m benchmarks.bench_relay [--quick] [--json]
 """
 from __future__ import annotations
@@ -129,6 +133,93 @@ def _process_hop_floor(requests: int) -> dict:
     return result
 
 
+# A Delve stand-in for the C floor: answers each request on its TCP connection at once, as
+# Delve writes a response (compact, seq first, body last).
+_TCP_PEER = _FRAMES + r"""
+import json, socket
+server = socket.create_server(("127.0.0.1", 0))
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
+body = {"stackFrames": [{"id": 1000, "name": "main.work", "line": 31, "column": 0}],
+        "totalFrames": 1}
+while (data := read(rfile)) is not None:
+    request = json.loads(data)
+    write(wfile, json.dumps({"seq": 0, "type": "response", "request_seq": request["seq"],
+                             "success": True, "command": request["command"], "body": body},
+                            separators=(",", ":")).encode())
+"""
+# The C relay alone: the core of adapter/protocol/relay.py between stdin/stdout and the peer,
+# `stackTrace` plain; Python only waits for the end.
+_C_RELAY = r"""
+import socket, sys
+from adapter.protocol import _fastrelay
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+core = _fastrelay.Core(1)
+backend_python, backend_core = socket.socketpair()
+core.attach_backend(sock.fileno(), backend_core.fileno())
+core.set_plain({"stackTrace": [("threadId", _fastrelay.KINDS["integer"], True, False)]})
+client_python, client_core = socket.socketpair()
+core.start_client(0, client_core.fileno(), b"")
+while client_python.recv(65536):
+    pass
+print(core.stats(), file=sys.stderr)
+"""
+
+
+def _peer() -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, "-c", _TCP_PEER], stdout=subprocess.PIPE)
+    return proc, int(proc.stdout.readline())
+
+
+def _c_relay_floor(requests: int) -> dict:
+    """Median and p99 round trip (us) to a Delve-like TCP peer, straight and through the C
+    relay process (what the fast path costs before Python does anything)."""
+    import socket
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    straight_peer, straight_port = _peer()
+    relay_peer, relay_port = _peer()
+    relay = subprocess.Popen([sys.executable, "-c", _C_RELAY, str(relay_port)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root)
+    sock = socket.create_connection(("127.0.0.1", straight_port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    paths = {"straight": (sock.makefile("rb"), sock.makefile("wb")),
+             "through_c_relay": (relay.stdout, relay.stdin)}
+    samples: dict[str, list[int]] = {name: [] for name in paths}
+    try:
+        for i in range(requests + 200):
+            for name in (paths if i % 2 == 0 else reversed(list(paths))):
+                rfile, wfile = paths[name]
+                body = b'{"seq":%d,"type":"request","command":"stackTrace",' \
+                       b'"arguments":{"threadId":1}}' % (i + 1)
+                start = time.perf_counter_ns()
+                wfile.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                wfile.flush()
+                line = rfile.readline()
+                rfile.readline()
+                answer = json.loads(rfile.read(int(line.split(b":")[1])))
+                if i >= 200:
+                    samples[name].append(time.perf_counter_ns() - start)
+                if answer["request_seq"] != i + 1:
+                    raise RuntimeError(f"{name}: answer to {answer['request_seq']}, not {i + 1}")
+    finally:
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        relay.stdin.close()
+        for proc in (relay, straight_peer, relay_peer):
+            proc.wait(10)
+    result: dict = {}
+    for name, values in samples.items():
+        values.sort()
+        result[f"{name}_median_us"] = round(statistics.median(values) / 1e3, 1)
+        result[f"{name}_p99_us"] = round(values[int(len(values) * 0.99)] / 1e3, 1)
+    result["relay_adds_median_us"] = round(result["through_c_relay_median_us"]
+                                           - result["straight_median_us"], 1)
+    return result
+
+
 def run(quick: bool = False) -> dict:
     count, rounds = (500, 3) if quick else (3000, 7)
     result: dict = {"responses_per_round": count, "rounds": rounds}
@@ -148,6 +239,7 @@ def run(quick: bool = False) -> dict:
             "re_encoded_us": round(best["re_encoded"] * 1e6, 1),
             "verbatim_vs_re_encoded": round(best["relay_verbatim"] / best["re_encoded"], 3)}
     result["python_process_hop_floor"] = _process_hop_floor(500 if quick else 3000)
+    result["c_relay_floor"] = _c_relay_floor(500 if quick else 3000)
     return result
 
 

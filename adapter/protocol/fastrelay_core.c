@@ -750,10 +750,10 @@ static int relay_fast(fr_relay *r, int generation, const char *body, size_t len)
     pthread_mutex_unlock(&r->backend_lock);
     if (!found)
         return 0;
+    atomic_fetch_add(&r->stats[FR_STAT_FAST_RESPONSES], 1); /* counted before anyone sees it */
     pthread_mutex_lock(&r->client_lock);
     write_renumbered(r->client_out, body, len, seq, ++r->client_seq, request_seq, client_seq);
     pthread_mutex_unlock(&r->client_lock);
-    atomic_fetch_add(&r->stats[FR_STAT_FAST_RESPONSES], 1);
     return 1; /* a client that is gone is noticed by its own reader */
 }
 

@@ -37,6 +37,13 @@ def frame(body: bytes) -> bytes:
     return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
+def wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
 class Peer:
     """One end of a socket pair, speaking framed JSON (the test client or the test backend)."""
 
@@ -224,7 +231,7 @@ def test_an_event_sent_before_a_response_reaches_the_client_first(relayed):
     events.hold.clear()  # Python is slow to relay the event
     backend.send({"seq": 3, "type": "event", "event": "output", "body": {"output": "hi\n"}})
     backend.answer(sent, '{"result":"1","variablesReference":0}')
-    time.sleep(0.2)  # the response has arrived meanwhile; the relay must not overtake
+    wait_for(lambda: relay.stats()["deferred_responses"] == 1)  # the core held it back
     events.hold.set()
     first, second = client.receive(), client.receive()
     assert first["type"] == "event" and first["event"] == "output"
@@ -235,10 +242,11 @@ def test_an_event_sent_before_a_response_reaches_the_client_first(relayed):
 
 def test_a_plain_request_after_one_python_handles_stays_after_it(relayed):
     client, backend, router = relayed.client, relayed.backend, relayed.router
+    relay = relayed.relay
     router.hold.clear()  # Python is slow to forward `next`
     client.request("next", {"threadId": 1})
     client.request("threads")
-    time.sleep(0.2)
+    wait_for(lambda: relay.stats()["client_to_python"] == 2)  # `threads` waits its turn
     router.hold.set()
     first, second = backend.receive(), backend.receive()
     assert (first["command"], second["command"]) == ("next", "threads")

@@ -1,5 +1,5 @@
 """Build hook: compiles every Cython module of pt_decoder (pt_decoder/*.pyx), and the fast
-relay of the adapter (adapter/protocol/_fastrelay.pyx over its C core, fastrelay_core.c).
+relay of the adapter (adapter/protocol/_fastrelay.pyx over fastrelay_core.c and fastrelay_json.c).
 
 Globbing keeps the list in one place: a new layer is a new .pyx file and
 nothing else. Compiler directives favour the hot loops (no bounds or
@@ -20,7 +20,8 @@ def _extensions():
         name = pyx[:-4].replace(os.sep, ".")
         exts.append(Extension(name, [pyx], extra_compile_args=["-O3"]))
     exts.append(Extension("adapter.protocol._fastrelay",
-                          ["adapter/protocol/_fastrelay.pyx", "adapter/protocol/fastrelay_core.c"],
+                          ["adapter/protocol/_fastrelay.pyx", "adapter/protocol/fastrelay_core.c",
+                           "adapter/protocol/fastrelay_json.c"],
                           extra_compile_args=["-O2", "-pthread"], extra_link_args=["-pthread"]))
     return cythonize(
         exts,

@@ -238,7 +238,7 @@ def bench_dap(requests: int, tmp: str) -> dict:
 
 def run(quick: bool = False) -> dict:
     instructions = 1_000_000 if quick else 5_000_000
-    requests = int(os.environ.get("BENCH_DAP_REQUESTS", 0)) or (400 if quick else 4_000)
+    requests = int(os.environ.get("BENCH_DAP_REQUESTS", "0")) or (400 if quick else 4_000)
     with tempfile.TemporaryDirectory(prefix="bench_goroutines_") as tmp:
         return {"index": bench_index(instructions, tmp),
                 "dap_vs_delve": {"requests_per_path": requests, "mix": list(CYCLE),

@@ -134,21 +134,24 @@ def _process_hop_floor(requests: int) -> dict:
 
 
 # A Delve stand-in for the C floor: answers each request on its TCP connection at once, as
-# Delve writes a response (compact, seq first, body last).
+# Delve writes a response (compact, seq first, body last; the header and the body in two
+# writes, as go-dap's WriteBaseMessage does on Delve's unbuffered connection).
 _TCP_PEER = _FRAMES + r"""
 import json, socket
 server = socket.create_server(("127.0.0.1", 0))
 print(server.getsockname()[1], flush=True)
 conn, _ = server.accept()
 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-rfile, wfile = conn.makefile("rb"), conn.makefile("wb")
+rfile = conn.makefile("rb")
 body = {"stackFrames": [{"id": 1000, "name": "main.work", "line": 31, "column": 0}],
         "totalFrames": 1}
 while (data := read(rfile)) is not None:
     request = json.loads(data)
-    write(wfile, json.dumps({"seq": 0, "type": "response", "request_seq": request["seq"],
-                             "success": True, "command": request["command"], "body": body},
-                            separators=(",", ":")).encode())
+    answer = json.dumps({"seq": 0, "type": "response", "request_seq": request["seq"],
+                         "success": True, "command": request["command"], "body": body},
+                        separators=(",", ":")).encode()
+    conn.sendall(b"Content-Length: %d\r\n\r\n" % len(answer))
+    conn.sendall(answer)
 """
 # The C relay alone: the core of adapter/protocol/relay.py between stdin/stdout and the peer,
 # `stackTrace` plain; Python only waits for the end.
@@ -174,23 +177,30 @@ def _peer() -> tuple[subprocess.Popen, int]:
     return proc, int(proc.stdout.readline())
 
 
-def _c_relay_floor(requests: int) -> dict:
+def _c_relay_floor(requests: int, variants: dict[str, dict] | None = None) -> dict:
     """Median and p99 round trip (us) to a Delve-like TCP peer, straight and through the C
-    relay process (what the fast path costs before Python does anything)."""
+    relay process (what the fast path costs before Python does anything); `variants` adds
+    relay processes run with other environment settings (name -> variables), side by side."""
     import socket
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     straight_peer, straight_port = _peer()
-    relay_peer, relay_port = _peer()
-    relay = subprocess.Popen([sys.executable, "-c", _C_RELAY, str(relay_port)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root)
     sock = socket.create_connection(("127.0.0.1", straight_port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    paths = {"straight": (sock.makefile("rb"), sock.makefile("wb")),
-             "through_c_relay": (relay.stdout, relay.stdin)}
+    paths = {"straight": (sock.makefile("rb"), sock.makefile("wb"))}
+    peers, relays = [straight_peer], []
+    for name, env in {"through_c_relay": {}, **(variants or {})}.items():
+        relay_peer, relay_port = _peer()
+        relay = subprocess.Popen([sys.executable, "-c", _C_RELAY, str(relay_port)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root,
+                                 env=dict(os.environ, **env))
+        paths[name] = (relay.stdout, relay.stdin)
+        peers.append(relay_peer)
+        relays.append(relay)
+    names = list(paths)
     samples: dict[str, list[int]] = {name: [] for name in paths}
     try:
         for i in range(requests + 200):
-            for name in (paths if i % 2 == 0 else reversed(list(paths))):
+            for name in names[i % len(names):] + names[:i % len(names)]:
                 rfile, wfile = paths[name]
                 body = b'{"seq":%d,"type":"request","command":"stackTrace",' \
                        b'"arguments":{"threadId":1}}' % (i + 1)
@@ -207,16 +217,18 @@ def _c_relay_floor(requests: int) -> dict:
     finally:
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
-        relay.stdin.close()
-        for proc in (relay, straight_peer, relay_peer):
+        for relay in relays:
+            relay.stdin.close()
+        for proc in (*relays, *peers):
             proc.wait(10)
     result: dict = {}
     for name, values in samples.items():
         values.sort()
         result[f"{name}_median_us"] = round(statistics.median(values) / 1e3, 1)
         result[f"{name}_p99_us"] = round(values[int(len(values) * 0.99)] / 1e3, 1)
-    result["relay_adds_median_us"] = round(result["through_c_relay_median_us"]
-                                           - result["straight_median_us"], 1)
+    for name in names[1:]:
+        key = "relay_adds_median_us" if name == "through_c_relay" else f"{name}_adds_median_us"
+        result[key] = round(result[f"{name}_median_us"] - result["straight_median_us"], 1)
     return result
 
 

@@ -1,14 +1,14 @@
 /* The fast relay's C core (see fastrelay_core.h and adapter/protocol/relay.py).
  *
- * Two threads, neither of which ever holds the Python interpreter's lock:
- * - the client pump reads the client's frames; a well-formed request of the plain set, sent
- *   while Python has nothing of the client's left to handle, is written to the backend with
- *   its `seq` renumbered into the relay's range (FR_SEQ_BASE...); every other frame is written
- *   as it came to Python's end of a socket pair, which the client Channel reads.
- * - the backend pump reads the backend's frames; a response to one of the relay's requests,
- *   arriving while Python has nothing of the backend's left to handle, is written to the
- *   client with `request_seq` set back to the client's and `seq` the client stream's next
- *   number; every other frame goes to Python's end of a second socket pair.
+ * One thread, which never holds the Python interpreter's lock, reads both streams:
+ * - the client's frames: a well-formed request of the plain set, sent while Python has nothing
+ *   of the client's left to handle, is written to the backend with its `seq` renumbered into
+ *   the relay's range (FR_SEQ_BASE...); every other frame is written as it came to Python's
+ *   end of a socket pair, which the client Channel reads.
+ * - the backend's frames: a response to one of the relay's requests, arriving while Python has
+ *   nothing of the backend's left to handle, is written to the client with `request_seq` set
+ *   back to the client's and `seq` the client stream's next number; every other frame goes to
+ *   Python's end of a second socket pair, which the backend Channel reads.
  * "Nothing left to handle" is counted: frames handed to Python against frames Python has
  * finished (fr_mark_done), so nothing the relay writes ever overtakes what Python still has to
  * write (an event before a response stays before it; a request after one Python forwards
@@ -22,27 +22,25 @@
  */
 #define _GNU_SOURCE /* pipe2 */
 #include "fastrelay_core.h"
+#include "fastrelay_json.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_CONTENT_LENGTH (16u * 1024u * 1024u) /* framing.py MAX_CONTENT_LENGTH */
 #define MAX_HEADER_LINE 1024                       /* framing.py MAX_HEADER_LINE */
 #define MAX_HEADER_LINES 16                        /* framing.py MAX_HEADER_LINES */
 #define MAX_FAST_REQUEST 65536                     /* larger requests go through Python */
-#define MAX_DEPTH 128
-#define MAX_MEMBERS 32
+#define MAX_MEMBERS FR_JSON_MAX_MEMBERS
 #define SLOTS 1024                                 /* fast requests in flight at once */
 
 typedef struct {
@@ -77,20 +75,11 @@ struct fr_relay {
     fr_plain_set *plain;
     atomic_ullong handed[2], done[2]; /* [0] client stream, [1] backend stream */
     atomic_ullong stats[FR_STAT_COUNT];
-    atomic_int in_flight;         /* fast requests the backend has not answered */
-    atomic_llong last_fast_ns;    /* when the last fast request went to the backend */
-    long long spin_ns;            /* how long after that the thread polls instead of sleeping,
-                                     while an answer is due */
     stream_t pending[2];          /* streams handed over, not yet taken by the thread */
     int wake[2];                  /* a pipe: a byte wakes the thread to take them */
     int thread_started;           /* under backend_lock */
+    atomic_int handed_over;       /* set with pending: the thread looks under the lock */
 };
-
-static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 
 /* ---- small I/O helpers ------------------------------------------------------------------- */
@@ -202,278 +191,6 @@ static int parse_header(const char *p, size_t n, size_t *header_len, size_t *bod
     return -1;
 }
 
-/* ---- JSON --------------------------------------------------------------------------------- */
-typedef struct {
-    const char *end;
-    int ascii_only; /* requests: no byte above 0x7f, no \u escape */
-} json_t;
-
-typedef struct {
-    const char *key;     /* the key's raw text between its quotes */
-    size_t key_len;
-    const char *value;   /* the value's text */
-    size_t value_len;
-    int kind;            /* FR_T_* */
-} member_t;
-
-static const char *skip_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-        p++;
-    return p;
-}
-
-static int hex(char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* After the opening quote; returns the position after the closing quote, or NULL. */
-static const char *scan_string(const json_t *j, const char *p) {
-    const char *end = j->end;
-    while (p < end) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"')
-            return p + 1;
-        if (c < 0x20)
-            return NULL;
-        if (c == '\\') {
-            if (++p >= end)
-                return NULL;
-            char e = *p;
-            if (e == 'u') {
-                if (j->ascii_only || end - p < 5 || !hex(p[1]) || !hex(p[2]) || !hex(p[3]) ||
-                    !hex(p[4]))
-                    return NULL;
-                p += 5;
-            } else if (strchr("\"\\/bfnrt", e) != NULL && e != '\0') {
-                p++;
-            } else {
-                return NULL;
-            }
-            continue;
-        }
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        if (j->ascii_only)
-            return NULL;
-        /* UTF-8 as Python's strict decoder takes it: no overlong forms, no surrogates. */
-        int n;
-        unsigned int cp;
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return NULL;
-        }
-        if (end - p <= n)
-            return NULL;
-        for (int i = 1; i <= n; i++) {
-            unsigned char k = (unsigned char)p[i];
-            if ((k & 0xc0) != 0x80)
-                return NULL;
-            cp = (cp << 6) | (k & 0x3f);
-        }
-        if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return NULL;
-        p += n + 1;
-    }
-    return NULL;
-}
-
-static const char *scan_value(const json_t *j, const char *p, int depth, int *kind);
-
-/* An object after its '{'; records up to `cap` members (more: *count = cap + 1). */
-static const char *scan_object(const json_t *j, const char *p, int depth, member_t *members,
-                               int cap, int *count) {
-    const char *end = j->end;
-    int n = 0;
-    p = skip_ws(p, end);
-    if (p < end && *p == '}') {
-        if (count)
-            *count = 0;
-        return p + 1;
-    }
-    for (;;) {
-        if (p >= end || *p != '"')
-            return NULL;
-        const char *key = p + 1;
-        p = scan_string(j, key);
-        if (p == NULL)
-            return NULL;
-        size_t key_len = (size_t)(p - 1 - key);
-        p = skip_ws(p, end);
-        if (p >= end || *p != ':')
-            return NULL;
-        p = skip_ws(p + 1, end);
-        const char *value = p;
-        int kind;
-        p = scan_value(j, p, depth + 1, &kind);
-        if (p == NULL)
-            return NULL;
-        if (members != NULL) {
-            if (n < cap)
-                members[n] = (member_t){key, key_len, value, (size_t)(p - value), kind};
-            if (n <= cap)
-                n++;
-        }
-        p = skip_ws(p, end);
-        if (p < end && *p == ',') {
-            p = skip_ws(p + 1, end);
-            continue;
-        }
-        if (p < end && *p == '}') {
-            if (count)
-                *count = n;
-            return p + 1;
-        }
-        return NULL;
-    }
-}
-
-static const char *scan_number(const char *p, const char *end, int *kind) {
-    *kind = FR_T_INTEGER | FR_T_NUMBER;
-    if (p < end && *p == '-')
-        p++;
-    if (p >= end)
-        return NULL;
-    if (*p == '0') {
-        p++;
-    } else if (*p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    } else {
-        return NULL;
-    }
-    if (p < end && *p == '.') {
-        *kind = FR_T_NUMBER;
-        p++;
-        if (p >= end || *p < '0' || *p > '9')
-            return NULL;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        *kind = FR_T_NUMBER;
-        p++;
-        if (p < end && (*p == '+' || *p == '-'))
-            p++;
-        if (p >= end || *p < '0' || *p > '9')
-            return NULL;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    }
-    return p;
-}
-
-static const char *literal(const char *p, const char *end, const char *word, size_t n) {
-    return (size_t)(end - p) >= n && memcmp(p, word, n) == 0 ? p + n : NULL;
-}
-
-static const char *scan_value(const json_t *j, const char *p, int depth, int *kind) {
-    const char *end = j->end;
-    if (p >= end || depth > MAX_DEPTH)
-        return NULL;
-    switch (*p) {
-    case '{':
-        *kind = FR_T_OBJECT;
-        return scan_object(j, p + 1, depth, NULL, 0, NULL);
-    case '[':
-        *kind = FR_T_ARRAY;
-        p = skip_ws(p + 1, end);
-        if (p < end && *p == ']')
-            return p + 1;
-        for (;;) {
-            int item;
-            p = scan_value(j, p, depth + 1, &item);
-            if (p == NULL)
-                return NULL;
-            p = skip_ws(p, end);
-            if (p < end && *p == ',') {
-                p = skip_ws(p + 1, end);
-                continue;
-            }
-            return p < end && *p == ']' ? p + 1 : NULL;
-        }
-    case '"':
-        *kind = FR_T_STRING;
-        return scan_string(j, p + 1);
-    case 't':
-        *kind = FR_T_BOOL;
-        return literal(p, end, "true", 4);
-    case 'f':
-        *kind = FR_T_BOOL;
-        return literal(p, end, "false", 5);
-    case 'n':
-        *kind = FR_T_NULL;
-        return literal(p, end, "null", 4);
-    default:
-        return scan_number(p, end, kind);
-    }
-}
-
-/* The members of a whole message (one object, white space around it); count or -1. */
-static int scan_message(const json_t *j, const char *p, member_t *members) {
-    int count = 0;
-    p = skip_ws(p, j->end);
-    if (p >= j->end || *p != '{')
-        return -1;
-    p = scan_object(j, p + 1, 1, members, MAX_MEMBERS, &count);
-    if (p == NULL || skip_ws(p, j->end) != j->end || count > MAX_MEMBERS)
-        return -1;
-    return count;
-}
-
-static int key_is(const member_t *m, const char *name) {
-    size_t n = strlen(name);
-    return m->key_len == n && memcmp(m->key, name, n) == 0;
-}
-
-/* The member named `name`, NULL if absent; *dup set when it appears twice. */
-static const member_t *find(const member_t *m, int n, const char *name, int *dup) {
-    const member_t *found = NULL;
-    for (int i = 0; i < n; i++)
-        if (key_is(&m[i], name)) {
-            if (found)
-                *dup = 1;
-            found = &m[i];
-        }
-    return found;
-}
-
-static int has_duplicate_keys(const member_t *m, int n) {
-    for (int i = 0; i < n; i++)
-        for (int k = i + 1; k < n; k++)
-            if (m[i].key_len == m[k].key_len && memcmp(m[i].key, m[k].key, m[i].key_len) == 0)
-                return 1;
-    return 0;
-}
-
-static int parse_int64(const member_t *m, int64_t *out) {
-    if (m == NULL || !(m->kind & FR_T_INTEGER) || m->value_len > 18)
-        return 0;
-    const char *p = m->value, *end = m->value + m->value_len;
-    int negative = *p == '-';
-    int64_t v = 0;
-    for (p += negative; p < end; p++)
-        v = v * 10 + (*p - '0');
-    *out = negative ? -v : v;
-    return 1;
-}
-
-static int string_is(const member_t *m, const char *text) {
-    size_t n = strlen(text);
-    return m != NULL && m->kind == FR_T_STRING && m->value_len == n + 2 &&
-           memcmp(m->value + 1, text, n) == 0;
-}
-
 /* ---- which requests are plain --------------------------------------------------------------- */
 typedef struct {
     int64_t seq;
@@ -488,14 +205,14 @@ static int check_request(fr_relay *r, const char *body, size_t len, member_t *to
     if (len > MAX_FAST_REQUEST)
         return 0;
     json_t j = {body + len, 1};
-    int n = scan_message(&j, body, top);
-    if (n < 0 || has_duplicate_keys(top, n))
+    int n = fr_scan_message(&j, body, top);
+    if (n < 0 || fr_has_duplicate_keys(top, n))
         return 0;
     int dup = 0;
-    const member_t *seq = find(top, n, "seq", &dup), *type = find(top, n, "type", &dup),
-                   *command = find(top, n, "command", &dup),
-                   *arguments = find(top, n, "arguments", &dup);
-    if (!string_is(type, "request") || !parse_int64(seq, &out->seq) || command == NULL ||
+    const member_t *seq = fr_find(top, n, "seq", &dup), *type = fr_find(top, n, "type", &dup),
+                   *command = fr_find(top, n, "command", &dup),
+                   *arguments = fr_find(top, n, "arguments", &dup);
+    if (!fr_string_is(type, "request") || !fr_parse_int64(seq, &out->seq) || command == NULL ||
         command->kind != FR_T_STRING || command->value_len < 3 ||
         command->value_len - 2 >= FR_MAX_NAME ||
         memchr(command->value, '\\', command->value_len) != NULL)
@@ -506,8 +223,8 @@ static int check_request(fr_relay *r, const char *body, size_t len, member_t *to
     int nargs = 0;
     if (arguments != NULL && arguments->kind == FR_T_OBJECT) {
         json_t a = {arguments->value + arguments->value_len, 1};
-        nargs = scan_message(&a, arguments->value, args);
-        if (nargs < 0 || has_duplicate_keys(args, nargs))
+        nargs = fr_scan_message(&a, arguments->value, args);
+        if (nargs < 0 || fr_has_duplicate_keys(args, nargs))
             return 0;
     }
     size_t name_len = command->value_len - 2;
@@ -524,7 +241,7 @@ static int check_request(fr_relay *r, const char *body, size_t len, member_t *to
         ok = 1;
         for (int a = 0; a < spec->nargs && ok; a++) {
             const fr_arg_spec *arg = &spec->args[a];
-            const member_t *value = find(args, nargs, arg->name, &dup);
+            const member_t *value = fr_find(args, nargs, arg->name, &dup);
             if (value == NULL)
                 ok = !arg->required;
             else
@@ -564,8 +281,6 @@ fr_relay *fr_new(int client_out_fd) {
         free(r);
         return NULL;
     }
-    const char *spin = getenv("PTDEBUG_RELAY_SPIN_US");
-    r->spin_ns = (spin != NULL ? atoll(spin) : FR_DEFAULT_SPIN_US) * 1000LL;
     return r;
 }
 
@@ -697,11 +412,8 @@ static int forward_fast(fr_relay *r, const char *body, size_t len) {
         }
     }
     pthread_mutex_unlock(&r->backend_lock);
-    if (sent) {
-        atomic_fetch_add(&r->in_flight, 1);
-        atomic_store(&r->last_fast_ns, now_ns());
+    if (sent)
         atomic_fetch_add(&r->stats[FR_STAT_FAST_REQUESTS], 1);
-    }
     return sent;
 }
 
@@ -709,16 +421,16 @@ static int forward_fast(fr_relay *r, const char *body, size_t len) {
 static int relay_fast(fr_relay *r, int generation, const char *body, size_t len) {
     member_t top[MAX_MEMBERS];
     json_t j = {body + len, 0};
-    int n = scan_message(&j, body, top), dup = 0;
+    int n = fr_scan_message(&j, body, top), dup = 0;
     if (n < 0)
         return 0;
-    const member_t *type = find(top, n, "type", &dup), *seq = find(top, n, "seq", &dup),
-                   *request_seq = find(top, n, "request_seq", &dup),
-                   *command = find(top, n, "command", &dup),
-                   *success = find(top, n, "success", &dup), *b = find(top, n, "body", &dup);
+    const member_t *type = fr_find(top, n, "type", &dup), *seq = fr_find(top, n, "seq", &dup),
+                   *request_seq = fr_find(top, n, "request_seq", &dup),
+                   *command = fr_find(top, n, "command", &dup),
+                   *success = fr_find(top, n, "success", &dup), *b = fr_find(top, n, "body", &dup);
     int64_t fast_seq, ignored;
-    if (dup || !string_is(type, "response") || !parse_int64(request_seq, &fast_seq) ||
-        fast_seq < FR_SEQ_BASE || !parse_int64(seq, &ignored) || command == NULL ||
+    if (dup || !fr_string_is(type, "response") || !fr_parse_int64(request_seq, &fast_seq) ||
+        fast_seq < FR_SEQ_BASE || !fr_parse_int64(seq, &ignored) || command == NULL ||
         command->kind != FR_T_STRING || success == NULL || success->kind != FR_T_BOOL)
         return 0;
     if (success->value[0] == 'f') {
@@ -727,8 +439,8 @@ static int relay_fast(fr_relay *r, int generation, const char *body, size_t len)
         const member_t *error = NULL;
         if (b != NULL && b->kind == FR_T_OBJECT) {
             json_t bj = {b->value + b->value_len, 0};
-            int nb = scan_message(&bj, b->value, members);
-            error = nb < 0 ? NULL : find(members, nb, "error", &dup);
+            int nb = fr_scan_message(&bj, b->value, members);
+            error = nb < 0 ? NULL : fr_find(members, nb, "error", &dup);
         }
         if (error == NULL || error->kind != FR_T_OBJECT || dup)
             return 0;
@@ -744,7 +456,6 @@ static int relay_fast(fr_relay *r, int generation, const char *body, size_t len)
     if (slot->used && slot->fast_seq == fast_seq && slot->generation == generation) {
         client_seq = slot->client_seq;
         slot->used = 0;
-        atomic_fetch_sub(&r->in_flight, 1);
         found = 1;
     }
     pthread_mutex_unlock(&r->backend_lock);
@@ -758,9 +469,10 @@ static int relay_fast(fr_relay *r, int generation, const char *body, size_t len)
 }
 
 /* ---- the relay thread --------------------------------------------------------------------- */
-/* One thread serves both streams (poll(2) on both): a request and its response are handled by
- * the same thread, which is awake while the relay is busy (spin_until_readable), so neither
- * direction waits for a sleeping thread to be woken on another vCPU. */
+/* One thread serves both streams (poll(2) on both). Waking a sleeping thread is the dearest
+ * part of a hop on the development VM (an idle vCPU halts at once: no guest halt polling), and
+ * a request and its response then wake the same thread, not two. Polling instead of sleeping
+ * while an answer was due was measured and did not help end to end (docs/PERFORMANCE.md). */
 static void end_stream(fr_relay *r, stream_t *s, int backend) {
     if (s->in < 0)
         return;
@@ -827,6 +539,8 @@ static void *relay_thread(void *arg) {
     for (;;) {
         /* take the streams Python handed over since the last turn */
         int taken[2] = {0, 0};
+        if (!atomic_exchange(&r->handed_over, 0) && (streams[0].in >= 0 || streams[1].in >= 0))
+            goto serve;
         pthread_mutex_lock(&r->backend_lock);
         for (int i = 0; i < 2; i++) {
             if (r->pending[i].in < 0)
@@ -846,15 +560,12 @@ static void *relay_thread(void *arg) {
         for (int i = 0; i < 2; i++) /* bytes Python had read ahead come first */
             if (taken[i] && streams[i].buffer.len && !frames(r, &streams[i], i))
                 end_stream(r, &streams[i], i);
+    serve:;
         struct pollfd fds[3] = {{r->wake[0], POLLIN, 0}, {streams[0].in, POLLIN, 0},
                                 {streams[1].in, POLLIN, 0}};
-        int busy = r->spin_ns > 0 && atomic_load(&r->in_flight) > 0 &&
-                   now_ns() - atomic_load(&r->last_fast_ns) <= r->spin_ns;
-        int n = poll(fds, 3, busy ? 0 : -1);
+        int n = poll(fds, 3, -1);
         if (n < 0 && errno != EINTR)
             break;
-        if (n == 0)
-            sched_yield(); /* busy, nothing yet: whoever else wants this vCPU runs first */
         if (n <= 0)
             continue;
         if (fds[0].revents) {
@@ -898,6 +609,7 @@ static int hand_over(fr_relay *r, int which, int in_fd, int python_fd, int gener
         free(p->buffer.data);
     }
     *p = (stream_t){in, python, generation, 0, {data, leftover_len, leftover_len}};
+    atomic_store(&r->handed_over, 1);
     int rc = 0;
     if (!r->thread_started) {
         atomic_fetch_add(&r->refs, 1);
@@ -960,8 +672,7 @@ static int take(fr_relay *r, int generation, int64_t fast_seq, int64_t *client_s
             *client_seq = slot->client_seq;
             memcpy(command, slot->command, FR_MAX_NAME);
             slot->used = 0;
-            atomic_fetch_sub(&r->in_flight, 1);
-            found = 1;
+                found = 1;
         }
     }
     pthread_mutex_unlock(&r->backend_lock);

@@ -25,7 +25,6 @@
 #define FR_MAX_NAME 48      /* command and argument names, with the NUL */
 #define FR_MAX_ARGS 24      /* declared arguments of one command */
 #define FR_MAX_COMMANDS 64  /* plain commands */
-#define FR_DEFAULT_SPIN_US 0 /* PTDEBUG_RELAY_SPIN_US overrides */
 #define FR_SEQ_BASE 1000000000LL
 /* Requests the relay sends to the backend are numbered from here; the backend channel's own
  * requests (Python's) count from 1 and never come near it. */

@@ -66,6 +66,8 @@ class Session:
 
     def __init__(self, client_in: BinaryIO, client_out: BinaryIO):
         from adapter.client import ClientHandlers
+        self._fast_path_lock = threading.Lock()
+        """Held while the plain set is worked out and handed over, so the last one is current."""
         self.relay = FastRelay.for_streams(client_in, client_out)
         """The C relay of plain requests (protocol/relay.py), or None (streams that are no
         file descriptors, the extension not built, PTDEBUG_FAST_RELAY=0)."""
@@ -203,6 +205,10 @@ class Session:
         relay = self.relay
         if relay is None:
             return
+        with self._fast_path_lock:
+            self._update_fast_path(relay, enabled)
+
+    def _update_fast_path(self, relay: FastRelay, enabled: bool) -> None:
         backend = self.backend
         plain: dict = {}
         if (enabled and backend is not None and self.backend_gone_at is None

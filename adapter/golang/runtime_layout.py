@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 from elftools.elf.elffile import ELFFile
 
-STRUCTS = {"runtime.g": ("goid", "m", "sched", "atomicstatus"),
-           "runtime.m": ("g0", "curg", "id", "procid"),
+STRUCTS = {"runtime.g": ("goid", "m", "sched", "atomicstatus", "stackguard0", "preempt"),
+           "runtime.m": ("g0", "curg", "id", "procid", "locks", "p"),
+           "runtime.p": ("preempt", "sysmontick", "schedtick"),
+           "runtime.sysmontick": ("schedwhen", "schedtick"),
            "runtime.gobuf": ("sp", "pc", "g")}
 """The members ptdebug needs, by structure."""
 

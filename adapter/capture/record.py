@@ -108,14 +108,17 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    trigger_timeout: float | None = None, env: dict | None = None,
                    wait_for_exit: bool = True, breakpoints: str = "auto",
                    output_fd: int | None = None,
-                   log=lambda msg: None, on_attached=None) -> RecordResult:
+                   log=lambda msg: None, on_attached=None,
+                   before_release=None) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
     ptdebug launched that has one thread, since they stop twice as fast; debug
     registers otherwise, which patch nothing and leave other threads alone).
     `on_attached()` is called once the target is held (its threads stopped), before the
     trigger is awaited: a debugger that had the thread paused can let it go then (DAP record
-    breakpoints). Raises RecordFailed (with the partial bundle's path when one was written)."""
+    breakpoints). `before_release(tid, ip)` is called when the window has closed with the
+    recorded thread alive and stopped at `ip`, before it is let go (a debugger that must take
+    the program back can have it held there). Raises RecordFailed (with the partial bundle's path when one was written)."""
     end = end or stepper_mod.EndCondition(count=100_000)
     if end.until_return and not start:
         raise RecordFailed("--until-return needs --from (the function whose return ends it)")
@@ -179,6 +182,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         partial = rec.partial_reason
         if recorder.alive:
             _add_images(writer, target.pid, known)  # code mapped during the recording
+            if before_release is not None:
+                before_release(rec_tid, pt.getregs(rec_tid).rip)
         data = encode_recording(rec, recorder.code.read_code)
         writer.add_stream_bytes(rec_tid, data, pid=target.pid)
         writer.manifest["stats"] = {

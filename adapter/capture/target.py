@@ -235,7 +235,8 @@ class Target:
                 st = pt.waitpid(-1, pt.WALL | pt.WNOHANG)
                 if st is None:
                     if deadline is not None and time.monotonic() > deadline:
-                        raise TargetError(f"no thread reached {addr:#x} within {timeout:g} s")
+                        raise TargetError(f"no thread reached {addr:#x} within {timeout:g} s"
+                                          f"{self._whereabouts()}")
                     time.sleep(0.001)
                     continue
                 tid = st.tid
@@ -275,6 +276,18 @@ class Target:
                 pt.cont(tid, sig)
         finally:
             self._disarm_others()
+
+    def _whereabouts(self) -> str:
+        """Where the traced threads are, for a message ("; thread 12 at 0x4a5b6c")."""
+        places = []
+        for tid in list(self.threads)[:4]:
+            stop = self._interrupt_and_wait(tid) if self.threads[tid] == "running" else True
+            if stop is not None:
+                try:
+                    places.append(f"thread {tid} at {pt.getregs(tid).rip:#x}")
+                except pt.PtraceError:
+                    pass
+        return f" ({', '.join(places)})" if places else ""
 
     def _disarm_others(self) -> None:
         """Clear the trigger breakpoint in every thread still armed (stopping

@@ -40,9 +40,11 @@ from adapter.protocol.errors import (
     InvalidLaunchConfig,
     InvalidRequest,
 )
-from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
+
+from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
+from adapter.golang.park import Parked, park
 
 from . import Backend, BackendHooks
 from .delve_rpc import DelveRpc
@@ -56,6 +58,8 @@ STOP_GRACE = 3.0
 """Seconds Delve gets to end after a polite request before it is killed."""
 
 LISTENING = re.compile(rb"API server listening at: (\S+):(\d+)")
+HANDOVER_WAIT = float(os.environ.get("PTDEBUG_HANDOVER_WAIT", "300"))
+"""Seconds a request waits for the Delve that comes back after a recording."""
 
 NOT_FORWARDED = frozenset({
     # answered by ptdebug itself (session/client handlers), never by Delve
@@ -193,6 +197,13 @@ class DelveBackend(Backend):
         self._spawner: ThreadPoolExecutor | None = None
         self.program = None
         """adapter.golang.launch.HeldProgram: the program ptdebug started (launch), else None."""
+        self.breakpoint_ids = BreakpointIds()
+        """Client ids of breakpoints, kept across Delves (hand_over / take_back)."""
+        self._initialize_arguments: dict = {}
+        self._attach_arguments: dict = {}
+        self._connected = threading.Event()
+        """Clear while no Delve holds the program (a recording): requests wait for it."""
+        self._connected.set()
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -218,7 +229,16 @@ class DelveBackend(Backend):
                                              os.getcwd(), env)
         if isinstance(config, LaunchConfig):
             self.stop_on_entry = config.stopOnEntry
-        self._connect()
+        try:
+            self._connect()
+        except BaseException:
+            if self.program is not None:
+                self.program.kill()
+            raise
+        if self.program is not None:
+            # Delve says it listens before it attaches, and accepts connections after: it
+            # holds the program now, which runs at configurationDone
+            self.program.resume()
 
     def _connect(self) -> None:
         """The DAP channel and the JSON-RPC bridge to the Delve at self.address."""
@@ -231,8 +251,8 @@ class DelveBackend(Backend):
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket = sock
-        self.channel = Channel(MessageReader(sock.makefile("rb")),
-                               MessageWriter(sock.makefile("wb")), self, "delve")
+        # the session's Channel: its fast relay may carry plain requests (protocol/relay.py)
+        self.channel = self.hooks.backend_channel(sock, self, "delve")
         self.channel.start()
         self.rpc = DelveRpc(host, port)
         version = self.rpc.version()
@@ -272,12 +292,13 @@ class DelveBackend(Backend):
         except BaseException:
             self.program.kill()
             raise
-        self.program.resume()  # Delve holds it now; it runs at configurationDone
 
     def _run_dlv(self, argv: list[str], run_dir: str, env: dict,
-                 pipe: tuple[int, int] | None = None) -> tuple[str, int]:
+                 pipe: tuple[int, int] | None = None, relay: bool = True) -> tuple[str, int]:
         """Start Delve and wait until it listens; (host, port). Its output (and, with `pipe`,
-        the program's, which writes into the same pipe) is relayed as `output` events."""
+        the program's, which writes into the same pipe) is relayed as `output` events; with
+        `relay` False (a Delve attached again after a recording, whose program writes into
+        the first pipe) it only goes to the log."""
         log.info("starting %s (in %s)", shlex.join(argv), run_dir)
         _prepare_prctl()
         read_end, write_end = pipe if pipe is not None else os.pipe()
@@ -294,12 +315,14 @@ class DelveBackend(Backend):
         finally:
             os.close(write_end)  # the pipe ends when Delve and the program have both gone
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        self._output = _PipeLines(read_end)
+        output = _PipeLines(read_end)
+        if relay:
+            self._output = output
         while True:
             if time.monotonic() > deadline:
                 raise BackendError(f"Delve did not start listening within {STARTUP_TIMEOUT:g} s"
                                    f"{self._early_text()}")
-            line = self._output.next_line(deadline - time.monotonic())
+            line = output.next_line(deadline - time.monotonic())
             if line is None:
                 continue
             if not line:
@@ -313,9 +336,13 @@ class DelveBackend(Backend):
             if match:
                 break
             self._early_output.append(line)
-        self._pump = threading.Thread(target=self._pump_output, name="delve-output",
-                                      daemon=True)
-        self._pump.start()
+        if relay:
+            self._pump = threading.Thread(target=self._pump_output, name="delve-output",
+                                          daemon=True)
+            self._pump.start()
+        else:
+            threading.Thread(target=_log_lines, args=(output,), name="delve-log",
+                             daemon=True).start()
         return match.group(1).decode(), int(match.group(2))
 
     def _early_text(self) -> str:
@@ -355,6 +382,7 @@ class DelveBackend(Backend):
     def initialize(self, client_arguments: dict) -> dict:
         arguments = dict(client_arguments)
         arguments["adapterID"] = "go"
+        self._initialize_arguments = arguments
         response = self.request("initialize", arguments, timeout=CONNECT_TIMEOUT)
         if not response.success:
             raise BackendError(f"Delve refused initialize: {response.error_text}")
@@ -377,6 +405,7 @@ class DelveBackend(Backend):
                     "stackTraceDepth"):
             if key in (request.raw.get("arguments") or {}):
                 arguments[key] = request.raw["arguments"][key]
+        self._attach_arguments = arguments
 
         def answered(response: Response) -> None:
             request.respond_like(response.raw)
@@ -413,12 +442,7 @@ class DelveBackend(Backend):
                 log.info("Detach: %s", exc.message)
         if rpc is not None:
             rpc.close()
-        if self._socket is not None:
-            try:
-                self._socket.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._socket.close()
+        self._close_socket()
         process = self.process
         if process is not None:
             try:
@@ -441,10 +465,129 @@ class DelveBackend(Backend):
         if self._spawner is not None:
             self._spawner.shutdown(wait=False)
 
+    # --- letting go of the program for a recording (record breakpoints) ------------------
+    def hand_over(self, tid: int, pc: int) -> Parked:
+        """Let go of the program so that a recorder can trace thread `tid`, stopped at `pc`:
+        Delve's breakpoints at `pc` are cleared, the thread is parked there
+        (adapter/golang/park.py: it spins in place without running an instruction of the
+        program, and is not preempted) and Delve detaches. The recorder unparks it once it
+        holds it. Requests wait until take_back()."""
+        if self.program is None and not (self.process is not None and self.pid is not None):
+            raise AdapterError("recording needs a program ptdebug launched or attached to; "
+                               "a session connected to a Delve the user runs cannot record")
+        if self.pid is None:
+            raise AdapterError("the program's process id is not known yet")
+        rpc = self.rpc
+        for bp in rpc.call("ListBreakpoints", All=False).get("Breakpoints") or []:
+            if pc == bp.get("addr") or pc in (bp.get("addrs") or []):
+                rpc.call("ClearBreakpoint", Id=bp["id"])
+        parked = park(self.pid, pc, *self._preemption_guard(tid))
+        log.info("thread %d parked at %#x for a recording (%d runtime words saved, sysmon "
+                 "record %s)", tid, pc, len(parked.saved),
+                 "pushed ahead" if parked.schedwhen_address else "untouched")
+        self._connected.clear()
+        channel, process = self.channel, self.process
+        channel.retarget(_RetiredDelve())  # its last words (terminated...) are not ours
+        try:
+            rpc.detach(kill=False, timeout=STOP_GRACE + 2)
+        except BackendError as exc:
+            log.warning("Delve's Detach: %s", exc.message)
+        finally:
+            rpc.close()
+            self._close_socket()
+            try:
+                process.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                _kill_group(process.pid, signal.SIGKILL)
+                process.wait(STOP_GRACE)
+        if _traced_by(self.pid) not in (0, None):
+            raise BackendError(f"Delve did not let go of process {self.pid}")
+        return parked
+
+    def _preemption_guard(self, tid: int) -> tuple[int | None, object]:
+        """(fs_base of `tid`, the binary's RuntimeLayout) for park(); (None, None) where the
+        layout cannot be read (the park then works without the guard)."""
+        from adapter.golang.bundle_index import runtime_layout
+        from adapter.golang.runtime_layout import LayoutError
+        try:
+            layout = runtime_layout(os.readlink(f"/proc/{self.pid}/exe"))
+            registers = self.rpc.call("ListRegisters", ThreadID=tid).get("Regs") or []
+            fs_base = next(int(r["Value"], 16) for r in registers if r["Name"] == "Fs_base")
+        except (LayoutError, OSError, BackendError, StopIteration, ValueError) as exc:
+            log.warning("parking thread %d without the preemption guard: %s", tid, exc)
+            return None, None
+        return fs_base, layout
+
+    def thread_of(self, goroutine: int) -> tuple[int, int]:
+        """(OS thread id, pc) of a goroutine stopped on a thread; AdapterError if it is not
+        on one (a parked goroutine has no thread to record)."""
+        for thread in self.rpc.state().get("Threads") or []:
+            if thread.get("goroutineID") == goroutine:
+                return int(thread["id"]), int(thread["pc"])
+        raise AdapterError(f"goroutine {goroutine} is not running on an OS thread; only a "
+                           "goroutine stopped on a thread can be recorded")
+
+    def take_back(self, while_held=None) -> None:
+        """Attach a new Delve to the program after a recording, give it the client's
+        breakpoints again (same ids for the client) and let the program run.
+        `while_held()` runs once Delve holds every thread, before any breakpoint is set."""
+        try:
+            self.address = self._run_dlv([find_dlv(), "attach", str(self.pid), *HEADLESS],
+                                         os.getcwd(), dict(os.environ), relay=False)
+            self._connect()  # Delve accepts connections once it has attached (not when listening)
+            if while_held is not None:
+                while_held()
+            self.breakpoint_ids.new_delve()
+            channel = self.channel
+            self._answer(channel.request("initialize", self._initialize_arguments,
+                                         CONNECT_TIMEOUT), "initialize")
+            self._answer(channel.request("attach", dict(self._attach_arguments,
+                                                        stopOnEntry=False), CONNECT_TIMEOUT),
+                         "attach")
+            for command, arguments in list(self.breakpoint_ids.requests.values()):
+                response = channel.request(command, arguments, CONNECT_TIMEOUT)
+                if response.success:
+                    self.breakpoint_ids.answered(command, arguments, response.raw.get("body"),
+                                                 replay=True)
+                else:
+                    log.warning("replaying %s: %s", command, response.error_text)
+            self._answer(channel.request("configurationDone", {}, CONNECT_TIMEOUT),
+                         "configurationDone")
+            log.info("Delve is back (%d breakpoint requests given again)",
+                     len(self.breakpoint_ids.requests))
+        finally:
+            self._connected.set()
+
+    @staticmethod
+    def _answer(response: Response, what: str) -> None:
+        if not response.success:
+            raise BackendError(f"the Delve attached after the recording refused {what}: "
+                               f"{response.error_text}")
+
+    def _wait_connected(self, command: str) -> None:
+        if not self._connected.wait(HANDOVER_WAIT):
+            raise BackendError(f"{command!r}: Delve is still away for a recording after "
+                               f"{HANDOVER_WAIT:g} s")
+
+    def _close_socket(self) -> None:
+        if self._socket is not None:
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._socket.close()
+            self._socket = None
+
     # --- forwarding -----------------------------------------------------------------------
     def handles(self, command: str) -> bool:
         # Delve's DAP server answers every command, an unknown one with an error (no stall).
         return command not in NOT_FORWARDED
+
+    def relays_untouched(self, command: str) -> bool:
+        # what forward() sends on as it is and relays as it comes (no custom request, no
+        # fixup): the session's fast relay may carry it outside Python
+        return (self.handles(command) and command not in (CUSTOM, GOROUTINE_HISTORY)
+                and command not in RESPONSE_FIXUPS and command not in BREAKPOINT_REQUESTS)
 
     def forward(self, request: Request, observe=None) -> None:
         if request.command == CUSTOM:
@@ -455,9 +598,15 @@ class DelveBackend(Backend):
             threading.Thread(target=self._goroutine_history, args=(request,), daemon=True,
                              name="goroutine-history").start()
             return
+        self._wait_connected(request.command)
         if self.channel is None:
             raise BackendGone("Delve is not running")
         fixup = RESPONSE_FIXUPS.get(request.command)
+        if request.command in BREAKPOINT_REQUESTS:
+            arguments = request.raw.get("arguments")
+            self.breakpoint_ids.sent(request.command, arguments)
+            fixup = lambda raw: self.breakpoint_ids.answered(  # noqa: E731
+                request.command, arguments, raw.get("body"))
         if observe is None and fixup is None:
             relay = lambda response: request.relay(response.raw)  # untouched: body as received
         else:
@@ -473,6 +622,7 @@ class DelveBackend(Backend):
 
     def request(self, command: str, arguments: dict | None = None,
                 timeout: float = 10.0) -> Response:
+        self._wait_connected(command)
         if self.channel is None:
             raise BackendGone("Delve is not running")
         return self.channel.request(command, arguments, timeout)
@@ -506,6 +656,9 @@ class DelveBackend(Backend):
     def default_event(self, event: Event) -> None:
         if event.event in ("exited", "terminated"):
             self._drain_output()
+        elif event.event == "initialized" and not self._connected.is_set():
+            return  # a Delve attached again after a recording: the client configured long ago
+        self.breakpoint_ids.event(event.raw)
         super().default_event(event)
 
     def _exit_status(self) -> int | None:
@@ -575,6 +728,38 @@ class _PipeLines:
             return line + b"\n"
         rest, self.pending = self.pending, b""
         return rest
+
+
+class _RetiredDelve:
+    """Channel handlers for the connection of a Delve that let go of the program: what it
+    says while it goes (terminated, the connection closing) is not the session's end."""
+
+    def default_event(self, event: Event) -> None:
+        log.debug("retired Delve: %s event dropped", event.event)
+
+    def default_request(self, request: Request) -> None:
+        request.fail(BackendGone("this Delve has let go of the program"))
+
+    def channel_closed(self, reason: str) -> None:
+        log.debug("retired Delve's connection closed (%s)", reason)
+
+
+def _log_lines(lines: _PipeLines) -> None:
+    while not lines.ended:
+        for line in lines.read_lines(1.0):
+            if line:
+                log.info("dlv: %s", line.decode(errors="replace").rstrip())
+
+
+def _traced_by(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def _environment(changes: dict) -> dict:

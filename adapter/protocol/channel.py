@@ -75,6 +75,12 @@ class Channel:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def retarget(self, handlers: Any) -> None:
+        """Send what arrives from now on to `handlers` (a backend retiring a connection whose
+        last messages are no longer the session's)."""
+        self.handlers = handlers
+        self._handler_cache = {}
+
     def on_reader_thread(self) -> bool:
         return threading.current_thread() is self._thread
 

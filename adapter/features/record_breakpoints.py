@@ -41,6 +41,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.golang.park import Parked, park, resume_preemption, unpark
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
 from adapter.protocol.messages import Event, Request
@@ -66,6 +67,7 @@ BREAKPOINT_MODES = [
 DEFAULT_INSTRUCTIONS = 2000
 """A window with no end named closes after this many instructions (small: the stepper in a VM
 records some 10-50 thousand instructions a second)."""
+RECORDING_BACKENDS = ("debugpy", "delve")
 LOCAL_REFERENCE_BASE = 1 << 28
 """variablesReference / frameId numbers from here on are ptdebug's (debugpy counts from 1)."""
 NATIVE_ID = "__import__('threading').get_native_id()"
@@ -159,7 +161,8 @@ class Capture:
     @property
     def lines(self):
         """pt_decoder LineTable of the modules the capture ran code of that carry their own line information
-        and are small enough to read at once (LINE_TABLE_MAX_BYTES): the user's native code.
+        and are small enough to read at once (LINE_TABLE_MAX_BYTES) or are Go binaries
+        (pclntab): the user's native and Go code.
         The interpreter and system libraries are left out: reading a 20 MB libpython's DWARF
         takes many seconds, and stepping by line is about the user's code."""
         if self._lines is None:
@@ -171,7 +174,8 @@ class Capture:
                                     module.load_address + module.size):
                     return False  # no instruction of the capture ran in it
                 try:
-                    return os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES
+                    return (os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES or
+                            _has_pclntab(module.path))
                 except OSError:
                     return False
 
@@ -264,6 +268,14 @@ class RecordBreakpoints:
     def on_capture(self, listener) -> None:
         self._listeners.append(listener)
 
+    def intercepting(self, command: str) -> bool:
+        """Whether its interceptors may take `command` now (Session.update_fast_path):
+        `variables` of ptdebug's own references, which exist only once there is a capture;
+        the others always."""
+        if command == "variables":
+            return bool(self.captures or self.local_references)
+        return True
+
     def latest(self, thread_id: int | None) -> Capture | None:
         for capture in reversed(self.captures):
             if thread_id is None or capture.thread_id == thread_id:
@@ -279,7 +291,7 @@ class RecordBreakpoints:
 
     # --- setBreakpoints -------------------------------------------------------------------
     def _set_breakpoints(self, request: Request) -> object:
-        if self.session.backend is None or self.session.backend.name != "debugpy":
+        if self.session.backend is None or self.session.backend.name not in RECORDING_BACKENDS:
             return None
         arguments = dict(request.raw.get("arguments") or {})
         asked = list(arguments.get("breakpoints") or [])
@@ -363,7 +375,7 @@ class RecordBreakpoints:
         """`ptdebug/captureNow {threadId?}`: record a paused thread now, with the launch
         configuration's window; the program then runs on. The response is the capture's
         `ptdebug/capture` body (sent as an event too)."""
-        if self.session.backend is None or self.session.backend.name != "debugpy":
+        if self.session.backend is None or self.session.backend.name not in RECORDING_BACKENDS:
             return None
         if not self.session.paused:
             raise AdapterError("ptdebug/captureNow records a paused thread: pause the program "
@@ -384,12 +396,18 @@ class RecordBreakpoints:
 
     def _capture(self, stopped: dict, breakpoint: dict, answer: Request | None = None) -> None:
         thread_id = stopped.get("threadId")
+        backend = self.session.backend
         released = threading.Event()
+        parked: list[Parked] = []
+        """Set once Delve has let go of the program (Go): the thread spins at its pc until
+        the recorder holds it and unparks it."""
+        parked_at_end: list[Parked] = []
+        """Where the recorder left it spinning when the window closed (Go)."""
 
         def release() -> None:
-            if not released.is_set():
+            if not released.is_set() and not parked:
                 released.set()
-                self.session.backend.request("continue", {"threadId": thread_id}, timeout=10)
+                backend.request("continue", {"threadId": thread_id}, timeout=10)
 
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
@@ -400,9 +418,18 @@ class RecordBreakpoints:
                 # sharing them with perf watchpoints cannot trust its breakpoints.
                 raise AdapterError(f"{len(watches)} data breakpoint(s) are armed and hold the "
                                    "debug registers the recorder needs; remove them to record")
-            tid = self._native_id(thread_id)
-            window = dataclasses.replace(window, until=self._native_position(window))
-            capture = self._record(tid, thread_id, window, breakpoint.get("id"), release)
+            if backend.name == "delve":
+                # Delve holds the program with ptrace, and a thread has one tracer: Delve lets
+                # go of it for the window and comes back after (DelveBackend.hand_over)
+                tid, pc = backend.thread_of(thread_id)
+                window = dataclasses.replace(window, until=self._native_position(window))
+                parked.append(backend.hand_over(tid, pc))
+            else:
+                tid = self._native_id(thread_id)
+                window = dataclasses.replace(window, until=self._native_position(window))
+            capture = self._record(tid, thread_id, window, breakpoint.get("id"), release,
+                                   parked=parked[0] if parked else None,
+                                   parked_at_end=parked_at_end)
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
             self._keep(capture)
@@ -419,9 +446,24 @@ class RecordBreakpoints:
                     f"ptdebug: the record breakpoint did not record: {message}\n"})
         finally:
             try:
-                release()  # never leave the program paused at a breakpoint the user did not see
-            except Exception:
-                log.exception("record breakpoint: continuing the program failed")
+                if parked:
+                    unpark(parked[0])
+
+                    def while_held() -> None:
+                        # the new Delve holds every thread: the end park can go
+                        for where in parked_at_end:
+                            log.info("record breakpoint: unparked %#x: %s", where.address,
+                                     unpark(where))
+                        resume_preemption(parked[0])
+
+                    backend.take_back(while_held)
+                else:
+                    release()  # never leave the program paused at a breakpoint unseen
+            except Exception as exc:
+                log.exception("record breakpoint: letting the program run on failed")
+                self.session.client.send_event("output", {"category": "important", "output":
+                    f"ptdebug: after the recording, the debugger could not take the program "
+                    f"back: {exc}\n"})
             self._recording_thread = None
             held, self._held = self._held, []
             for raw in held:
@@ -472,15 +514,21 @@ class RecordBreakpoints:
         return int(answer.raw["body"]["result"])
 
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
-                release) -> Capture:
+                release, parked: Parked | None = None,
+                parked_at_end: list | None = None) -> Capture:
         """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
-        Python runs only on a main thread); `release()` once the child holds the thread."""
+        Python runs only on a main thread); `release()` once the child holds the thread.
+        With `parked` (Go: no debugger holds the program), the child unparks the thread when it
+        holds it and parks it again where the window closed: that Parked goes into
+        `parked_at_end`."""
         from adapter.export.trace import DecodedBundle, TraceError
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="ptdebug-captures-")
         number = len(self.captures) + 1
         output = f"{self._directory}/capture-{number}"
-        spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window)}
+        spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
+                "goid_probe": self.session.backend.name == "delve",
+                "parked": parked.to_json() if parked else None}
         child = subprocess.Popen([sys.executable, "-m", "adapter.features.record_breakpoints",
                                   json.dumps(spec)], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -496,6 +544,8 @@ class RecordBreakpoints:
             for line in child.stdout:
                 if line.startswith("attached"):
                     release()
+                elif line.startswith("parked ") and parked is not None:
+                    parked_at_end.append(Parked.from_json(json.loads(line[7:])))
                 elif line.startswith("{"):
                     result = json.loads(line)
             child.wait(timeout=window.timeout + 30)
@@ -537,6 +587,26 @@ def _stop_recorder(child: subprocess.Popen) -> None:
         child.wait(5)
 
 
+def _has_pclntab(path: str) -> bool:
+    """A Go binary: its lines come from pclntab, read in well under a second whatever its size
+    (docs/PERFORMANCE.md), unlike DWARF."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(path, "rb") as f:
+            return ELFFile(f).get_section_by_name(".gopclntab") is not None
+    except (OSError, ELFError):
+        return False
+
+
+def _tgid(tid: int) -> int:
+    with open(f"/proc/{tid}/status") as f:
+        for line in f:
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    raise OSError(f"no thread {tid}")
+
+
 def _any_between(sorted_values, low: int, high: int) -> bool:
     import bisect
     i = bisect.bisect_left(sorted_values, low)
@@ -560,11 +630,35 @@ def _record_worker(spec_text: str) -> int:
     from adapter.capture.record import RecordFailed, record_stepper
     spec = json.loads(spec_text)
     window = RecordWindow(**spec["window"])
+    tid = spec["tid"]
+    probe = None
+    if spec.get("goid_probe"):
+        from adapter.golang.runtime_layout import LayoutError
+        from adapter.golang.stepper_probe import probe_for
+        try:
+            probe = probe_for(_tgid(tid))
+        except (LayoutError, OSError) as exc:
+            print(json.dumps({"error": f"cannot read goroutine ids in this binary: {exc}"}),
+                  flush=True)
+            return 1
+
+    def attached() -> None:
+        if spec.get("parked"):
+            # the thread was spinning on `jmp .` (DelveBackend.hand_over); held now, it may
+            # have its instruction back and be recorded from there
+            unpark(Parked.from_json(spec["parked"]))
+        print("attached", flush=True)
+
+    def before_release(thread: int, ip: int) -> None:
+        if spec.get("parked"):
+            # held where the window closed until the debugger is back (_capture unparks it)
+            print("parked", json.dumps(park(_tgid(thread), ip).to_json()), flush=True)
+
     try:
-        result = record_stepper(spec["output"], tid=spec["tid"], start=window.function,
+        result = record_stepper(spec["output"], tid=tid, start=window.function,
                                 end=window.end_condition(), trigger_timeout=window.timeout,
-                                copy_images=False, breakpoints="dr",
-                                on_attached=lambda: print("attached", flush=True))
+                                copy_images=False, breakpoints="dr", ptw_probe=probe,
+                                on_attached=attached, before_release=before_release)
     except RecordFailed as exc:
         print(json.dumps({"error": str(exc)}), flush=True)
         return 1

@@ -406,3 +406,21 @@ def test_bytes_python_read_ahead_go_to_the_core_first():
     finally:
         for sock in (client_test, backend_test, client_adapter, backend_adapter):
             sock.close()
+
+
+def test_large_frames_cross_whole(relayed):
+    """A response far larger than one read (Delve's answer to a long `variables`), and a
+    request too large for the fast path (it goes through Python)."""
+    client, backend = relayed.client, relayed.backend
+    variables = [{"name": f"v{i}", "value": "x" * 40, "variablesReference": 0}
+                 for i in range(6000)]
+    seq = client.request("variables", {"variablesReference": 7})
+    backend.answer(backend.receive(), json.dumps({"variables": variables}))
+    answer = client.receive()
+    assert answer["request_seq"] == seq and answer["body"]["variables"] == variables
+    seq = client.request("evaluate", {"expression": "x" * 100_000, "frameId": 1})
+    sent = backend.receive()
+    assert sent["seq"] < relay_module._fastrelay.SEQ_BASE  # through Python
+    assert len(sent["arguments"]["expression"]) == 100_000
+    backend.answer(sent, '{"result":"1","variablesReference":0}')
+    assert client.receive()["request_seq"] == seq

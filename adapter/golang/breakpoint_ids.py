@@ -23,8 +23,10 @@ BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setException
 def request_key(command: str, arguments: dict | None) -> tuple:
     """What a breakpoint request replaces: one source's breakpoints, or all of a kind."""
     if command == "setBreakpoints":
-        source = (arguments or {}).get("source") or {}
-        return command, source.get("path") or source.get("name") or ""
+        source = arguments.get("source") if isinstance(arguments, dict) else None
+        if not isinstance(source, dict):
+            return command, ""
+        return command, str(source.get("path") or source.get("name") or "")
     return (command,)
 
 
@@ -44,14 +46,17 @@ class BreakpointIds:
     def sent(self, command: str, arguments: dict | None) -> None:
         """Remember a breakpoint request forwarded to Delve (to replay it later)."""
         with self._lock:
-            self.requests[request_key(command, arguments)] = (command, dict(arguments or {}))
+            self.requests[request_key(command, arguments)] = (
+                command, dict(arguments) if isinstance(arguments, dict) else {})
 
     def answered(self, command: str, arguments: dict | None, body: dict | None,
                  replay: bool = False) -> None:
         """Rewrite the ids in a breakpoint request's answer to client ids (in place). With
         `replay`, the answer's breakpoints are the ones the client already knows, in order."""
         key = request_key(command, arguments)
-        breakpoints = (body or {}).get("breakpoints") or []
+        breakpoints = body.get("breakpoints") if isinstance(body, dict) else None
+        if not isinstance(breakpoints, list):
+            breakpoints = []
         with self._lock:
             before = self._by_key.get(key, []) if replay else []
             given: list[int | None] = []
@@ -83,10 +88,14 @@ class BreakpointIds:
 
     def event(self, raw: dict) -> None:
         """Rewrite the breakpoint ids in a `stopped` or `breakpoint` event (in place)."""
-        if not self._translating:
-            return
         body = raw.get("body")
         if not isinstance(body, dict):
+            return
+        if not self._translating:
+            bp = body.get("breakpoint") if raw.get("event") == "breakpoint" else None
+            if isinstance(bp, dict) and isinstance(bp.get("id"), int):
+                with self._lock:  # handed out as it is: never to be given again
+                    self._highest = max(self._highest, bp["id"])
             return
         with self._lock:
             if raw.get("event") == "stopped" and isinstance(body.get("hitBreakpointIds"), list):

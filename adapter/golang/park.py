@@ -24,7 +24,13 @@ setAsyncPreemptOff). So:
     `resume_preemption` puts the time back;
   * unparking puts the goroutine's preemption state back as it was before the park
     (stackguard0, g.preempt, p.preempt), dropping a request made meanwhile, as the runtime
-    itself does when it lets a goroutine run on (newstack, execute).
+    itself does when it lets a goroutine run on (newstack, execute);
+  * a request already pending when the park begins (sysmon asked while the debugger held the
+    program) is dropped the same way: else the signal that comes with it moves the goroutine
+    off its thread while parked, and its stackguard0 makes it yield at the window's first
+    call. Without a request stackguard0 is g.stack.lo + the runtime's stack guard, which is
+    read from the thread's g0 (mstart0 sets g0.stackguard0 = g0.stack.lo + stackGuard).
+    sysmon asks again 10 ms after `resume_preemption`; a stop-the-world asks again at once.
 A stop-the-world for the garbage collector still asks every goroutine to yield; the recording
 then follows the thread into the scheduler and says so.
 """
@@ -46,6 +52,8 @@ class Parked:
     """[address, size, value] of runtime words to put back when unparking."""
     schedwhen_address: int | None = None
     """&p.sysmontick.schedwhen of the thread's P, pushed ahead while parked and recorded."""
+    dropped_request: bool = False
+    """A preemption request was pending when parked, and was dropped (module docstring)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -57,21 +65,30 @@ class Parked:
 
 class _Memory:
     def __init__(self, pid: int):
+        self.pid = pid
         self.file = open(f"/proc/{pid}/mem", "r+b", buffering=0)
 
     def read(self, address: int, size: int) -> bytes:
-        self.file.seek(address)
-        data = self.file.read(size)
+        try:
+            self.file.seek(address)
+            data = self.file.read(size)
+        except OSError as exc:  # EIO: nothing mapped there
+            raise OSError(exc.errno, f"cannot read {size} bytes at {address:#x} in process "
+                                     f"{self.pid}: {exc.strerror}") from None
         if len(data) != size:
-            raise OSError(f"cannot read {size} bytes at {address:#x}")
+            raise OSError(f"cannot read {size} bytes at {address:#x} in process {self.pid}")
         return data
 
     def word(self, address: int, size: int) -> int:
         return int.from_bytes(self.read(address, size), "little")
 
     def write(self, address: int, data: bytes) -> None:
-        self.file.seek(address)
-        self.file.write(data)
+        try:
+            self.file.seek(address)
+            self.file.write(data)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot write {len(data)} bytes at {address:#x} in "
+                                     f"process {self.pid}: {exc.strerror}") from None
 
     def put(self, address: int, size: int, value: int) -> None:
         self.write(address, value.to_bytes(size, "little"))
@@ -103,8 +120,16 @@ def _guard(memory: _Memory, parked: Parked, fs_base: int, layout) -> None:
         return
     words = [(g + offsets["runtime.g"]["stackguard0"], 8), (g + offsets["runtime.g"]["preempt"], 1),
              (p + offsets["runtime.p"]["preempt"], 1)]
-    if memory.word(words[0][0], 8) != STACK_PREEMPT:  # else a request is already pending
+    if memory.word(words[0][0], 8) != STACK_PREEMPT:
         parked.saved += [[a, size, memory.word(a, size)] for a, size in words]
+    else:  # a request is pending: the state without it, if the stack guard can be known
+        unrequested = _stack_guard_unrequested(memory, g, m, offsets)
+        if unrequested is not None:
+            parked.saved += [[a, size, value] for (a, size), value in
+                             zip(words, (unrequested, 0, 0))]
+            for address, size, value in parked.saved:
+                memory.put(address, size, value)
+            parked.dropped_request = True
     # sysmon's record is (schedtick, schedwhen): a tick that differs from the P's makes it
     # note "scheduled now" instead of looking at the time, so both are set
     record = p + offsets["runtime.p"]["sysmontick"]
@@ -115,6 +140,24 @@ def _guard(memory: _Memory, parked: Parked, fs_base: int, layout) -> None:
     parked.schedwhen_address = schedwhen
 
 
+def _stack_guard_unrequested(memory: _Memory, g: int, m: int, offsets) -> int | None:
+    """g.stackguard0 as the runtime sets it when no preemption is asked for: g.stack.lo +
+    stackGuard, the guard taken from the M's g0 (runtime/proc.go mstart0); None if what is
+    read does not look like a stack guard."""
+    stack_lo = offsets["runtime.g"].get("stack", 0)  # g.stack.lo: g's first word in every Go
+    g0 = memory.word(m + offsets["runtime.m"]["g0"], 8)
+    if not g0:
+        return None
+    guard = (memory.word(g0 + offsets["runtime.g"]["stackguard0"], 8)
+             - memory.word(g0 + stack_lo, 8))
+    if not 0 < guard < MAX_STACK_GUARD:
+        return None
+    return memory.word(g + stack_lo, 8) + guard
+
+
+MAX_STACK_GUARD = 1 << 16
+"""Larger than runtime.stackGuard in any build (928 on linux/amd64, a few times that with
+-race): a bigger difference means the g0 words were not what they seemed."""
 FAR_AHEAD_NS = 24 * 3600 * 10**9
 """How far ahead of now p.sysmontick.schedwhen is set (Go's nanotime is CLOCK_MONOTONIC on
 Linux, as time.monotonic_ns)."""

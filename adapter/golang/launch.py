@@ -78,6 +78,20 @@ def build(mode: str, package: str, package_dir: str, output: str, build_flags: s
     return output
 
 
+def _failure(failure_read: int, program: str, cwd: str) -> str | None:
+    """What the child said failed before its exec (see HeldProgram.start), as a sentence."""
+    try:
+        step, _, number = os.read(failure_read, 64).decode().partition(" ")
+        reason = os.strerror(int(number))
+    except (OSError, ValueError):
+        return None
+    if step == "chdir":
+        return f"cannot start {program!r} in {cwd!r}: the working directory: {reason}"
+    if step == "execve":
+        return f"cannot start {program!r}: {reason}"
+    return f"cannot start {program!r}: {step} failed: {reason}" if step else None
+
+
 class HeldProgram:
     """A program started held at its first instruction (see the module docstring); a child
     of this process, so its exit status is ours to collect."""
@@ -93,25 +107,42 @@ class HeldProgram:
         /dev/null, in its own session, killed if ptdebug dies. Raises StartFailed."""
         libc = ctypes.CDLL(None, use_errno=True)
         devnull = os.open(os.devnull, os.O_RDONLY)
+        # the child writes "STEP ERRNO" here if a step fails; a successful exec closes it
+        failure_read, failure_write = os.pipe2(os.O_CLOEXEC)
         child = os.fork()
         if child == 0:  # nothing here may return into the caller's code
+            step = "setsid"
             try:
                 os.setsid()
+                step = "chdir"
                 os.chdir(cwd)
+                step = "dup2"
                 os.dup2(devnull, 0)
                 os.dup2(output_fd, 1)
                 os.dup2(output_fd, 2)
                 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 os.kill(os.getpid(), signal.SIGSTOP)
+                step = "execve"
                 os.execve(argv[0], argv, env)
+            except OSError as exc:
+                os.write(failure_write, f"{step} {exc.errno or 0}".encode())
             finally:
                 os._exit(127)
         os.close(devnull)
+        os.close(failure_write)
+        try:
+            return cls._hold(child, argv, cwd, failure_read)
+        finally:
+            os.close(failure_read)
+
+    @classmethod
+    def _hold(cls, child: int, argv: list[str], cwd: str, failure_read: int) -> HeldProgram:
         held = cls(child)
         _, status = os.waitpid(child, os.WUNTRACED)
         if not os.WIFSTOPPED(status):
             held.status = os.waitstatus_to_exitcode(status)
-            raise StartFailed(f"{argv[0]!r} ended before it started")
+            raise StartFailed(_failure(failure_read, argv[0], cwd)
+                              or f"{argv[0]!r} ended before it started")
         try:
             pt.seize(child, pt.O_TRACEEXEC)
         except pt.PtraceError as exc:
@@ -122,7 +153,8 @@ class HeldProgram:
             st = pt.waitpid(child)
             if st.gone:
                 held.status = st.exit_code if st.exited else -st.term_signal
-                raise StartFailed(f"{argv[0]!r} could not be executed ({st.describe()})")
+                raise StartFailed(_failure(failure_read, argv[0], cwd) or
+                                  f"{argv[0]!r} could not be executed ({st.describe()})")
             if st.event == pt.EVENT_EXEC:
                 break
             pt.cont(child, 0 if st.event or st.stop_signal in (signal.SIGSTOP, signal.SIGCONT)

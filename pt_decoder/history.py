@@ -427,15 +427,22 @@ class History:
         start, stop = self._range(start, stop)
         return gather(self._line_map(lines, statements), self._ip_ids[start:stop])
 
-    def prev_line(self, pos: int, lines, over_calls: bool = True, statements: bool = True) -> Step:
+    def prev_line(self, pos: int, lines, over_calls: bool = True, statements: bool = True,
+                  low: int = 0) -> Step:
         """Step back by source line from `pos`: the first instruction of the previous
         line's run in this frame (calls are skipped with `over_calls`; without it the
         step ends in a callee's last line). Stepping back past the frame's entry ends
         at the caller's line. Instructions without a line are passed over. Returns
         Step(position, "found"), or Step(bound, "gap"|"start") if a gap or the
-        history's start comes first. Raises IndexError if `pos` is outside."""
+        history's start (or `low`, the lowest position the caller allows: one
+        goroutine's stretch of a Go history) comes first. Raises IndexError if `pos`
+        is outside."""
         self._check(pos)
-        low, gap = self._low_bound(pos)
+        gap_low, gap = self._low_bound(pos)
+        if low > gap_low:
+            low, gap = min(low, pos), None
+        else:
+            low = gap_low
         target, hit = scan_line(self._ip_ids, self._flags, self._line_map(lines, statements),
                                 pos, low, 0, 1 if over_calls else 0)
         return self._bound_step(target, False, gap) if hit else Step(target, "found")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.golang.park import Parked, park, resume_preemption, unpark
+from adapter.golang.user_lines import WithoutRuntime
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
 from adapter.protocol.messages import Event, Request
@@ -179,7 +180,9 @@ class Capture:
                 except OSError:
                     return False
 
-            self._lines = LineTable.for_image(self.trace.symbols, accept=user_code)
+            # a Go program's runtime lines are passed over by line steps (golang/user_lines.py)
+            self._lines = WithoutRuntime.wrap(LineTable.for_image(self.trace.symbols,
+                                                                  accept=user_code))
         return self._lines
 
     def line(self, ip: int) -> tuple[str, int] | None:

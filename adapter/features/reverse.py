@@ -101,6 +101,15 @@ class Reverse:
         if position is None:
             target, why = last, (f"entered capture {capture.id} at its last instruction "
                                  "(the live position is just after it)")
+            own = _last_of_goroutine(capture, args.threadId)
+            if own is not None and not history.line_id(own, capture.lines):
+                own = self._prev_line_in_goroutine(capture, own)[0].position  # a user line
+            if own is not None and own != last:
+                # a Go capture whose thread ran other goroutines after this one: enter where
+                # this goroutine was last recorded
+                target, why = own, (f"entered capture {capture.id} where goroutine "
+                                    f"{args.threadId} ran last (other goroutines ran on the "
+                                    "recorded thread after it)")
         elif args.granularity == "instruction":
             target = position - 1 if position > 0 else 0
             gap = history.gap_at(position) if position > 0 else None
@@ -110,14 +119,56 @@ class Reverse:
             if gap:
                 target = position
         else:
-            step = history.prev_line(position, capture.lines)
+            step, others = self._prev_line_in_goroutine(capture, position)
             target = step.position
             why = {"found": "stepped back one line",
                    "start": "the start of the recorded history",
+                   "goroutine": "the start of this goroutine's part of the recorded history",
                    "gap": f"a gap in the trace ({step.gap.reason if step.gap else ''}) "
                           "stops the step"}[step.reason]
+            if others:
+                why += (f" (passed over {others} instructions other goroutines ran on the "
+                        "recorded thread meanwhile)")
         self._stop_at(request, args.threadId, capture, target, "step", why)
         return DEFERRED
+
+    @staticmethod
+    def _prev_line_in_goroutine(capture, position: int):
+        """History.prev_line, kept to the goroutine that ran at `position` in a Go capture: the
+        stretches other goroutines ran on the recorded thread (after a channel operation parked
+        this one, say) are passed over, from this goroutine's stretch to its previous one, as
+        Delve's `next` stays in the goroutine it started in. Step.reason "goroutine" when the
+        goroutine's first recorded stretch is reached. Returns (Step, instructions of other
+        goroutines passed over)."""
+        from pt_decoder.history import Step
+
+        from adapter.features.goroutine_view import capture_goroutines
+        history, lines = capture.history, capture.lines
+        goroutines = capture_goroutines(capture)
+        if goroutines is None:
+            return history.prev_line(position, lines), 0
+        goid = goroutines.at(position)[0]
+        stretches = goroutines.index.ranges(goid)
+        i = next((k for k, (a, b) in enumerate(stretches) if a <= position < b), None)
+        if i is None:
+            return history.prev_line(position, lines), 0
+        pos, others = position, 0
+        while True:
+            step = history.prev_line(pos, lines, low=stretches[i][0])
+            if step.reason == "found" and not history.line_id(step.position, lines):
+                # stepping back out of a runtime function ends at its entry, a position
+                # without a user line: on to the line that called it
+                pos = step.position
+                continue
+            if step.reason != "start" or step.position == 0:
+                return step, others
+            if i == 0:  # the goroutine's first stretch in the window
+                return Step(stretches[0][0], "goroutine"), others
+            # on in this goroutine's previous stretch, from its last instruction (usually in
+            # the runtime, which parked it: stepping back leaves that for the calling line)
+            i -= 1
+            others += stretches[i + 1][0] - stretches[i][1]
+            pos = stretches[i][1] - 1
 
     def reverse_continue(self, request: Request, args: ReverseContinueArguments) -> object:
         capture, position = self._capture_of(args.threadId)
@@ -285,6 +336,14 @@ class Reverse:
             self.replays.clear()
             self.frames.clear()
         return False
+
+
+def _last_of_goroutine(capture, goid: int) -> int | None:
+    """The last position goroutine `goid` ran in a Go capture; None elsewhere."""
+    from adapter.features.goroutine_view import capture_goroutines
+    goroutines = capture_goroutines(capture)
+    stretches = goroutines.index.ranges(goid) if goroutines is not None else []
+    return stretches[-1][1] - 1 if stretches else None
 
 
 def _forward(step, position: int, history) -> tuple[int | None, str]:

@@ -138,3 +138,61 @@ def test_record_breakpoint_captures_one_request_and_steps_back_by_go_line(go_htt
     stopped = client.expect_stopped("breakpoint", timeout=60)
     assert top_frame(client, stopped["threadId"])["line"] in (go_marker(source, "after"),)
     client.call("disconnect", {"terminateDebuggee": True})
+
+
+HANDOFF_ROUNDS = 60
+
+
+def test_step_back_stays_in_the_goroutine_across_switches(start_adapter, tmp_path):
+    """go_handoff (GOMAXPROCS=1: three goroutines hand a token around on one thread): a record
+    breakpoint in one relay goroutine records its thread through channel sends, where the
+    scheduler runs the other goroutines; stepping back by line from a later stop of the same
+    goroutine walks only its own lines, passing over the others' stretches and the runtime."""
+    package = copy_package(PROGRAMS / "go_handoff", tmp_path)
+    source = package / "main.go"
+    run = start_adapter()
+    client = run.client
+    start_go(client, "launch", {"program": str(package), "args": [str(HANDOFF_ROUNDS)],
+                                "recordWindow": {"instructions": 6000}},
+             source=source, breakpoints={
+                 "relay_send": {"mode": "record", "condition": "v == 0 && call == 1"},
+                 # the first relay (it gets 0, 1, 2...; the second gets 1, 2, 3...)
+                 "relay_sent": {"condition": f"v == {HANDOFF_ROUNDS - 10} && sent == v && "
+                                             "call == 1"}})
+    capture = client.expect_event("ptdebug/capture", timeout=120)["body"]
+    assert capture["status"] == "complete", str(capture)
+    stopped = client.expect_stopped("breakpoint", timeout=60)
+    goroutine = stopped["threadId"]
+    assert goroutine == capture["threadId"]
+
+    relay_lines = {go_marker(source, "relay_send"), go_marker(source, "relay_sent"),
+                   go_marker(source, "relay_send") - 1}  # the `for v := range in` line
+    lines, crossed = [], 0
+    for _ in range(60):
+        client.call("stepBack", {"threadId": goroutine, "granularity": "line"})
+        back = client.expect_stopped("step", timeout=30)
+        frame = top_frame(client, goroutine)
+        assert f"goroutine {goroutine}" in frame["name"], frame["name"]
+        lines.append(frame["line"])
+        crossed += "instructions other goroutines ran" in back["description"]
+        if "start of this goroutine's part" in back["description"] or \
+                "start of the recorded history" in back["description"]:
+            break
+    assert set(lines) <= relay_lines, lines
+    assert go_marker(source, "relay_send") in lines and go_marker(source, "relay_sent") in lines
+    assert crossed > 0, "no step crossed another goroutine's stretch"
+
+    # the trace scope shows the time of each goroutine that ran in the window
+    frame = top_frame(client, goroutine)
+    scopes = client.call("scopes", {"frameId": frame["id"]})["scopes"]
+    trace = next(s for s in scopes if s["name"] == "Processor Trace")
+    items = {v["name"]: v for v in client.call(
+        "variables", {"variablesReference": trace["variablesReference"]})["variables"]}
+    per_goroutine = client.call("variables", {
+        "variablesReference": items["goroutines"]["variablesReference"]})["variables"]
+    assert len(per_goroutine) >= 3, per_goroutine
+    # the threads pane names the goroutine the cursor is in
+    threads = client.call("threads", {})["threads"]
+    mine = next(t for t in threads if t["id"] == goroutine)
+    assert "replaying capture" in mine["name"], mine
+    client.call("disconnect", {"terminateDebuggee": True})

@@ -285,7 +285,7 @@ class Session:
             return DEFERRED
 
         def answered(response: Response) -> None:
-            if response.raw.get("_gone"):
+            if response.raw.get("_gone") or backend.disconnect_done(request.raw, response.raw):
                 request.respond()  # the backend died meanwhile: the disconnect is done anyway
             else:
                 request.respond_like(response.raw)

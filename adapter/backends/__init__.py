@@ -86,6 +86,11 @@ class Backend(abc.ABC):
         """The debugger process's exit status if it has ended, else None."""
         return self.process.poll() if self.process else None
 
+    def disconnect_done(self, request: dict, response: dict) -> bool:
+        """True when a failed `disconnect` did what it was asked all the same (the debugger
+        stumbled over a debuggee that is already gone)."""
+        return False
+
     @abc.abstractmethod
     def start(self, config: LaunchConfig | AttachConfig) -> None:
         """Start (or connect to) the debugger for `config`. Raises BackendError if it cannot."""

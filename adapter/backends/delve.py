@@ -486,6 +486,7 @@ class DelveBackend(Backend):
                  "record %s)", tid, pc, len(parked.saved),
                  "pushed ahead" if parked.schedwhen_address else "untouched")
         self._connected.clear()
+        self._fast_path(False)  # requests wait in forward() for the Delve that comes back
         channel, process = self.channel, self.process
         channel.retarget(_RetiredDelve())  # its last words (terminated...) are not ours
         try:
@@ -557,6 +558,14 @@ class DelveBackend(Backend):
                      len(self.breakpoint_ids.requests))
         finally:
             self._connected.set()
+            self._fast_path(True)
+
+    def _fast_path(self, enabled: bool) -> None:
+        """The session's fast relay (protocol/relay.py) may carry plain requests only while a
+        Delve is connected."""
+        update = getattr(self.hooks, "update_fast_path", None)
+        if update is not None:
+            update(enabled)
 
     @staticmethod
     def _answer(response: Response, what: str) -> None:
@@ -577,6 +586,17 @@ class DelveBackend(Backend):
                 pass
             self._socket.close()
             self._socket = None
+
+    def disconnect_done(self, request: dict, response: dict) -> bool:
+        # Delve killing a process it attached to detaches its threads after the kill and may
+        # report ESRCH ("could not detach process N: no such process"): the program ptdebug
+        # launched is gone, which is what terminateDebuggee asked
+        if response.get("success") or self.program is None:
+            return False
+        if not (request.get("arguments") or {}).get("terminateDebuggee", self.launched):
+            return False
+        self.program.wait(STOP_GRACE)
+        return self.program.poll() is not None
 
     # --- forwarding -----------------------------------------------------------------------
     def handles(self, command: str) -> bool:

@@ -430,6 +430,8 @@ class DelveBackend(Backend):
             "name": name or str(pid), "systemProcessId": pid, "isLocalProcess": True,
             "startMethod": "launch" if self.launched else "attach", "pointerSize": 64}))
         self.hooks.backend_process(pid)
+        threading.Thread(target=_read_layout, args=(pid,), name="go-layout",
+                         daemon=True).start()
 
     def close(self, timeout: float = STOP_GRACE) -> None:
         self.closing = True
@@ -762,6 +764,17 @@ class _RetiredDelve:
 
     def channel_closed(self, reason: str) -> None:
         log.debug("retired Delve's connection closed (%s)", reason)
+
+
+def _read_layout(pid: int) -> None:
+    """Read the program's Go runtime layout now, off the first record breakpoint's path (it
+    is kept per binary: adapter.golang.bundle_index.runtime_layout)."""
+    from adapter.golang.bundle_index import runtime_layout
+    from adapter.golang.runtime_layout import LayoutError
+    try:
+        runtime_layout(os.readlink(f"/proc/{pid}/exe"))
+    except (LayoutError, OSError) as exc:
+        log.info("no Go runtime layout for process %d: %s", pid, exc)
 
 
 def _log_lines(lines: _PipeLines) -> None:

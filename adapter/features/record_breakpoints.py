@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -406,6 +407,7 @@ class RecordBreakpoints:
         the recorder holds it and unparks it."""
         parked_at_end: list[Parked] = []
         """Where the recorder left it spinning when the window closed (Go)."""
+        handed_over = False
 
         def release() -> None:
             if not released.is_set() and not parked:
@@ -426,13 +428,37 @@ class RecordBreakpoints:
                 # go of it for the window and comes back after (DelveBackend.hand_over)
                 tid, pc = backend.thread_of(thread_id)
                 window = dataclasses.replace(window, until=self._native_position(window))
+                clock = [time.monotonic()]
                 parked.append(backend.hand_over(tid, pc))
+                handed_over = True  # from here the program runs on when Delve is back
+                clock.append(time.monotonic())
             else:
                 tid = self._native_id(thread_id)
                 window = dataclasses.replace(window, until=self._native_position(window))
+
+            def take_back() -> None:
+                # as soon as the recorder is done, before decoding: the program is whole again
+                unpark(parked[0])
+
+                def while_held() -> None:
+                    # the new Delve holds every thread: the end park can go
+                    for where in parked_at_end:
+                        unpark(where)
+                    resume_preemption(parked[0])
+
+                clock.append(time.monotonic())
+                backend.take_back(while_held)
+                clock.append(time.monotonic())
+                parked.clear()
+                log.info("record breakpoint: Delve away %.0f ms (letting go %.0f ms, recording "
+                         "%.0f ms, attaching again and giving the breakpoints back %.0f ms)",
+                         1e3 * (clock[3] - clock[0]),
+                         *(1e3 * (b - a) for a, b in zip(clock, clock[1:])))
+
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release,
                                    parked=parked[0] if parked else None,
-                                   parked_at_end=parked_at_end)
+                                   parked_at_end=parked_at_end,
+                                   recorded=take_back if parked else None)
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
             self._keep(capture)
@@ -449,18 +475,10 @@ class RecordBreakpoints:
                     f"ptdebug: the record breakpoint did not record: {message}\n"})
         finally:
             try:
-                if parked:
+                if parked:  # the recording failed before the program was taken back
                     unpark(parked[0])
-
-                    def while_held() -> None:
-                        # the new Delve holds every thread: the end park can go
-                        for where in parked_at_end:
-                            log.info("record breakpoint: unparked %#x: %s", where.address,
-                                     unpark(where))
-                        resume_preemption(parked[0])
-
-                    backend.take_back(while_held)
-                else:
+                    backend.take_back(lambda: [unpark(where) for where in parked_at_end])
+                elif not handed_over:
                     release()  # never leave the program paused at a breakpoint unseen
             except Exception as exc:
                 log.exception("record breakpoint: letting the program run on failed")
@@ -518,19 +536,20 @@ class RecordBreakpoints:
 
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
                 release, parked: Parked | None = None,
-                parked_at_end: list | None = None) -> Capture:
+                parked_at_end: list | None = None, recorded=None) -> Capture:
         """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
         Python runs only on a main thread); `release()` once the child holds the thread.
         With `parked` (Go: no debugger holds the program), the child unparks the thread when it
         holds it and parks it again where the window closed: that Parked goes into
-        `parked_at_end`."""
+        `parked_at_end`. `recorded()` runs once the child has ended, before the decoding."""
         from adapter.export.trace import DecodedBundle, TraceError
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="ptdebug-captures-")
         number = len(self.captures) + 1
         output = f"{self._directory}/capture-{number}"
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
-                "goid_probe": self.session.backend.name == "delve",
+                "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
+                else None,
                 "parked": parked.to_json() if parked else None}
         child = subprocess.Popen([sys.executable, "-m", "adapter.features.record_breakpoints",
                                   json.dumps(spec)], stdout=subprocess.PIPE,
@@ -557,6 +576,8 @@ class RecordBreakpoints:
             self._child = None
             if child.poll() is None:
                 _stop_recorder(child)
+        if recorded is not None:
+            recorded()
         if result is None or "error" in result:
             reason = result["error"] if result else (child.stderr.read().strip()[-400:] or
                                                      f"the recorder exited with {child.returncode}")
@@ -570,6 +591,17 @@ class RecordBreakpoints:
                                f"({result.get('partial_reason') or 'empty'})")
         return Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                        result.get("end_reason", ""), result.get("partial_reason"))
+
+    def _goid_offsets(self) -> dict:
+        """Where the recorder finds a thread's goroutine id (the runtime layout is read once
+        per binary, here, instead of in every recorder process)."""
+        from adapter.golang.bundle_index import runtime_layout
+        from adapter.golang.runtime_layout import LayoutError
+        try:
+            layout = runtime_layout(os.readlink(f"/proc/{self.session.pid}/exe"))
+        except (LayoutError, OSError) as exc:
+            raise AdapterError(f"cannot read goroutine ids in this binary: {exc}") from None
+        return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset}
 
     def close(self) -> None:
         child = self._child
@@ -636,14 +668,10 @@ def _record_worker(spec_text: str) -> int:
     tid = spec["tid"]
     probe = None
     if spec.get("goid_probe"):
-        from adapter.golang.runtime_layout import LayoutError
-        from adapter.golang.stepper_probe import probe_for
-        try:
-            probe = probe_for(_tgid(tid))
-        except (LayoutError, OSError) as exc:
-            print(json.dumps({"error": f"cannot read goroutine ids in this binary: {exc}"}),
-                  flush=True)
-            return 1
+        from types import SimpleNamespace
+
+        from adapter.golang.stepper_probe import GoidProbe
+        probe = GoidProbe(_tgid(tid), SimpleNamespace(**spec["goid_probe"]))
 
     def attached() -> None:
         if spec.get("parked"):

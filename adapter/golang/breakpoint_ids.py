@@ -99,12 +99,18 @@ class BreakpointIds:
             return
         with self._lock:
             if raw.get("event") == "stopped" and isinstance(body.get("hitBreakpointIds"), list):
-                body["hitBreakpointIds"] = [self._to_client.get(i, i) if isinstance(i, int)
-                                            else i for i in body["hitBreakpointIds"]]
+                # an id this Delve never answered with (none should be) gets a fresh client id:
+                # passed on as it is it could name an older breakpoint of the client
+                body["hitBreakpointIds"] = [self._client_id(i) if isinstance(i, int) else i
+                                            for i in body["hitBreakpointIds"]]
             elif raw.get("event") == "breakpoint":
                 bp = body.get("breakpoint")
                 if isinstance(bp, dict) and isinstance(bp.get("id"), int):
-                    if bp["id"] not in self._to_client:
-                        self._highest += 1
-                        self._to_client[bp["id"]] = self._highest
-                    bp["id"] = self._to_client[bp["id"]]
+                    bp["id"] = self._client_id(bp["id"])
+
+    def _client_id(self, delve_id: int) -> int:
+        """The client id of one of this Delve's ids, a fresh one if it has none (lock held)."""
+        if delve_id not in self._to_client:
+            self._highest += 1
+            self._to_client[delve_id] = self._highest
+        return self._to_client[delve_id]

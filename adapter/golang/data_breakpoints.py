@@ -28,11 +28,15 @@ class DelveDataBreakpoints:
 
     def __init__(self, session):
         self.session = session
+        self.armed: list[dict] = []
+        """The data breakpoints the client set last (a recorder must not take the thread's
+        debug registers from under them: record breakpoints refuse while any is set)."""
 
     def info(self, request: Request, args: DataBreakpointInfoArguments) -> object:
         self.session.backend.forward(request)
         return DEFERRED
 
     def set(self, request: Request, args: SetDataBreakpointsArguments) -> object:
+        self.armed = list((request.raw.get("arguments") or {}).get("breakpoints") or [])
         self.session.backend.forward(request)
         return DEFERRED

@@ -286,6 +286,10 @@ def _run_perf(args, request: wp.WatchRequest, symbols: Symbolizer) -> int:
                     for item in watcher.poll(0.1):
                         hits.put(item)
                     if not watcher.alive():
+                        # hits written between the last poll and the exit are still in the
+                        # ring: read them before saying the process ended
+                        for item in watcher.poll(0):
+                            hits.put(item)
                         hits.put(_EXITED)
                         return
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it

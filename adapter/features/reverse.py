@@ -16,7 +16,9 @@ values were not recorded; `next`/`stepIn`/`stepOut`/`continue` move forward in t
 past its end, return to the live position (`continue` then lets the program run on). The
 debuggee itself never moves while replaying: it stays paused where debugpy stopped it.
 In a Go capture each recorded frame, the stop's text and the threads pane name the goroutine
-that ran at the position (features.goroutine_view).
+that ran at the position (features.goroutine_view); stepping back by line keeps to the
+goroutine at the cursor and passes over the runtime's own lines (golang/user_lines.py), as
+Delve's `next` does; stepping by instruction goes wherever the thread went.
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
 
 from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
-from adapter.golang.park import Parked, park
+from adapter.golang.park import Parked, park, unpark
 
 from . import Backend, BackendHooks
 from .delve_rpc import DelveRpc
@@ -504,6 +504,9 @@ class DelveBackend(Backend):
                 _kill_group(process.pid, signal.SIGKILL)
                 process.wait(STOP_GRACE)
         if _traced_by(self.pid) not in (0, None):
+            unpark(parked)  # never leave a thread spinning
+            self.hooks.backend_gone(f"Delve did not let go of process {self.pid} for a "
+                                    "recording")
             raise BackendError(f"Delve did not let go of process {self.pid}")
         return parked
 
@@ -558,6 +561,11 @@ class DelveBackend(Backend):
                          "configurationDone")
             log.info("Delve is back (%d breakpoint requests given again)",
                      len(self.breakpoint_ids.requests))
+        except BaseException as exc:
+            # no debugger holds the program now: the session ends (a launched program is
+            # ended with it at close) rather than let it run on unseen
+            self.hooks.backend_gone(f"Delve could not attach again after a recording: {exc}")
+            raise
         finally:
             self._connected.set()
             self._fast_path(True)

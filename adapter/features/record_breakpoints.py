@@ -438,18 +438,18 @@ class RecordBreakpoints:
 
             def take_back() -> None:
                 # as soon as the recorder is done, before decoding: the program is whole again
-                unpark(parked[0])
+                start = parked.pop()  # taken back once, whatever happens
+                unpark(start)
 
                 def while_held() -> None:
                     # the new Delve holds every thread: the end park can go
                     for where in parked_at_end:
                         unpark(where)
-                    resume_preemption(parked[0])
+                    resume_preemption(start)
 
                 clock.append(time.monotonic())
                 backend.take_back(while_held)
                 clock.append(time.monotonic())
-                parked.clear()
                 log.info("record breakpoint: Delve away %.0f ms (letting go %.0f ms, recording "
                          "%.0f ms, attaching again and giving the breakpoints back %.0f ms)",
                          1e3 * (clock[3] - clock[0]),

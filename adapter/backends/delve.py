@@ -32,6 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
+from adapter.golang.park import Parked, park, unpark
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import (
     AdapterError,
@@ -42,9 +44,6 @@ from adapter.protocol.errors import (
 )
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
-
-from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
-from adapter.golang.park import Parked, park, unpark
 
 from . import Backend, BackendHooks
 from .delve_rpc import DelveRpc
@@ -308,7 +307,7 @@ class DelveBackend(Backend):
             self.process = self._spawner.submit(
                 subprocess.Popen, argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
                 stdout=write_end, stderr=write_end, start_new_session=True,
-                preexec_fn=_die_with_parent).result()  # noqa: PLW1509
+                preexec_fn=_die_with_parent).result()
         except OSError as exc:
             os.close(read_end)
             raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None
@@ -635,7 +634,7 @@ class DelveBackend(Backend):
         if request.command in BREAKPOINT_REQUESTS:
             arguments = request.raw.get("arguments")
             self.breakpoint_ids.sent(request.command, arguments)
-            fixup = lambda raw: self.breakpoint_ids.answered(  # noqa: E731
+            fixup = lambda raw: self.breakpoint_ids.answered(
                 request.command, arguments, raw.get("body"))
         if observe is None and fixup is None:
             relay = lambda response: request.relay(response.raw)  # untouched: body as received

@@ -29,6 +29,7 @@ How a record breakpoint fires (Python backend):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -453,7 +454,7 @@ class RecordBreakpoints:
                 log.info("record breakpoint: Delve away %.0f ms (letting go %.0f ms, recording "
                          "%.0f ms, attaching again and giving the breakpoints back %.0f ms)",
                          1e3 * (clock[3] - clock[0]),
-                         *(1e3 * (b - a) for a, b in zip(clock, clock[1:])))
+                         *(1e3 * (b - a) for a, b in itertools.pairwise(clock)))
 
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release,
                                    parked=parked[0] if parked else None,

@@ -142,9 +142,8 @@ class Reverse:
         Delve's `next` stays in the goroutine it started in. Step.reason "goroutine" when the
         goroutine's first recorded stretch is reached. Returns (Step, instructions of other
         goroutines passed over)."""
-        from pt_decoder.history import Step
-
         from adapter.features.goroutine_view import capture_goroutines
+        from pt_decoder.history import Step
         history, lines = capture.history, capture.lines
         goroutines = capture_goroutines(capture)
         if goroutines is None:

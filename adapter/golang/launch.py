@@ -66,7 +66,7 @@ def build(mode: str, package: str, package_dir: str, output: str, build_flags: s
         command += shlex.split(build_flags)
     command.append(package)
     try:
-        done = subprocess.run(command, cwd=package_dir, env=env, capture_output=True,
+        done = subprocess.run(command, check=False, cwd=package_dir, env=env, capture_output=True,
                               text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise BuildFailed(-1, f"{shlex.join(command)} took longer than {BUILD_TIMEOUT:g} s")

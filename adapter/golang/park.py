@@ -66,7 +66,7 @@ class Parked:
 class _Memory:
     def __init__(self, pid: int):
         self.pid = pid
-        self.file = open(f"/proc/{pid}/mem", "r+b", buffering=0)
+        self.file = open(f"/proc/{pid}/mem", "r+b", buffering=0)  # noqa: SIM115 - closed by close()
 
     def read(self, address: int, size: int) -> bytes:
         try:

@@ -10,9 +10,8 @@ import time
 import urllib.request
 
 import pytest
-from conftest import top_frame
+from conftest import PROGRAMS, top_frame
 from go_support import copy_package, go_marker, output_text, start_go
-from conftest import PROGRAMS
 
 pytestmark = pytest.mark.timeout(240)
 

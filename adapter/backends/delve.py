@@ -2,18 +2,24 @@
 and through the Delve-RPC bridge (delve_rpc.py: the debuggee's pid, goroutine labels,
 registers, memory, watchpoints).
 
-Layer: backends. Starts `dlv debug|exec|test|attach --headless --accept-multiclient
---api-version=2 --listen=127.0.0.1:0` (or connects to a headless Delve the user runs), attaches
-to it in DAP with `{"mode": "remote"}`, forwards every request Delve's DAP server answers, and
-reports Delve's events, the program's output and Delve's death to the session. Knows nothing of
-VS Code, features or hardware.
+Layer: backends. Starts `dlv attach PID --headless --accept-multiclient --api-version=2
+--listen=127.0.0.1:0` (or connects to a headless Delve the user runs), attaches to it in DAP
+with `{"mode": "remote"}`, forwards every request Delve's DAP server answers, and reports
+Delve's events, the program's output and Delve's death to the session. Knows nothing of VS
+Code or hardware.
+
+For a launch, ptdebug builds and starts the program itself, held at its first instruction
+(adapter/golang/launch.py), and Delve attaches to it: a Delve that launched its debuggee kills
+it when it detaches, and a record breakpoint needs Delve to let go of the program for the
+window and a new Delve to take it back after (hand_over / take_back, with the client's
+breakpoints given again under the same ids: adapter/golang/breakpoint_ids.py).
 
 Why headless and not `dlv dap`: `dlv dap` serves DAP only, one client, and has no JSON-RPC;
 a headless multiclient Delve serves both on one port (docs/go.md, "One Delve, two protocols").
 Run control (continue, next, pause...) only ever goes through DAP: a JSON-RPC `Command` would
-move the target without Delve's DAP server telling VS Code. The program's stdout and stderr are
-Delve's own (headless Delve does not redirect them), so they are read here and sent as `output`
-events.
+move the target without Delve's DAP server telling VS Code. The program's stdout and stderr
+(a pipe ptdebug gives it, which the first Delve writes into too) are read here and sent as
+`output` events.
 """
 from __future__ import annotations
 
@@ -184,7 +190,7 @@ class DelveBackend(Backend):
         self.address: tuple[str, int] | None = None
         """Where Delve listens."""
         self.output_dir: str | None = None
-        """Temporary directory for the binary Delve builds (removed by close())."""
+        """Temporary directory for the binary ptdebug builds (removed by close())."""
         self.stop_on_entry = False
         """launch's stopOnEntry, passed to Delve's remote attach."""
         self._socket: socket.socket | None = None

@@ -118,6 +118,15 @@ def _guard(memory: _Memory, parked: Parked, fs_base: int, layout) -> None:
     p = memory.word(m + offsets["runtime.m"]["p"], 8) if m else 0
     if not p:
         return
+    # sysmon's record first, so that sysmon stops choosing this P before a pending request is
+    # dropped. It is (schedtick, schedwhen): a tick that differs from the P's makes sysmon
+    # note "scheduled now" instead of looking at the time, so both are set
+    record = p + offsets["runtime.p"]["sysmontick"]
+    memory.put(record + offsets["runtime.sysmontick"]["schedtick"], 4,
+               memory.word(p + offsets["runtime.p"]["schedtick"], 4))
+    schedwhen = record + offsets["runtime.sysmontick"]["schedwhen"]
+    memory.put(schedwhen, 8, time.monotonic_ns() + FAR_AHEAD_NS)
+    parked.schedwhen_address = schedwhen
     words = [(g + offsets["runtime.g"]["stackguard0"], 8), (g + offsets["runtime.g"]["preempt"], 1),
              (p + offsets["runtime.p"]["preempt"], 1)]
     if memory.word(words[0][0], 8) != STACK_PREEMPT:
@@ -130,14 +139,6 @@ def _guard(memory: _Memory, parked: Parked, fs_base: int, layout) -> None:
             for address, size, value in parked.saved:
                 memory.put(address, size, value)
             parked.dropped_request = True
-    # sysmon's record is (schedtick, schedwhen): a tick that differs from the P's makes it
-    # note "scheduled now" instead of looking at the time, so both are set
-    record = p + offsets["runtime.p"]["sysmontick"]
-    memory.put(record + offsets["runtime.sysmontick"]["schedtick"], 4,
-               memory.word(p + offsets["runtime.p"]["schedtick"], 4))
-    schedwhen = record + offsets["runtime.sysmontick"]["schedwhen"]
-    memory.put(schedwhen, 8, time.monotonic_ns() + FAR_AHEAD_NS)
-    parked.schedwhen_address = schedwhen
 
 
 def _stack_guard_unrequested(memory: _Memory, g: int, m: int, offsets) -> int | None:

@@ -147,7 +147,8 @@ def _park_and_spin(proc, pc, layout, tid, target, before, clean=None) -> None:
         else:
             assert not parked.dropped_request
             assert guarded == before
-        assert runtime.preemption() == guarded
+        # (the state right now is not checked: a preemption sysmon began before the park set
+        # its record may still land; unparking puts `guarded` back whatever happened)
         # sysmon's record: "P scheduled at tick `tick`, far in the future"
         assert parked.schedwhen_address == runtime.schedwhen_address
         assert runtime.u(runtime.record_tick_address, 4) == tick
@@ -157,7 +158,6 @@ def _park_and_spin(proc, pc, layout, tid, target, before, clean=None) -> None:
         time.sleep(SPIN)
         assert _state(proc.pid, tid) == "R"  # spinning on `jmp .`, not waiting
         assert runtime.schedtick() == tick  # its P ran nothing else: no preemption
-        assert runtime.preemption() == guarded  # and none was asked for
 
         held = Target.attach(tid=tid)
         try:

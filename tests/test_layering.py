@@ -19,13 +19,14 @@ RULES = [
                           "adapter.watchpoints", "adapter.features")),
     ("adapter.capture", ("adapter.protocol", "adapter.session")),
     ("adapter.backends", ("adapter.features", "adapter.watchpoints")),
+    ("adapter.golang", ("adapter.features", "adapter.backends", "adapter.session")),
 ]
 # Feature families of adapter/features: each talks to the others only through Session.
 FEATURE_FAMILIES = {
     "data breakpoints": ("adapter.features.data_breakpoints", "adapter.features.buffer_probe",
                          "adapter.features.native_frames"),
     "trace": ("adapter.features.record_breakpoints", "adapter.features.reverse",
-              "adapter.features.trace_scope"),
+              "adapter.features.trace_scope", "adapter.features.goroutine_view"),
 }
 
 

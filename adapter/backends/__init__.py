@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import InvalidLaunchConfig, UnsupportedBackend
+from adapter.protocol.errors import BackendError, InvalidLaunchConfig, UnsupportedBackend
 
 if TYPE_CHECKING:
-    import socket
     import subprocess
 
     from adapter.protocol.channel import Channel
@@ -133,6 +133,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def close(self, timeout: float = 3.0) -> None:
         """Stop the debugger process (politely, then by force) and wait for it."""
+
+
+def dial(host: str, port: int, what: str, timeout: float) -> socket.socket:
+    """A blocking TCP connection to a debugger's server, Nagle off (one small message waits
+    for the answer before the next). Raises BackendError naming `what` could not be reached."""
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise BackendError(f"cannot connect to {what} at {host}:{port}: "
+                           f"{exc.strerror or exc}") from None
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def infer_backend(config: LaunchConfig | AttachConfig) -> str:

@@ -26,7 +26,7 @@ from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
-from . import Backend, BackendHooks
+from . import Backend, BackendHooks, dial
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -89,13 +89,7 @@ class DebugpyBackend(Backend):
     def _connect(self, host: str, port: int) -> None:
         """`python -m debugpy --listen HOST:PORT prog.py` runs a debugpy adapter in the
         debuggee's process tree that waits for one DAP client: ptdebug becomes that client."""
-        try:
-            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-        except OSError as exc:
-            raise BackendError(f"cannot connect to the debugpy server at {host}:{port}: "
-                               f"{exc.strerror or exc}") from None
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = dial(host, port, "the debugpy server", CONNECT_TIMEOUT)
         self.socket = sock
         self.channel = Channel(MessageReader(sock.makefile("rb"), max_content_length=
                                              BACKEND_MAX_MESSAGE), MessageWriter(

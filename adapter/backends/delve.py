@@ -51,7 +51,7 @@ from adapter.protocol.errors import (
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
 
-from . import Backend, BackendHooks
+from . import Backend, BackendHooks, dial
 from .delve_rpc import DelveRpc
 
 log = logging.getLogger("ptdebug.dap")
@@ -248,13 +248,7 @@ class DelveBackend(Backend):
     def _connect(self) -> None:
         """The DAP channel and the JSON-RPC bridge to the Delve at self.address."""
         host, port = self.address
-        try:
-            sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-        except OSError as exc:
-            raise BackendError(f"cannot connect to Delve at {host}:{port}: "
-                               f"{exc.strerror or exc}") from None
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = dial(host, port, "Delve", CONNECT_TIMEOUT)
         self._socket = sock
         # the session's Channel: its fast relay may carry plain requests (protocol/relay.py)
         self.channel = self.hooks.backend_channel(sock, self, "delve")

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from adapter.protocol.errors import BackendError, BackendGone, BackendTimeout
 
+from . import dial
+
 CONNECT_TIMEOUT = 10.0
 
 
@@ -72,13 +74,7 @@ class DelveRpc:
     are matched to their answers by id."""
 
     def __init__(self, host: str, port: int, timeout: float = CONNECT_TIMEOUT):
-        try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as exc:
-            raise BackendError(f"cannot reach Delve's JSON-RPC API at {host}:{port}: "
-                               f"{exc.strerror or exc}") from None
-        self.sock.settimeout(None)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = dial(host, port, "Delve's JSON-RPC API", timeout)
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()

@@ -196,6 +196,12 @@ class Session:
         return Channel(MessageReader(sock.makefile("rb")), MessageWriter(sock.makefile("wb")),
                        handlers, name)
 
+    def colocate_relay(self, cpu: int) -> None:
+        """Run the fast relay's thread on `cpu`, the backend's (backends.delve.colocation_cpu
+        says why)."""
+        if self.relay is not None:
+            self.relay.colocate(cpu)
+
     def update_fast_path(self, enabled: bool = True) -> None:
         """Tell the fast relay which requests route() would forward untouched right now:
         a standard request no client handler answers, that the backend relays as it comes

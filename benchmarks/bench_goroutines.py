@@ -157,8 +157,15 @@ class _GoSession(BlockingDapClient):
         }
 
 
-PATHS = ("direct", "ptdebug", "ptdebug_python_only")
-"""Straight to Delve; through ptdebug with the fast relay; through ptdebug without it."""
+PATHS = ("direct", "direct_one_cpu", "ptdebug", "ptdebug_no_colocation",
+         "ptdebug_python_only")
+"""Straight to Delve; straight to a Delve kept on one CPU (what ptdebug does to its own Delve,
+for a fair view of what the colocation alone gives); through ptdebug with the fast relay and
+Delve sharing a CPU (the default); the same with PTDEBUG_COLOCATE=0; through ptdebug without
+the fast relay."""
+ADAPTER_ENV = {"ptdebug": {},
+               "ptdebug_no_colocation": {"PTDEBUG_COLOCATE": "0"},
+               "ptdebug_python_only": {"PTDEBUG_FAST_RELAY": "0", "PTDEBUG_COLOCATE": "0"}}
 
 
 def _adapter(name: str) -> subprocess.Popen:
@@ -167,9 +174,7 @@ def _adapter(name: str) -> subprocess.Popen:
     if log_dir:
         argv[argv.index("--log-level") + 1] = "INFO"
         argv += ["--log-file", os.path.join(log_dir, f"{name}.log")]
-    env = dict(os.environ)
-    if name == "ptdebug_python_only":
-        env["PTDEBUG_FAST_RELAY"] = "0"
+    env = dict(os.environ, **ADAPTER_ENV[name])
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
 
@@ -194,11 +199,16 @@ def _rotating(sessions: dict, requests: int) -> dict:
         result[name] = _stats(every)
         result[name]["per_command_median_us"] = {c: _stats(v)["median_us"]
                                                  for c, v in samples[name].items()}
-    for name, prefix in (("ptdebug", "added"), ("ptdebug_python_only", "python_only_added")):
+    for name, base, prefix in (("ptdebug", "direct", "added"),
+                               ("ptdebug", "direct_one_cpu", "added_vs_one_cpu_direct"),
+                               ("ptdebug_no_colocation", "direct", "no_colocation_added"),
+                               ("ptdebug_python_only", "direct", "python_only_added")):
+        if name not in result or base not in result:
+            continue
         for q in ("median_us", "p99_us"):
-            added = result[name][q] - result["direct"][q]
+            added = result[name][q] - result[base][q]
             result[f"{prefix}_{q}"] = round(added, 1)
-            result[f"{prefix}_{q.replace('_us', '')}"] = round(added / result["direct"][q], 4)
+            result[f"{prefix}_{q.replace('_us', '')}"] = round(added / result[base][q], 4)
     return result
 
 
@@ -206,17 +216,24 @@ def bench_dap(requests: int, tmp: str) -> dict:
     from adapter.backends.delve import find_dlv
     binary, package = _build("go_session", tmp, debug=True)
     source = os.path.join(package, "main.go")
-    dlv = subprocess.Popen([find_dlv(), "exec", binary, "--headless", "--accept-multiclient",
-                            "--api-version=2", "--listen=127.0.0.1:0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    adapters = {name: _adapter(name) for name in PATHS[1:]}
+    one_cpu = max(os.sched_getaffinity(0))
+    delves = {name: subprocess.Popen(
+        [find_dlv(), "exec", binary, "--headless", "--accept-multiclient", "--api-version=2",
+         "--listen=127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # before exec, so every thread of the Go runtime inherits it
+        preexec_fn=(lambda: os.sched_setaffinity(0, {one_cpu})) if name == "direct_one_cpu"  # noqa: PLW1509
+        else None)
+        for name in ("direct", "direct_one_cpu")}
+    adapters = {name: _adapter(name) for name in PATHS if name.startswith("ptdebug")}
     try:
-        port = int(re.search(rb"127\.0\.0\.1:(\d+)", dlv.stdout.readline()).group(1))
-        threading.Thread(target=dlv.stdout.read, daemon=True).start()  # drain its output
-        sock = socket.create_connection(("127.0.0.1", port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sessions = {"direct": _GoSession(sock.makefile("rb"), sock.makefile("wb"), source,
-                                         {"mode": "remote"}, "attach")}
+        sessions = {}
+        for name, dlv in delves.items():
+            port = int(re.search(rb"127\.0\.0\.1:(\d+)", dlv.stdout.readline()).group(1))
+            threading.Thread(target=dlv.stdout.read, daemon=True).start()  # drain its output
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sessions[name] = _GoSession(sock.makefile("rb"), sock.makefile("wb"), source,
+                                        {"mode": "remote"}, "attach")
         for name, adapter in adapters.items():
             sessions[name] = _GoSession(adapter.stdout, adapter.stdin, source,
                                         {"backend": "go", "program": binary, "mode": "exec"},
@@ -227,7 +244,7 @@ def bench_dap(requests: int, tmp: str) -> dict:
             adapter.stdin.close()
             adapter.wait(20)
     finally:
-        for proc in (*adapters.values(), dlv):
+        for proc in (*adapters.values(), *delves.values()):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)

@@ -299,7 +299,8 @@ class DelveBackend(Backend):
         `relay` False (a Delve attached again after a recording, whose program writes into
         the first pipe) it only goes to the log."""
         log.info("starting %s (in %s)", shlex.join(argv), run_dir)
-        _prepare_prctl()
+        cpu = colocation_cpu()
+        _prepare_prctl(cpu)
         read_end, write_end = pipe if pipe is not None else os.pipe()
         try:
             # its own session: Delve and its children can be ended as a group
@@ -335,6 +336,11 @@ class DelveBackend(Backend):
             if match:
                 break
             self._early_output.append(line)
+        if cpu is not None:
+            log.info("Delve and the fast relay share CPU %d", cpu)
+            colocate = getattr(self.hooks, "colocate_relay", None)
+            if colocate is not None:
+                colocate(cpu)
         if relay:
             self._pump = threading.Thread(target=self._pump_output, name="delve-output",
                                           daemon=True)
@@ -820,20 +826,55 @@ def _event(name: str, body: dict) -> Event:
 _prctl = None
 
 
+_affinity = None
+"""(libc sched_setaffinity, its mask argument) for the dlv child, or None (see colocation_cpu)."""
+
+
 def _die_with_parent() -> None:
     """In the dlv child before exec: SIGTERM when ptdebug dies, however it dies (prctl(2)
     PR_SET_PDEATHSIG), so Delve ends the program it launched (or lets go of an attached one)
     instead of waiting for clients forever: a headless multiclient Delve does not exit when
-    its clients go. Only the prctl call runs in the child (resolved by _prepare_prctl before
+    its clients go. And, when chosen, Delve's CPU (sched_setaffinity(2), before the Go runtime
+    starts any thread). Only these calls run in the child (resolved by _prepare_prctl before
     the fork: no dlopen, no lock, between fork and exec)."""
     _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if _affinity is not None:
+        setaffinity, mask = _affinity
+        setaffinity(0, len(mask), mask)
 
 
-def _prepare_prctl() -> None:
-    global _prctl
+def _prepare_prctl(cpu: int | None = None) -> None:
+    global _prctl, _affinity
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
     if _prctl is None:
-        import ctypes
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        _prctl = libc.prctl
+    if cpu is None:
+        _affinity = None
+    else:
+        mask = ctypes.create_string_buffer(128)  # a cpu_set_t of 1024 CPUs
+        mask[cpu // 8] = 1 << (cpu % 8)
+        _affinity = (libc.sched_setaffinity, mask)
+
+
+def colocation_cpu() -> int | None:
+    """The CPU that Delve and the fast relay's thread share, or None to leave them to the
+    scheduler (PTDEBUG_COLOCATE=0, or a CPU this process may not use).
+
+    Why: a plain request crosses the relay thread twice (client -> relay -> Delve -> relay ->
+    client). On different CPUs each crossing wakes an idle CPU, which costs an inter-processor
+    interrupt, and on a VM an exit to the hypervisor (tens of microseconds each on the
+    Firecracker VMs here, whose idle vCPUs halt at once); on one CPU it is a context switch.
+    docs/PERFORMANCE.md has the figures side by side. The CPU taken is the one this process
+    runs on when Delve starts."""
+    if os.environ.get("PTDEBUG_COLOCATE", "1") == "0":
+        return None
+    try:
+        with open("/proc/self/stat") as f:
+            cpu = int(f.read().rpartition(")")[2].split()[36])  # field 39: processor
+    except (OSError, ValueError, IndexError):
+        return None
+    return cpu if cpu in os.sched_getaffinity(0) else None
 
 
 def _kill_group(pgid: int, sig: int) -> None:

@@ -34,6 +34,7 @@ cdef extern from "fastrelay_core.h" nogil:
     ctypedef struct fr_relay:
         pass
     fr_relay *fr_new(int client_out_fd)
+    void fr_set_cpu(fr_relay *r, int cpu)
     void fr_release(fr_relay *r)
     void fr_client_lock(fr_relay *r)
     void fr_client_unlock(fr_relay *r)
@@ -112,6 +113,10 @@ cdef class Core:
     def __dealloc__(self):
         if self.relay != NULL:
             fr_release(self.relay)
+
+    def set_cpu(self, int cpu):
+        """Run the relay thread on `cpu` (see relay.FastRelay.colocate)."""
+        fr_set_cpu(self.relay, cpu)
 
     def next_client_seq(self):
         """The client stream's next seq; only under client_lock."""

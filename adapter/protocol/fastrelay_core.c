@@ -20,7 +20,7 @@
  * RFC 8259 with stricter limits (requests: ASCII and no \u escapes; nesting at most 128).
  * A header it cannot read switches that stream to passthrough: every byte to Python, for good.
  */
-#define _GNU_SOURCE /* pipe2 */
+#define _GNU_SOURCE /* pipe2, sched_setaffinity */
 #include "fastrelay_core.h"
 #include "fastrelay_json.h"
 
@@ -28,11 +28,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -79,6 +81,8 @@ struct fr_relay {
     int wake[2];                  /* a pipe: a byte wakes the thread to take them */
     int thread_started;           /* under backend_lock */
     atomic_int handed_over;       /* set with pending: the thread looks under the lock */
+    atomic_int thread_tid;        /* the relay thread's kernel id once it runs, else 0 */
+    atomic_int want_cpu;          /* the CPU the thread should run on, or -1 (fr_set_cpu) */
 };
 
 
@@ -274,6 +278,7 @@ fr_relay *fr_new(int client_out_fd) {
     pthread_mutex_init(&r->backend_lock, NULL);
     pthread_mutex_init(&r->plain_lock, NULL);
     r->backend_out = -1;
+    atomic_init(&r->want_cpu, -1);
     r->next_fast = FR_SEQ_BASE;
     r->pending[0].in = r->pending[1].in = -1;
     if (pipe2(r->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
@@ -533,8 +538,28 @@ static int frames(fr_relay *r, stream_t *s, int backend) {
     }
 }
 
+static void pin_thread(int tid, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(tid, sizeof set, &set); /* best effort: a refused CPU changes nothing */
+}
+
+void fr_set_cpu(fr_relay *r, int cpu) {
+    /* stored first, then the thread's id read: either this call or the thread's start sees
+       the other (sequentially consistent atomics), so the pin is never lost */
+    atomic_store(&r->want_cpu, cpu);
+    int tid = atomic_load(&r->thread_tid);
+    if (tid > 0 && cpu >= 0)
+        pin_thread(tid, cpu);
+}
+
 static void *relay_thread(void *arg) {
     fr_relay *r = arg;
+    atomic_store(&r->thread_tid, (int)syscall(SYS_gettid));
+    int cpu = atomic_load(&r->want_cpu);
+    if (cpu >= 0)
+        pin_thread(0, cpu);
     stream_t streams[2] = {{-1, -1, 0, 0, {NULL, 0, 0}}, {-1, -1, 0, 0, {NULL, 0, 0}}};
     for (;;) {
         /* take the streams Python handed over since the last turn */

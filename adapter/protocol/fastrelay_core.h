@@ -55,6 +55,8 @@ enum { FR_STAT_FAST_REQUESTS, FR_STAT_FAST_RESPONSES, FR_STAT_CLIENT_TO_PYTHON,
 typedef struct fr_relay fr_relay;
 
 fr_relay *fr_new(int client_out_fd);
+/* Run the relay thread on `cpu` (now, or as soon as it starts). */
+void fr_set_cpu(fr_relay *r, int cpu);
 void fr_release(fr_relay *r);
 
 void fr_client_lock(fr_relay *r);

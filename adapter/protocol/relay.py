@@ -194,6 +194,10 @@ class FastRelay:
             return None
         return cls(client_in, client_out)
 
+    def colocate(self, cpu: int) -> None:
+        """Run the core's thread on `cpu` (now, or from its start)."""
+        self.core.set_cpu(cpu)
+
     def client_channel(self, handlers: Any, name: str = "client") -> Channel:
         """The Channel to the client: it writes through the core and shares its seq."""
         client_writer = _CoreWriter(self.core.client_lock, self.core.write_client_locked)

@@ -29,3 +29,19 @@ def test_mode_test_stops_in_the_test_and_passes(start_adapter, tmp_path):
     client.expect_event("terminated", timeout=30)
     assert "--- PASS: TestBump" in output_text(client)
     client.call("disconnect", {})
+
+
+def test_stop_on_entry_then_run_to_the_end(start_adapter, tmp_path):
+    """stopOnEntry: the program (held at its first instruction by ptdebug, attached by Delve)
+    is reported stopped before any of it ran; continuing runs it to its end."""
+    package = copy_package(GO_SESSION, tmp_path)
+    run = start_adapter()
+    client = run.client
+    response = start_go(client, "launch", {"program": str(package), "stopOnEntry": True})
+    assert response["success"], response
+    stopped = client.expect_event("stopped", timeout=60)["body"]
+    assert "total" not in output_text(client)  # main has not run
+    client.call("continue", {"threadId": stopped["threadId"]})
+    assert client.expect_event("exited", timeout=60)["body"]["exitCode"] == 0
+    assert "total " in output_text(client)
+    client.call("disconnect", {})

@@ -148,6 +148,18 @@ def dial(host: str, port: int, what: str, timeout: float) -> socket.socket:
     return sock
 
 
+def hang_up(sock: socket.socket | None) -> None:
+    """Shut a debugger connection down both ways (its reader sees the end at once) and close
+    it; None and an already broken socket are fine."""
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def infer_backend(config: LaunchConfig | AttachConfig) -> str:
     """The backend a configuration needs: its `backend` field, else guessed from the target.
 

@@ -26,7 +26,7 @@ from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
-from . import Backend, BackendHooks, dial
+from . import Backend, BackendHooks, dial, hang_up
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -123,12 +123,7 @@ class DebugpyBackend(Backend):
 
     def close(self, timeout: float = 3.0) -> None:
         self.closing = True
-        if self.socket is not None:
-            try:
-                self.socket.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self.socket.close()
+        hang_up(self.socket)
         process = self.process
         if process is None:
             if self.channel is not None:

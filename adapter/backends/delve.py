@@ -51,7 +51,7 @@ from adapter.protocol.errors import (
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
 
-from . import Backend, BackendHooks, dial
+from . import Backend, BackendHooks, dial, hang_up
 from .delve_rpc import DelveRpc
 
 log = logging.getLogger("ptdebug.dap")
@@ -508,7 +508,7 @@ class DelveBackend(Backend):
             except subprocess.TimeoutExpired:
                 _kill_group(process.pid, signal.SIGKILL)
                 process.wait(STOP_GRACE)
-        if _traced_by(self.pid) not in (0, None):
+        if _tracer(self.pid):
             unpark(parked)  # never leave a thread spinning
             self.hooks.backend_gone(f"Delve did not let go of process {self.pid} for a "
                                     "recording")
@@ -594,13 +594,8 @@ class DelveBackend(Backend):
                                f"{HANDOVER_WAIT:g} s")
 
     def _close_socket(self) -> None:
-        if self._socket is not None:
-            try:
-                self._socket.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._socket.close()
-            self._socket = None
+        hang_up(self._socket)
+        self._socket = None
 
     def disconnect_done(self, request: dict, response: dict) -> bool:
         # Delve killing a process it attached to detaches its threads after the kill and may
@@ -797,15 +792,13 @@ def _log_lines(lines: _PipeLines) -> None:
                 log.info("dlv: %s", line.decode(errors="replace").rstrip())
 
 
-def _traced_by(pid: int) -> int | None:
+def _tracer(pid: int) -> int:
+    """The process tracing `pid`'s main thread, 0 for none (or no such process)."""
+    from adapter.hw.ptrace import tracer_of
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
+        return tracer_of(pid)
     except OSError:
-        return None
-    return None
+        return 0
 
 
 def _environment(changes: dict) -> dict:

@@ -29,11 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     options = build_parser().parse_args(argv)
-    from adapter.export.trace import DecodedBundle, TraceError
-    try:
-        decoded = DecodedBundle.open(options.bundle)
-    except TraceError as exc:
-        print(f"ptdebug export: {exc}", file=sys.stderr)
+    from adapter.export.trace import DecodedBundle
+    decoded = DecodedBundle.open_for_command(options.bundle, "export")
+    if decoded is None:
         return 1
     if decoded.manifest.get("status") == "partial":
         print(f"ptdebug export: note: the bundle is partial "

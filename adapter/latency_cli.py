@@ -28,11 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     options = build_parser().parse_args(argv)
     from adapter.export.latency import CodePointError, measure, resolve
-    from adapter.export.trace import DecodedBundle, TraceError
-    try:
-        decoded = DecodedBundle.open(options.bundle)
-    except TraceError as exc:
-        print(f"ptdebug latency: {exc}", file=sys.stderr)
+    from adapter.export.trace import DecodedBundle
+    decoded = DecodedBundle.open_for_command(options.bundle, "latency")
+    if decoded is None:
         return 1
     try:
         source = resolve(decoded, options.source)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,16 @@ class DecodedBundle:
         self._function_cache: dict[int, tuple[str, int]] = {}
 
     # -- opening -------------------------------------------------------------------------
+    @classmethod
+    def open_for_command(cls, path: str | os.PathLike, command: str) -> DecodedBundle | None:
+        """`open` for a command-line tool: on failure the reason goes to stderr as
+        "ptdebug COMMAND: ..." and None comes back (the tool then exits with status 1)."""
+        try:
+            return cls.open(path)
+        except TraceError as exc:
+            print(f"ptdebug {command}: {exc}", file=sys.stderr)
+            return None
+
     @classmethod
     def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> DecodedBundle:
         """Decode every stream of the bundle at `path`.

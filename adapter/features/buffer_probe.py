@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import datetime
+import re
 import struct
 
 PROBE_SOURCE = '''
@@ -31,14 +33,24 @@ def probe(o, index, has_index):
                              "cannot watch" % o.device.type)
         if not o.is_contiguous():
             raise ValueError("the tensor view is not contiguous")
+        kinds = {"bool": "b", "uint8": "u", "int8": "i", "int16": "i", "int32": "i",
+                 "int64": "i", "float16": "f", "float32": "f", "float64": "f",
+                 "complex64": "c", "complex128": "c"}
+        name = str(o.dtype).replace("torch.", "")
+        char = ("np:<%s%d" % (kinds[name], o.element_size())) if name in kinds else ""
         return (o.data_ptr(), o.element_size() * o.nelement(),
-                "%s %s%s" % (kind, str(o.dtype).replace("torch.", ""), list(o.shape)), "", False)
+                "%s %s%s" % (kind, name, list(o.shape)), char, False)
     if np is not None and isinstance(o, np.ndarray):
         if has_index:
             o = o[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
         if not (o.flags.c_contiguous or o.flags.f_contiguous):
             raise ValueError("the array view is not contiguous")
-        char = o.dtype.char if o.dtype.char in "bBhHiIlLqQefd?" else ""
+        if o.dtype.names:
+            char = "np:|V%d{%s}" % (o.dtype.itemsize, ",".join(
+                "%s:%d:%d" % (name, o.dtype.fields[name][1], o.dtype.fields[name][0].itemsize)
+                for name in o.dtype.names))
+        else:
+            char = "np:" + o.dtype.str
         return (o.__array_interface__["data"][0], o.nbytes,
                 "%s %s%s" % (kind, o.dtype, list(o.shape)), char, not o.flags.writeable)
     if isinstance(o, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)):
@@ -52,8 +64,8 @@ def probe(o, index, has_index):
             item = ctypes.sizeof(o._type_)
             address, size = address + (index % len(o)) * item, item
             char = getattr(o._type_, "_type_", "")
-        return (address, size, kind, char if isinstance(char, str) and len(char) == 1 else "",
-                False)
+        return (address, size, kind, char if isinstance(char, str) and len(char) == 1
+                and char in "bBhHiIlLqQfd?" else "", False)
     m = memoryview(o)
     if has_index:
         if isinstance(index, int):
@@ -65,7 +77,7 @@ def probe(o, index, has_index):
         raise ValueError("a read-only %s cannot change" % kind)
     if m.nbytes == 0:
         raise ValueError("the buffer is empty")
-    char = m.format if m.format in "bBhHiIlLqQefd?c" and len(m.format) == 1 else ""
+    char = m.format if len(m.format.lstrip("@=<>!")) == 1 else ""
     return (ctypes.addressof(ctypes.c_char.from_buffer(m.cast("B"))), m.nbytes,
             "%s format %s" % (kind, m.format), char, False)
 '''
@@ -144,12 +156,115 @@ def watch_range(address: int, nbytes: int) -> tuple[int, int]:
 
 
 def decode_value(data: bytes | None, fmt: str) -> str:
-    """Watched bytes shown as values of the buffer's element type when known, else as hex."""
+    """Watched bytes shown as values of the buffer's element type, else as hex.
+
+    `fmt` is what the probe found: a buffer-protocol format (`struct` syntax, native sizes and
+    alignment unless it starts with one of `=<>!`: `'l'` is 8 bytes natively, 4 in standard
+    mode), `np:` and a numpy dtype string (`np:<i8`, `np:<M8[ns]`, `np:|b1`; a structured dtype
+    as `np:|V{itemsize}{name:offset:size,...}`), or "" for raw bytes. Never raises: bytes that
+    do not decode are shown as hex, bytes past the last whole element are appended as hex."""
     if data is None:
         return "?"
-    if fmt and fmt != "c":
-        size = struct.calcsize(fmt)
-        if len(data) % size == 0:
-            values = struct.unpack(f"<{len(data) // size}{fmt}", data)
-            return repr(values[0]) if len(values) == 1 else repr(list(values))
-    return data.hex(" ")
+    try:
+        if fmt.startswith("np:"):
+            values, size = _numpy_values(data, fmt[3:])
+        elif fmt and fmt != "c":
+            prefix = "" if fmt[0] in "@=<>!" else "@"
+            size = struct.calcsize(prefix + fmt)
+            whole = len(data) - len(data) % size
+            values = [v[0] for v in struct.iter_unpack(prefix + fmt, data[:whole])]
+        else:
+            return data.hex(" ")
+    except Exception:  # noqa: BLE001 - any format the debuggee reports must not end a hit
+        return data.hex(" ")
+    if not values:
+        return data.hex(" ")
+    text = _show(values[0]) if len(values) == 1 else "[" + ", ".join(map(_show, values)) + "]"
+    rest = data[len(values) * size:]
+    return text + (f" + {rest.hex(' ')}" if rest else "")
+
+
+def _show(value) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+_NUMPY_DTYPE = re.compile(r"^([<>|=])([a-zA-Z])(\d+)(?:\[(\w+)\])?(?:\{(.*)\})?$")
+_FLOAT = {2: "e", 4: "f", 8: "d"}
+_TIME_UNITS = {"D": 86_400_000_000, "h": 3_600_000_000, "m": 60_000_000, "s": 1_000_000,
+               "ms": 1_000, "us": 1}
+"""Microseconds per numpy datetime64 unit that Python's datetime can show exactly."""
+_TIMEDELTA_NAMES = {"Y": "years", "M": "months", "W": "weeks", "D": "days", "h": "hours",
+                    "m": "minutes", "s": "seconds", "ms": "milliseconds",
+                    "us": "microseconds", "ns": "nanoseconds", "ps": "picoseconds",
+                    "fs": "femtoseconds", "as": "attoseconds"}
+NAT = -(1 << 63)
+"""numpy's NaT (not a time) in datetime64/timedelta64."""
+
+
+def _numpy_values(data: bytes, dtype: str) -> tuple[list, int]:
+    """(values, item size) of `data` as the numpy dtype string `dtype` (see decode_value)."""
+    match = _NUMPY_DTYPE.match(dtype)
+    if match is None:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    order_char, kind, size_text, unit, fields = match.groups()
+    size = int(size_text) * (4 if kind == "U" else 1)  # a U dtype counts UCS-4 characters
+    order = "big" if order_char == ">" else "little"
+    prefix = ">" if order == "big" else "<"
+    items = [data[i:i + size] for i in range(0, len(data) - size + 1, size)]
+    if kind == "b":
+        return [bool(item[0]) for item in items], size
+    if kind in "iu":
+        return [int.from_bytes(item, order, signed=kind == "i") for item in items], size
+    if kind == "f":
+        return [struct.unpack(prefix + _FLOAT[size], item)[0] for item in items], size
+    if kind == "c":
+        half = _FLOAT[size // 2]
+        return [complex(*struct.unpack(prefix + 2 * half, item)) for item in items], size
+    if kind in "Mm":
+        ticks = [int.from_bytes(item, order, signed=True) for item in items]
+        show = _datetime if kind == "M" else _timedelta
+        return [show(t, unit or "generic") for t in ticks], size
+    if kind == "S":
+        return [bytes(item.rstrip(b"\0")) for item in items], size
+    if kind == "U":
+        return [item.decode("utf-32-le" if order == "little" else "utf-32-be").rstrip("\0")
+                for item in items], size
+    if kind == "V" and fields:
+        layout = [(name, int(offset), int(length)) for name, offset, length
+                  in (field.rsplit(":", 2) for field in fields.split(","))]
+        return ["{" + ", ".join(f"{name}: {item[offset:offset + length].hex(' ')}"
+                                for name, offset, length in layout) + "}"
+                for item in items], size
+    raise ValueError(f"dtype {dtype!r} is shown as raw bytes")
+
+
+def _datetime(ticks: int, unit: str) -> str:
+    """A datetime64 value as numpy prints it (ISO 8601, to its unit)."""
+    if ticks == NAT:
+        return "NaT"
+    if unit == "Y":
+        return str(1970 + ticks)
+    if unit == "M":
+        return f"{1970 + ticks // 12}-{ticks % 12 + 1:02d}"
+    if unit == "W":
+        unit, ticks = "D", ticks * 7
+    if unit == "ns":
+        micro, nanos = divmod(ticks, 1000)
+        return _datetime(micro, "us") + f"{nanos:03d}"
+    if unit not in _TIME_UNITS:
+        return f"{ticks} {unit} since 1970-01-01"
+    when = _EPOCH + datetime.timedelta(microseconds=ticks * _TIME_UNITS[unit])
+    if unit == "D":
+        return when.date().isoformat()
+    spec = {"h": "hours", "m": "minutes", "s": "seconds", "ms": "milliseconds"}
+    return when.isoformat(timespec=spec.get(unit, "microseconds"))
+
+
+def _timedelta(ticks: int, unit: str) -> str:
+    """A timedelta64 value as numpy prints it (`5 seconds`)."""
+    if ticks == NAT:
+        return "NaT"
+    return f"{ticks} {_TIMEDELTA_NAMES.get(unit, unit)}"
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)

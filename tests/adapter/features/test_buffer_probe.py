@@ -36,7 +36,7 @@ def test_numpy_whole_array_element_row_and_slice_are_views():
     assert _span("kv[1, 2]", scope) == (base + (8 + 2) * 4, 4)
     assert _span("kv[1]", scope) == (base + 32, 32)
     assert _span("kv[1, 2:4]", scope) == (base + 40, 8)
-    assert _probe("kv[1, 2]", scope).format == "f"
+    assert _probe("kv[1, 2]", scope).format == "np:<f4"
     with pytest.raises(ValueError, match="not contiguous"):
         _probe("kv[:, 0]", scope)
 

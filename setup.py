@@ -1,4 +1,5 @@
-"""Build hook: compiles every Cython module of pt_decoder (pt_decoder/*.pyx), and the fast
+"""Build hook: compiles every Cython module of pt_decoder (pt_decoder/*.pyx and the tools'
+compiled writers, pt_decoder/tools/*.pyx), and the fast
 relay of the adapter (adapter/protocol/_fastrelay.pyx over fastrelay_core.c and fastrelay_json.c).
 
 Globbing keeps the list in one place: a new layer is a new .pyx file and
@@ -16,7 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _extensions():
     exts = []
-    for pyx in sorted(glob.glob(os.path.join("pt_decoder", "*.pyx"))):
+    pyxs = glob.glob(os.path.join("pt_decoder", "*.pyx")) + glob.glob(os.path.join("pt_decoder", "tools", "*.pyx"))
+    for pyx in sorted(pyxs):
         name = pyx[:-4].replace(os.sep, ".")
         exts.append(Extension(name, [pyx], extra_compile_args=["-O3"]))
     exts.append(Extension("adapter.protocol._fastrelay",

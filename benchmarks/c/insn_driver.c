@@ -5,8 +5,12 @@
  * whole stream as ptxed does (sync, drain events, next until an error, resync)
  * and stores nothing, counting instructions (the block decoder: the sum of
  * pt_block.ninsn). Prints one JSON line: {"insns", "events", "errors", "seconds"}.
+ * `ips` is the instruction decoder printing every IP (lower-case hex, one a
+ * line, through stdio's buffered stdout, as ptxed prints): the reference of
+ * `ptdebug decode --format ips` (benchmarks/bench_decode_output.py); its JSON
+ * line then goes to stderr.
  *
- *   insn_driver insn|blk TRACE FAMILY MODEL MTC_FREQ NOM_FREQ EAX EBX REPEAT \
+ *   insn_driver insn|ips|blk TRACE FAMILY MODEL MTC_FREQ NOM_FREQ EAX EBX REPEAT \
  *               FILE:OFFSET:SIZE:VADDR...
  */
 #include <intel-pt.h>
@@ -48,7 +52,7 @@ static double now(void)
 
 struct counts { uint64_t insns, events, errors; };
 
-static void run_insn(struct pt_config *cfg, struct pt_image *image, struct counts *c)
+static void run_insn(struct pt_config *cfg, struct pt_image *image, struct counts *c, int print)
 {
     struct pt_insn_decoder *dec = pt_insn_alloc_decoder(cfg);
     int status;
@@ -72,8 +76,11 @@ static void run_insn(struct pt_config *cfg, struct pt_image *image, struct count
             if (status < 0 || (status & pts_eos))
                 break;
             status = pt_insn_next(dec, &insn, sizeof(insn));
-            if (insn.iclass != ptic_error)
+            if (insn.iclass != ptic_error) {
                 c->insns++;
+                if (print)
+                    printf("%" PRIx64 "\n", insn.ip);
+            }
             if (status < 0)
                 break;
         }
@@ -131,7 +138,7 @@ int main(int argc, char **argv)
     int i, rep, repeat;
 
     if (argc < 11) {
-        fprintf(stderr, "usage: %s insn|blk TRACE FAMILY MODEL MTC_FREQ NOM_FREQ EAX EBX REPEAT "
+        fprintf(stderr, "usage: %s insn|ips|blk TRACE FAMILY MODEL MTC_FREQ NOM_FREQ EAX EBX REPEAT "
                 "FILE:OFFSET:SIZE:VADDR...\n", argv[0]);
         return 2;
     }
@@ -177,12 +184,14 @@ int main(int argc, char **argv)
         if (!strcmp(argv[1], "blk"))
             run_blk(&cfg, image, &c);
         else
-            run_insn(&cfg, image, &c);
+            run_insn(&cfg, image, &c, !strcmp(argv[1], "ips"));
         if (now() - start < best)
             best = now() - start;
     }
-    printf("{\"insns\": %" PRIu64 ", \"events\": %" PRIu64 ", \"errors\": %" PRIu64
-           ", \"seconds\": %.6f}\n", c.insns, c.events, c.errors, best);
+    fflush(stdout);
+    fprintf(strcmp(argv[1], "ips") ? stdout : stderr,
+            "{\"insns\": %" PRIu64 ", \"events\": %" PRIu64 ", \"errors\": %" PRIu64
+            ", \"seconds\": %.6f}\n", c.insns, c.events, c.errors, best);
     pt_image_free(image);
     pt_iscache_free(iscache);
     free(trace);

@@ -1,7 +1,9 @@
 """`ptdebug decode`: the instruction flow of a PT stream, as ptxed prints it.
 
 Layer: pt_decoder.tools (command line). Parses ptxed-like options, builds an
-Image and an InsnDecoder, prints with tools/ptxed_format. Knows no DAP and
+Image and an InsnDecoder, and streams the flow out piece by piece through the
+compiled writer (tools/text_out.pyx; item lines from tools/ptxed_format), with
+a progress bar on stderr when it is a terminal (tools/progress.py). Knows no DAP and
 never imports adapter: a bundle directory is read through its manifest.json
 (format "ptdebug-bundle", documented in adapter/capture/bundle.py).
 
@@ -108,7 +110,8 @@ def build_image(elfs: list[str], raws: list[str]):
 
 
 def decoder_options(args, cpu_text: str | None, out) -> dict:
-    """InsnDecoder keyword arguments from the options; prints ptxed's config error for an unknown CPU."""
+    """InsnDecoder keyword arguments from the options; writes ptxed's config error
+    for an unknown CPU to `out` (a JSON record in --format jsonl)."""
     from pt_decoder.event import cpu_errata
     opts = {}
     if cpu_text:
@@ -116,7 +119,8 @@ def decoder_options(args, cpu_text: str | None, out) -> dict:
         try:
             opts["errata"] = cpu_errata(family, model, stepping)
         except PtError as e:
-            out.write("[0, 0: config error: %s]\n" % errstr(e.code))
+            from pt_decoder.tools.ptxed_format import config_error_line
+            out.write(config_error_line(args.format, errstr(e.code)) + "\n")
     for name, value in (("mtc_freq", args.mtc_freq), ("nom_freq", args.nom_freq),
                         ("cpuid_0x15_eax", args.cpuid_eax), ("cpuid_0x15_ebx", args.cpuid_ebx)):
         if value is not None:
@@ -139,18 +143,40 @@ def decode_stream(data: bytes, image, opts: dict, parallel: int = 1):
     return InsnDecoder(data, image, **opts).decode()
 
 
-def print_flow(flow, args, out) -> None:
+CHUNK_INSNS = 1 << 18
+"""Instructions decoded per piece while printing: the memory the output path
+holds (about 25 bytes each) whatever the length of the trace."""
+
+
+def write_stream(data, image, opts: dict, args, sink, on_progress=None) -> int:
+    """Decode one stream and write its flow to `sink` (a text_out.TextSink) in
+    args.format, piece by piece; returns the number of instructions.
+
+    The serial decode streams (CHUNK_INSNS at a time); --parallel decodes the
+    whole stream first (its pieces are stitched before printing).
+    on_progress(bytes_of_the_stream_decoded) is called after each piece."""
+    from pt_decoder.insn import InsnDecoder
     from pt_decoder.tools import ptxed_format as fmt
-    if args.quiet:
-        return
-    if args.format == "ips":
-        lines = fmt.ips_lines(flow)
-    elif args.format == "jsonl":
-        lines = fmt.jsonl_lines(flow)
+    if args.quiet and args.parallel == 1:
+        total = InsnDecoder(data, image, **opts).count()[0]
+    elif args.parallel != 1:
+        flow = decode_stream(data, image, opts, args.parallel)
+        if not args.quiet:
+            sink.write_flow(flow, args.format, fmt.item_text(args.format, args.event_ip, args.event_time),
+                            insn_time=args.time)
+        total = len(flow)
     else:
-        lines = fmt.ptxed_lines(flow, event_ip=args.event_ip, event_time=args.event_time,
-                                insn_time=args.time)
-    out.writelines(line + "\n" for line in lines)
+        item_text = fmt.item_text(args.format, args.event_ip, args.event_time)
+        decoder = InsnDecoder(data, image, **opts)
+        total = 0
+        for piece in decoder.chunks(CHUNK_INSNS):
+            sink.write_flow(piece, args.format, item_text, insn_time=args.time)
+            total += len(piece)
+            if on_progress is not None:
+                on_progress(decoder.offset)
+    if on_progress is not None:
+        on_progress(len(data))
+    return total
 
 
 def _bundle_streams(root: str, args):
@@ -171,14 +197,15 @@ def _bundle_streams(root: str, args):
     for stream in manifest.get("streams", []):
         path = stream["file"] if os.path.isabs(stream["file"]) else os.path.join(root, stream["file"])
         with open(path, "rb") as f:
-            yield "tid %s" % stream.get("tid"), f.read(), image, cpu_text, timing
+            yield stream.get("tid"), f.read(), image, cpu_text, timing
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out = sys.stdout
     try:
-        if os.path.isdir(args.trace):
+        bundle = os.path.isdir(args.trace)
+        if bundle:
             jobs = list(_bundle_streams(args.trace, args))
             for name, key in (("mtc_freq", "mtc_freq"), ("nom_freq", "nom_freq"),
                               ("cpuid_eax", "cpuid_0x15_eax"), ("cpuid_ebx", "cpuid_0x15_ebx")):
@@ -192,22 +219,37 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, PtError) as e:
         sys.stderr.write("ptdebug decode: %s\n" % e)
         return 2
+    from pt_decoder.tools.progress import Progress
+    from pt_decoder.tools.text_out import TextSink
+    from pt_decoder.tools.ptxed_format import stat_line, stream_header
+    sink = TextSink(out)
     total = 0
     started = _time.perf_counter()
-    for label, data, image, cpu_text, _timing in jobs:
-        if label and not args.quiet:
-            out.write("[stream %s]\n" % label)
-        try:
-            opts = decoder_options(args, args.cpu or cpu_text, out)
-        except ValueError as e:
-            sys.stderr.write("ptdebug decode: %s\n" % e)
-            return 2
-        flow = decode_stream(data, image, opts, args.parallel)
-        print_flow(flow, args, out)
-        total += len(flow)
-    if args.stat or args.stat_insn:
-        out.write("insn: %d.\n" % total)
-    out.flush()
+    progress = Progress(sum(len(job[1]) for job in jobs), "decode")
+    done_before = 0
+    try:
+        for tid, data, image, cpu_text, _timing in jobs:
+            if bundle and not args.quiet:
+                sink.write(stream_header(args.format, tid) + "\n")
+            try:
+                opts = decoder_options(args, args.cpu or cpu_text, sink)
+            except ValueError as e:
+                sink.flush()
+                sys.stderr.write("ptdebug decode: %s\n" % e)
+                return 2
+            total += write_stream(data, image, opts, args, sink,
+                                  lambda done, base=done_before: progress.update(base + done))
+            done_before += len(data)
+        if args.stat or args.stat_insn:
+            sink.write(stat_line(args.format, total) + "\n")
+        sink.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error; stdout is closed quietly.
+        progress.close()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        progress.close()
     if os.environ.get("PTDEBUG_DECODE_TIMING"):
         sys.stderr.write("decoded %d instructions in %.3f s\n" % (total, _time.perf_counter() - started))
     return 0

@@ -4,6 +4,18 @@ Layer: pt_decoder.tools (presentation only). Reads a FlowResult; knows the
 output formats and nothing of decoding. `ptxed` follows libipt 2.0.5's ptxed
 (print_insn/print_event/diagnose) for the options ptdebug supports, so that
 its output equals libipt's `-ptxed*.exp` files.
+
+`ptdebug decode` prints the instruction lines with the compiled writer
+(text_out.pyx) and takes the lines of items (events, errors, end of trace),
+stream headers and statistics from here (item_text, stream_header,
+stat_line, config_error_line). The whole-flow generators ptxed_lines,
+ips_lines and jsonl_lines are the plain-Python definition of each format,
+which the compiled writer is tested against line for line.
+
+In `jsonl` every line is a JSON object: an instruction has no "kind"; items
+have "kind" ("event", "error", "sync_error", "eos"), and so do the records
+that are not the flow: {"kind": "stream", "tid"} before each stream of a
+bundle, {"kind": "config_error", "error"}, {"kind": "stat", "insn"}.
 """
 from __future__ import annotations
 
@@ -124,6 +136,18 @@ def ips_lines(flow) -> Iterator[str]:
             yield "%x" % int(line.lstrip("? "), 16)
 
 
+def jsonl_item(item) -> str:
+    """An item as one JSON object: {"kind", "offset"} + the event's fields, or
+    {"ip", "code", "error"} for an error."""
+    kind, pos, off, ip, code, ev = item
+    rec = {"kind": kind, "offset": off}
+    if kind == "event":
+        rec.update(ev)
+    elif kind != "eos":
+        rec.update(ip=ip, code=code, error=errstr(code))
+    return json.dumps(rec)
+
+
 def jsonl_lines(flow) -> Iterator[str]:
     """One JSON object per instruction ({"ip", "tsc", "cycles", "flags"}) or item."""
     items = flow.items
@@ -131,14 +155,39 @@ def jsonl_lines(flow) -> Iterator[str]:
     n = len(flow.ip)
     for i in range(n + 1):
         while k < len(items) and (i == n or items[k][1] <= i):
-            kind, pos, off, ip, code, ev = items[k]
-            rec = {"kind": kind, "offset": off}
-            if kind == "event":
-                rec.update(ev)
-            elif kind != "eos":
-                rec.update(ip=ip, code=code, error=errstr(code))
-            yield json.dumps(rec)
+            yield jsonl_item(items[k])
             k += 1
         if i < n:
             yield json.dumps({"ip": flow.ip[i], "tsc": flow.tsc[i], "cycles": flow.cycles[i],
                               "flags": flow.flags[i]})
+
+
+def item_text(fmt: str, event_ip: bool = False, event_time: bool = False):
+    """item -> its line in format `fmt` (None: the item prints nothing), for
+    text_out.TextSink.write_flow. `ips` shows events with their IPs."""
+    if fmt == "jsonl":
+        return jsonl_item
+    if fmt == "ips":
+        return lambda item: _item_line(item, True, False)
+    return lambda item: _item_line(item, event_ip, event_time)
+
+
+def stream_header(fmt: str, tid) -> str:
+    """The line before each stream of a bundle."""
+    if fmt == "jsonl":
+        return json.dumps({"kind": "stream", "tid": tid})
+    return "[stream tid %s]" % tid
+
+
+def stat_line(fmt: str, insns: int) -> str:
+    """--stat's line (ptxed's `insn: N.`)."""
+    if fmt == "jsonl":
+        return json.dumps({"kind": "stat", "insn": insns})
+    return "insn: %d." % insns
+
+
+def config_error_line(fmt: str, error: str) -> str:
+    """ptxed's line for a configuration it cannot use (an unknown CPU)."""
+    if fmt == "jsonl":
+        return json.dumps({"kind": "config_error", "error": error})
+    return "[0, 0: config error: %s]" % error

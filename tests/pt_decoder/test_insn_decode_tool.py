@@ -87,8 +87,11 @@ def test_bundle_directory_decodes_like_trace_and_images(traces_dir, tmp_path):
     direct = _run([folder / "pt.bin", "--elf", folder / "hello", "--cpu", "6/85/4", "--format", "jsonl",
                    *TIMING])[1]
     assert rc == 0
-    assert out.splitlines()[0] == "[stream tid 1]"
+    # jsonl is pure JSON lines: the stream header is a record too
+    assert json.loads(out.splitlines()[0]) == {"kind": "stream", "tid": 1}
     assert out.splitlines()[1:] == direct.splitlines()
+    rc, out, _ = _run([bundle, "--format", "ips"])
+    assert rc == 0 and out.splitlines()[0] == "[stream tid 1]"
 
 
 def test_bad_input_is_a_clear_error(tmp_path, traces_dir):

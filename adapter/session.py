@@ -29,7 +29,7 @@ from adapter.protocol.errors import (
     NoProcess,
     UnsupportedRequest,
 )
-from adapter.protocol.framing import MessageReader, MessageWriter
+from adapter.protocol.framing import MAX_JSON_DEPTH, MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.relay import FastRelay, fits
 from adapter.protocol.schema import DAP_REQUESTS
@@ -74,7 +74,8 @@ class Session:
         if self.relay is not None:
             self.client = self.relay.client_channel(ClientHandlers(self))
         else:
-            self.client = Channel(MessageReader(client_in), MessageWriter(client_out),
+            self.client = Channel(MessageReader(client_in, max_depth=MAX_JSON_DEPTH),
+                                  MessageWriter(client_out),
                                   ClientHandlers(self), "client")
         """DAP to VS Code (or any client)."""
         self.initialized = False
@@ -126,6 +127,8 @@ class Session:
         self._lock = threading.Lock()
         from adapter.features.record_breakpoints import install_trace_features
         install_trace_features(self)
+        from adapter.python.thread_guard import ThreadGuard
+        ThreadGuard.install(self)  # before the backend: its checks come first
         if self.recording is not None:
             # a capture wakes the trace features' interceptors up: they must see requests
             self.recording.on_capture(lambda capture: self.update_fast_path())

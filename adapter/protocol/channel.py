@@ -31,6 +31,7 @@ from .errors import (
     InvalidJson,
     InvalidMessage,
     InvalidRequest,
+    NestedTooDeep,
     ProtocolError,
     UnsupportedRequest,
 )
@@ -167,6 +168,9 @@ class Channel:
             while True:
                 try:
                     raw = self.reader.read_message()
+                except NestedTooDeep as exc:
+                    self._refuse_too_deep(exc)
+                    continue
                 except (InvalidJson, InvalidMessage) as exc:
                     self._report_invalid(exc)
                     continue
@@ -201,6 +205,32 @@ class Channel:
         hook = getattr(self.handlers, "invalid_message", None)
         if hook is not None:
             self._call_safely(hook, exc)
+
+    def _refuse_too_deep(self, exc: NestedTooDeep) -> None:
+        """A message nested too deeply to be parsed still gets its answer: a request a failed
+        response (1200), a response to one of ours a failure passed to whoever waits on it."""
+        fields = exc.envelope or {}
+        seq = fields.get("seq")
+        if (fields.get("type") == "request" and isinstance(fields.get("command"), str)
+                and type(seq) is int):
+            request = Request({"type": "request", "seq": seq, "command": fields["command"]},
+                              self)
+            self._dispatch_request(request, failure=InvalidRequest(
+                f"request {seq} ({fields['command']}) was refused: {exc.message}"))
+            return
+        request_seq = fields.get("request_seq")
+        if fields.get("type") == "response" and type(request_seq) is int:
+            with self._pending_lock:
+                entry = self._pending.pop(request_seq, None)
+            if entry is not None:
+                log.warning("%s: the response to %s was refused: %s", self.name, entry[0],
+                            exc.message)
+                self._call_safely(entry[1], Response(
+                    {"type": "response", "seq": 0, "request_seq": request_seq,
+                     "command": entry[0], "success": False,
+                     "message": f"the response was refused: {exc.message}"}, self))
+                return
+        self._report_invalid(exc)
 
     def _dispatch(self, raw: dict) -> None:
         try:

@@ -61,6 +61,18 @@ class InvalidMessage(ProtocolError):
     error_id = 1104
 
 
+class NestedTooDeep(InvalidJson):
+    """JSON nested deeper than framing.MAX_JSON_DEPTH. The framing was intact, so the next
+    message is still read; `envelope` holds the message's top-level scalar fields (`type`,
+    `seq`, `command`, `request_seq`, ...) when they could be read, so a request is answered."""
+    error_id = 1105
+
+    def __init__(self, message: str, envelope: dict | None = None):
+        super().__init__(message)
+        self.envelope = envelope
+        """The top-level fields whose values are not objects or arrays, or None."""
+
+
 # --- 12xx: a well-formed request we cannot accept as written ------------------------------
 class InvalidRequest(AdapterError):
     """A required argument is missing or has the wrong type; the text names it."""

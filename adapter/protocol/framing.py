@@ -11,6 +11,14 @@ truncated body) are `MalformedHeader`/`MessageTooLarge`; a body that is not JSON
 after which reading may go on with the next message, since its length was honoured.
 See the "Base protocol" section of the DAP overview.
 
+Nesting: Python's json parser recurses, and JSON nested 1,000 levels deep ended the reader
+thread with a RecursionError, and with it the session. A reader given `max_depth` (the client's:
+`MAX_JSON_DEPTH`) refuses deeper messages (`NestedTooDeep`) before parsing them; the check costs
+two `bytes.count` calls for a message with fewer brackets than the limit, and one linear scan for
+the rest. Any reader turns the parser's RecursionError into `NestedTooDeep` too. Either way the
+refused message's top-level fields are recovered (without recursion), so that a request is
+answered and nobody waits for a response that was refused.
+
 Relaying without re-encoding: a message read here whose body comes last (as debugpy and Delve
 write them) is a `ReceivedMessage`, a dict that also keeps its `body` as the exact JSON text it
 arrived in (found while parsing: the json module's C scanner parses the body once and says
@@ -21,13 +29,14 @@ as parsing it (docs/PERFORMANCE.md, the Delve section).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import json.scanner
 import re
 import threading
 from typing import BinaryIO
 
-from .errors import InvalidJson, InvalidMessage, MalformedHeader, MessageTooLarge
+from .errors import InvalidJson, InvalidMessage, MalformedHeader, MessageTooLarge, NestedTooDeep
 
 MAX_CONTENT_LENGTH = 16 * 1024 * 1024
 """Largest body accepted. The biggest legitimate DAP messages (a large readMemory, a long
@@ -35,6 +44,9 @@ MAX_CONTENT_LENGTH = 16 * 1024 * 1024
 
 MAX_HEADER_LINE = 1024
 MAX_HEADER_LINES = 16
+MAX_JSON_DEPTH = 128
+"""Deepest nesting of objects and arrays accepted in a message (the fast relay's C scanner has
+the same limit, fastrelay_json.h FR_JSON_MAX_DEPTH). DAP messages nest a handful of levels."""
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.loads
@@ -99,6 +111,54 @@ def parse_message(data: bytes) -> object:
     return _loads(data)
 
 
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_JSON_RUN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+', re.S)
+_BRACKET_STEP = {"{": 1, "[": 1, "}": -1, "]": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deeply the JSON `text` nests objects and arrays (0 for a scalar), without parsing
+    it and without recursion: strings are cut out, then the brackets are counted."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
+def top_level_fields(text: str) -> dict | None:
+    """The members of the JSON object `text` whose values are scalars (nested values left out),
+    read without recursion however deep the rest nests; None when that is not a JSON object.
+
+    Linear, and without a Python step per bracket: runs of opening (or closing) brackets are
+    taken whole, the place where one crosses between the top-level object (depth 1) and a
+    member's value (depth 2) found by arithmetic."""
+    pieces, depth, kept_from = [], 0, 0
+    for token in _JSON_RUN.finditer(text):
+        run = token.group()
+        if run[0] == '"':
+            continue
+        if run[0] in "{[":
+            if depth <= 1 < depth + len(run):  # a member's value opens in this run
+                pieces.append(text[kept_from:token.start() + 1 - depth])
+                pieces.append("null")
+            depth += len(run)
+        else:
+            if depth - len(run) <= 1 < depth:  # back in the top-level object in this run
+                kept_from = token.start() + depth - 1
+            depth -= len(run)
+            if depth < 0:
+                return None
+    if depth != 0:
+        return None
+    pieces.append(text[kept_from:])
+    try:
+        fields = _loads("".join(pieces))
+    except ValueError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    return {key: value for key, value in fields.items() if value is not None}
+
+
 def encode_message(message: dict) -> bytes:
     """The UTF-8 JSON of `message`; a JsonText `body` is written as the JSON text it is."""
     body = message.get("body")
@@ -113,25 +173,37 @@ def encode_message(message: dict) -> bytes:
 class MessageReader:
     """Reads one DAP message at a time from a binary stream."""
 
-    def __init__(self, stream: BinaryIO, *, max_content_length: int = MAX_CONTENT_LENGTH):
+    def __init__(self, stream: BinaryIO, *, max_content_length: int = MAX_CONTENT_LENGTH,
+                 max_depth: int | None = None):
         self.stream = stream
         """The byte stream (a pipe, a socket file, a BytesIO)."""
         self.max_content_length = max_content_length
         """Bodies longer than this are refused with MessageTooLarge before any is read."""
+        self.max_depth = max_depth
+        """Bodies nesting deeper than this are refused with NestedTooDeep before they are
+        parsed (None: only what Python's parser cannot take is refused)."""
 
     def read_message(self) -> dict | None:
         """The next message as a dict (a ReceivedMessage when it keeps its body's text); None
         at a clean end of stream between two messages.
 
         Raises MalformedHeader (also for a stream cut inside a message), MessageTooLarge,
-        InvalidJson or InvalidMessage; after the last two the stream is still in sync.
+        InvalidJson (NestedTooDeep among them) or InvalidMessage; after the last two the stream
+        is still in sync.
         """
         length = self._read_header()
         if length is None:
             return None
         body = self._read_exactly(length)
         try:
+            if (self.max_depth is not None
+                    and body.count(b"[") + body.count(b"{") > self.max_depth):
+                _check_depth(body, self.max_depth)
             message = parse_message(body)
+        except RecursionError:
+            text = body.decode("utf-8")
+            raise NestedTooDeep("the message nests objects and arrays deeper than the JSON "
+                                "parser can take", top_level_fields(text)) from None
         except (UnicodeDecodeError, ValueError) as exc:
             raise InvalidJson(f"the message body is not UTF-8 JSON ({exc}): "
                               f"{body[:80]!r}") from None
@@ -183,6 +255,16 @@ class MessageReader:
                                       f"{length} bytes its Content-Length promised")
             data += more
         return data
+
+
+def _check_depth(body: bytes, max_depth: int) -> None:
+    """Raise NestedTooDeep (with the message's top-level fields) for a body nested deeper than
+    `max_depth`. Raises UnicodeDecodeError for a body that is not UTF-8."""
+    text = body.decode("utf-8")
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise NestedTooDeep(f"the message nests objects and arrays {depth} levels deep; at most "
+                            f"{max_depth} are accepted", top_level_fields(text))
 
 
 class MessageWriter:

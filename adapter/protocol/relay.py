@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 
 from .channel import Channel
 from .errors import BackendGone, ProtocolError
-from .framing import MessageReader, encode_message
+from .framing import MAX_JSON_DEPTH, MessageReader, encode_message
 from .messages import Request
 
 log = logging.getLogger("ptdebug.dap")
@@ -85,7 +85,7 @@ class _HandoverReader:
     def __init__(self, relay: FastRelay, stream: BinaryIO):
         self.relay = relay
         self.stream = stream
-        self._reader = MessageReader(stream)
+        self._reader = MessageReader(stream, max_depth=MAX_JSON_DEPTH)
         self._handed: MessageReader | None = None
         self._reading = False
 
@@ -107,7 +107,7 @@ class _HandoverReader:
             self.relay.core.start_client(self.stream.fileno(), core_end.fileno(), leftover)
         finally:
             core_end.close()  # the core holds its own descriptors
-        self._handed = MessageReader(python_end.makefile("rb"))
+        self._handed = MessageReader(python_end.makefile("rb"), max_depth=MAX_JSON_DEPTH)
         self._python_end = python_end
         log.debug("client stream handed to the fast relay (%d bytes buffered)", len(leftover))
 

@@ -3,12 +3,16 @@
 Layer: adapter.capture (command line). Parses and checks the arguments once,
 picks the backend (`auto`: Intel PT where `ptdebug doctor` says it works,
 else the ptrace stepper), calls it and prints where the bundle is and
-whether it is complete. Exit status: 0 complete, 1 partial or failed (the
-bundle kept says why), 2 bad arguments.
+whether it is complete, and how a program it launched ended. Exit status:
+0 complete, 1 partial or failed (the bundle kept says why) or a launched
+program that was killed by a signal, 2 bad arguments. SIGINT and SIGTERM
+end the recording (partial) and let the program run on; ptdebug then waits
+for a program it launched, and a second signal leaves without waiting.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from adapter.capture import stepper as stepper_mod
@@ -75,6 +79,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--count must be a positive number of instructions")
     if args.duration is not None and args.duration <= 0:
         parser.error("--duration must be a positive number of milliseconds")
+    if args.max_instructions <= 0:
+        parser.error("--max-instructions must be a positive number of instructions")
     if not (args.until_return or args.count or args.until or args.duration):
         args.count = 100_000  # a bounded default: the stepper is slow on purpose-free runs
     return args
@@ -91,6 +97,43 @@ def choose_backend(requested: str) -> tuple[str, str]:
     return choice["backend"], choice["why"]
 
 
+def describe_exit(code: int) -> str:
+    """An exit code as _Child.wait gives it (-N: killed by signal N), in words."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (signal {-code})"
+    return f"exited with status {code}"
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the recording as Ctrl-C does (record_stepper lets the target go)."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _wait_for_program(program, log) -> int | None:
+    """Wait for a launched program that was let go after a failed recording;
+    a second SIGINT/SIGTERM leaves it running."""
+    log(f"waiting for the program (pid {program.pid}) to end; signal again to leave it running")
+    try:
+        return program.wait()
+    except KeyboardInterrupt:
+        log(f"left the program (pid {program.pid}) running, untraced")
+        return None
+
+
+def _report_program(code: int | None, log) -> bool:
+    """Say how a launched program ended; True when it died of a signal."""
+    if code is None:
+        return False
+    log(f"the program {describe_exit(code)}")
+    return code < 0
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     backend, why = choose_backend(args.backend)
@@ -105,6 +148,7 @@ def main(argv: list[str]) -> int:
             return 1
         return 0 if result["status"] == "complete" else 1
     from adapter.capture import record
+    _stop_on_sigterm()
     end = stepper_mod.EndCondition(count=args.count, until_return=args.until_return,
                                    duration_ms=args.duration)
     if args.until:
@@ -118,18 +162,23 @@ def main(argv: list[str]) -> int:
             start=args.start, end=end, predict_returns=not args.exact_returns,
             copy_images=not args.no_copy_images, no_aslr=args.no_aslr,
             trigger_timeout=args.trigger_timeout, log=log, breakpoints=args.breakpoints,
-            wait_for_exit=True)
+            max_instructions=args.max_instructions, wait_for_exit=True)
     except record.RecordFailed as exc:
-        print(f"ptdebug record: {exc}", file=sys.stderr)
+        log(str(exc))
         if exc.bundle:
-            print(f"ptdebug record: partial bundle kept at {exc.bundle}", file=sys.stderr)
+            log(f"partial bundle kept at {exc.bundle}")
+        if exc.killed_program is not None:
+            log(f"ended the program (pid {exc.killed_program}): its recording never began")
+        elif exc.program is not None:
+            _report_program(_wait_for_program(exc.program, log), log)
         return 1
     m = result.manifest
     stats = m.get("stats", {})
     print(f"{m['status']}: {stats.get('instructions', 0)} instructions of thread "
           f"{m['threads'][0]['tid'] if m['threads'] else '?'} in {result.bundle} "
           f"({stats.get('end_reason', '')})")
+    killed = _report_program(result.target_exit, log)
     if m["status"] != "complete":
-        print(f"ptdebug record: partial: {m['partial_reason']}", file=sys.stderr)
+        log(f"partial: {m['partial_reason']}")
         return 1
-    return 0
+    return 1 if killed else 0

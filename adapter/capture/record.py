@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import traceback
 from array import array
 
 from adapter.capture import stepper as stepper_mod
@@ -22,6 +23,7 @@ from adapter.capture.bundle import BundleWriter
 from adapter.capture.target import Target, TargetError
 from adapter.hw import cpu as cpu_mod
 from adapter.hw import ptrace as pt
+from adapter.hw.exec_breakpoints import BreakpointError
 from pt_decoder.flow_encoder import FlowEncoder
 
 # The stepper's clock: CLOCK_MONOTONIC nanoseconds stand in for the TSC (1 GHz).
@@ -35,11 +37,17 @@ TIMING = {"tsc_hz": 1_000_000_000,
 
 
 class RecordFailed(Exception):
-    """Recording failed; `bundle` is the (partial) bundle kept, or None."""
+    """Recording failed; `bundle` is the (partial) bundle kept, or None.
+    `program`: a launched program let go and still to be waited for (its
+    `wait()` gives the exit code, or -signal), or None; `killed_program`: the
+    pid of a launched program ptdebug ended because its recording never began."""
 
-    def __init__(self, message: str, bundle: str | None = None):
+    def __init__(self, message: str, bundle: str | None = None, program=None,
+                 killed_program: int | None = None):
         super().__init__(message)
         self.bundle = bundle
+        self.program = program
+        self.killed_program = killed_program
 
 
 @dataclasses.dataclass
@@ -107,7 +115,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    copy_images: bool = True, ptw_probe=None, no_aslr: bool = False,
                    trigger_timeout: float | None = None, env: dict | None = None,
                    wait_for_exit: bool = True, breakpoints: str = "auto",
-                   output_fd: int | None = None,
+                   output_fd: int | None = None, max_instructions: int = 50_000_000,
                    log=lambda msg: None, on_attached=None,
                    before_release=None) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
@@ -118,7 +126,12 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     trigger is awaited: a debugger that had the thread paused can let it go then (DAP record
     breakpoints). `before_release(tid, ip)` is called when the window has closed with the
     recorded thread alive and stopped at `ip`, before it is let go (a debugger that must take
-    the program back can have it held there). Raises RecordFailed (with the partial bundle's path when one was written)."""
+    the program back can have it held there). `max_instructions` caps every end condition
+    (the bundle is partial when it is what ended the recording). Raises RecordFailed (with the
+    partial bundle's path when one was written). A launched program is killed only when its
+    recording could not begin for a reason other than an interruption (Ctrl-C, SIGTERM);
+    otherwise it is let go to run on, and waited for when `wait_for_exit` (on failure the
+    caller waits, through RecordFailed.program)."""
     end = end or stepper_mod.EndCondition(count=100_000)
     if end.until_return and not start:
         raise RecordFailed("--until-return needs --from (the function whose return ends it)")
@@ -128,10 +141,14 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                               pid=pid, copy_images=copy_images)
     except OSError as exc:
         raise RecordFailed(_disk_message(exc)) from None
+    if max_instructions <= 0:
+        raise RecordFailed(f"the instruction limit must be positive, not {max_instructions}")
     target = None
     rec = None
     partial = None
     failure = None
+    began = interrupted = False
+    killed = None
     try:
         if command:
             target = Target.launch(command, env=env, no_aslr=no_aslr, output_fd=output_fd)
@@ -172,13 +189,20 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
                                               return_address=return_address,
-                                              breakpoints=breakpoints)
+                                              breakpoints=breakpoints,
+                                              max_instructions=max_instructions)
         log(f"recording thread {rec_tid}")
+        began = True
         try:
             rec = recorder.run()
         finally:
             if not recorder.alive:
                 target.threads.pop(rec_tid, None)
+                if recorder.exit_status is not None and target.launched is not None \
+                        and rec_tid == target.launched.pid:
+                    target.launched.status = recorder.exit_status.raw  # reaped by the recorder
+            elif recorder.pending_signal:
+                target.keep_signal(rec_tid, recorder.pending_signal)
         partial = rec.partial_reason
         if recorder.alive:
             _add_images(writer, target.pid, known)  # code mapped during the recording
@@ -197,29 +221,39 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     except TargetError as exc:
         failure = str(exc)
         partial = failure
-    except pt.PtraceError as exc:
+    except (pt.PtraceError, BreakpointError) as exc:
         failure = f"tracing failed: {exc}"
         partial = failure
     except OSError as exc:
         failure = _disk_message(exc)
         partial = failure
-    except KeyboardInterrupt:
-        failure = "interrupted by the user"
+    except KeyboardInterrupt as exc:
+        failure = str(exc) or "interrupted by the user"
+        partial = failure
+        interrupted = True
+    # a bug in ptdebug: the target is let go all the same and the user is told
+    except Exception as exc:  # noqa: BLE001
+        log(f"internal error: {traceback.format_exc()}")
+        failure = f"the recorder failed: {type(exc).__name__}: {exc}"
         partial = failure
     finally:
-        if target is not None:
-            target.release()
-            if failure is not None and target.launched is not None and rec is None:
-                # a program we started for a recording that never began: end it
-                _kill_quietly(target.pid)
-                target.wait_launched()
+        with stepper_mod.signals_held():
+            if target is not None:
+                target.release()
+                if failure is not None and target.launched is not None and not began \
+                        and not interrupted and target.launched.status is None:
+                    # a program we started for a recording that never began: end it
+                    _kill_quietly(target.pid)
+                    target.wait_launched()
+                    killed = target.pid
     try:
         manifest = writer.finish(partial)
     except OSError as exc:
         raise RecordFailed(f"{_disk_message(exc)}; the bundle at {output} is marked partial",
                            output) from None
     if failure is not None:
-        raise RecordFailed(failure, output)
+        program = target.launched if target is not None and killed is None else None
+        raise RecordFailed(failure, output, program=program, killed_program=killed)
     status = None
     if target is not None and target.launched is not None and wait_for_exit:
         status = target.wait_launched()

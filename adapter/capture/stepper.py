@@ -27,6 +27,7 @@ recorded as an asynchronous transfer to the handler.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import signal
@@ -36,12 +37,12 @@ from array import array
 
 from adapter.capture import blocks
 from adapter.hw import ptrace as pt
+from adapter.hw.exec_breakpoints import ExecBreakpoints
 
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
 SYS_RT_SIGRETURN, SYS_EXECVE, SYS_EXIT, SYS_EXIT_GROUP, SYS_EXECVEAT = 15, 59, 60, 231, 322
 RF = 1 << 16   # RFLAGS.RF: suppresses an instruction breakpoint for one instruction
-DR7_EXEC_ALL = 0x55  # L0..L3 enabled, R/W and LEN fields 0 = instruction breakpoints
 MAX_WALK = 1 << 16   # a straight path longer than this ends in a stop anyway (jmp-only loops)
 
 
@@ -81,32 +82,30 @@ class Recording:
 
 
 class _DebugRegisters:
-    """The four instruction-breakpoint slots of one thread, written through
-    PTRACE_POKEUSER (DRn at offsetof(struct user, u_debugreg) + 8n). Slots are
-    reused least-recently-armed first; an address already armed costs nothing,
-    which keeps loops free of register writes."""
+    """The four instruction-breakpoint slots of one thread (hw.exec_breakpoints:
+    perf breakpoint events that give their slots back when cleared, or the
+    debug registers through ptrace where perf refuses). Slots are reused
+    least-recently-armed first; an address already armed costs nothing, which
+    keeps loops free of register writes."""
 
     def __init__(self, tid: int, reserved: int | None = None):
         self.tid = tid
+        self.regs = ExecBreakpoints(tid)
         self.slots: list[int] = [0, 0, 0, 0]
         self._order = [0, 1, 2, 3]
         self.armed: set[int] = set()
         self.writes = 0
-        self._enabled = False
         if reserved is not None:  # the --until address keeps slot 3 for itself
             self._write_slot(3, reserved)
             self._order.remove(3)
 
     def _write_slot(self, slot: int, addr: int) -> None:
         old = self.slots[slot]
-        pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * slot, addr)
+        self.regs.set(slot, addr)
         self.writes += 1
         self.armed.discard(old)
         self.slots[slot] = addr
         self.armed.add(addr)
-        if not self._enabled:
-            pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * 7, DR7_EXEC_ALL)
-            self._enabled = True
 
     def arm(self, addr: int) -> None:
         if addr in self.armed:
@@ -127,17 +126,10 @@ class _DebugRegisters:
         pass
 
     def clear(self) -> None:
-        """Disable all four (DR7 first, so no breakpoint is live while addresses change)."""
-        try:
-            pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
-            for slot in range(4):
-                pt.pokeuser(self.tid, pt.DEBUGREG_OFFSET + 8 * slot, 0)
-        except pt.PtraceError as exc:
-            if exc.errno != errno.ESRCH:
-                raise
+        """Disarm all four and give the slots back (a thread that is gone is no error)."""
+        self.regs.clear()
         self.slots = [0, 0, 0, 0]
         self.armed = set()
-        self._enabled = False
 
 
 class _Int3Breakpoints:
@@ -249,6 +241,30 @@ def _thread_state(tid: int) -> str:
         return ""
 
 
+def pending_signals(tid: int) -> int:
+    """SigPnd of /proc/TID/status: signals queued for this thread (0 if gone)."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("SigPnd:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT and SIGTERM wait while the block runs (a second Ctrl-C must not
+    cut short putting the target back); a handler runs after it."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def caught_signals(pid: int) -> int:
     """The SigCgt mask of /proc/PID/status: signals with a handler installed."""
     with open(f"/proc/{pid}/status") as f:
@@ -291,6 +307,15 @@ class ThreadRecorder:
         self.alive = True
         self.running = False
         """True between resuming the thread and seeing it stop again."""
+        self.rewound: int | None = None
+        """A planted INT3 the thread stopped on, whose address the recorder's
+        registers hold while the thread's own RIP is still one byte past it
+        (until the next setregs)."""
+        self.exit_status: pt.WaitStatus | None = None
+        """How the thread ended, when the recorder saw it end."""
+        self.pending_signal = 0
+        """A signal the thread was stopped for while being brought to a stop for
+        cleanup: to be delivered when it is let go."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -314,6 +339,10 @@ class ThreadRecorder:
                     rec.ptw.pop()  # nothing ran since (a signal came first): one value
                 rec.ptw.append((len(rec.ips), value))
                 self._last_ptw = value
+
+    def _setregs(self, regs) -> None:
+        pt.setregs(self.tid, regs)
+        self.rewound = None
 
     def _wait(self) -> pt.WaitStatus:
         status = pt.waitpid(self.tid)
@@ -356,15 +385,22 @@ class ThreadRecorder:
                     if not status.gone:
                         raise
                     self._gone(status)
+            if self.alive:
+                # the thread stands where the recording ended: give it the registers
+                # the recorder holds (a rewound INT3 hit, a branch performed last)
+                self._setregs(regs)
         finally:
             rec.ended_ns = time.monotonic_ns()
-            if self.alive and self.running:
-                # left early (an exception, Ctrl-C) while the thread ran: stop it so
-                # that its debug registers can be cleared and it can be detached
-                self._stop_for_cleanup()
-            if self.alive:
-                self.bp.clear()
-            self.mem.close()
+            with signals_held():
+                if self.alive and self.running:
+                    # left early (an exception, Ctrl-C) while the thread ran: stop it so
+                    # that its breakpoints can be cleared and it can be detached
+                    self._stop_for_cleanup()
+                if self.alive:
+                    self._settle()
+                if self.alive:
+                    self.bp.clear()
+                self.mem.close()
         rec.stops = watchdog.stops_seen
         return rec
 
@@ -377,7 +413,6 @@ class ThreadRecorder:
         rec = self.rec
         ips = rec.ips
         end = self.end
-        tid = self.tid
         Kind = blocks.Kind
         pos = regs.rip
         while True:
@@ -427,7 +462,7 @@ class ThreadRecorder:
                     if kind == Kind.RET:
                         if end.until_return and regs.rsp == self.entry_rsp + 8 \
                                 and new == self.return_address:
-                            pt.setregs(tid, regs)
+                            self._setregs(regs)
                             return self._finish("the trigger function returned", new)
                         top = shadow[-1] if shadow else None
                         if top is not None and (top.slot == old_rsp or
@@ -458,14 +493,14 @@ class ThreadRecorder:
                     continue  # the next stop is where we are: no need to run
             if step:
                 regs.eflags |= RF
-                pt.setregs(tid, regs)
+                self._setregs(regs)
                 ips.append(pos)
                 if self._step_over(regs) is not None:
                     return
                 pos = regs.rip
                 continue
             self.bp.arm(walk.stop)
-            pt.setregs(tid, regs)
+            self._setregs(regs)
             if self._run_to(walk, origin, saved_shadow, shadow, regs, deadline,
                             watchdog) is not None:
                 return
@@ -494,6 +529,13 @@ class ThreadRecorder:
             pt.getregs(tid, regs)
             sig = status.stop_signal
             hit = self.bp.hit(regs) if sig == SIGTRAP and not status.event else None
+            if hit is not None and self.mode == "int3":
+                self.rewound = hit
+            elif status.event == pt.EVENT_STOP and self._int3_trap_queued(regs):
+                # the INT3 ran but our interrupt was reported before its SIGTRAP:
+                # resuming reports the SIGTRAP at once (nothing runs in between)
+                self._cont()
+                continue
             if hit is not None and hit == walk.stop:
                 rec.ips.extend(walk.ips)
                 return None
@@ -610,21 +652,60 @@ class ThreadRecorder:
         return None
 
     def _stop_for_cleanup(self) -> None:
+        """Bring a thread left running (an exception, Ctrl-C) to a ptrace-stop.
+        A signal it stopped for is kept for its release (pending_signal), a
+        breakpoint hit of ours is dropped (an INT3 one noted for _settle)."""
+        tid = self.tid
         try:
-            if _thread_state(self.tid) == "t":   # already in a ptrace-stop
-                self.running = False
-                return
-            pt.interrupt(self.tid)
-            while True:
-                status = pt.waitpid(self.tid)
-                if status.gone:
-                    self.alive = False
-                    return
-                if status.stopped:
+            status = pt.waitpid(tid, pt.WALL | pt.WNOHANG)  # a stop not collected yet
+            if status is None and _thread_state(tid) == "t":
+                # stopped already (a resume request that failed): one more look for a
+                # report that raced this, else nothing to collect
+                status = pt.waitpid(tid, pt.WALL | pt.WNOHANG)
+                if status is None:
                     self.running = False
                     return
+            if status is None:
+                pt.interrupt(tid)
+                status = pt.waitpid(tid)
+            if status.gone:
+                self.alive = False
+                return
+            self.running = False
+            if status.event:
+                return
+            sig = status.stop_signal
+            regs = pt.getregs(tid)
+            if sig == SIGTRAP and self.mode == "int3" and regs.rip - 1 in self.bp.armed:
+                self.rewound = regs.rip - 1
+            elif not (sig == SIGTRAP and self.mode == "dr" and regs.rip in self.bp.armed):
+                self.pending_signal = sig
         except (pt.PtraceError, ChildProcessError):
             self.alive = False
+
+    def _int3_trap_queued(self, regs) -> bool:
+        """The thread ran a planted INT3 (RIP one past it) whose SIGTRAP is
+        still queued, not yet reported."""
+        return self.mode == "int3" and regs.rip - 1 in self.bp.armed and \
+            bool(pending_signals(self.tid) & (1 << (SIGTRAP - 1)))
+
+    def _settle(self) -> None:
+        """Before planted bytes are restored: a thread stopped by one of them
+        has its RIP one byte past it; put it back on the instruction, as if the
+        byte had never been there (a SIGTRAP still queued for it is dropped when
+        the thread is detached, target.Target._drain_breakpoint_traps)."""
+        if self.mode != "int3":
+            return
+        try:
+            regs = pt.getregs(self.tid)
+            if self.rewound == regs.rip - 1 or self._int3_trap_queued(regs):
+                regs.rip -= 1
+                self._setregs(regs)
+        except pt.PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+            self.alive = False
+        self.rewound = None
 
     def _wait_for_interrupt(self) -> pt.WaitStatus:
         while True:
@@ -634,6 +715,7 @@ class ThreadRecorder:
 
     def _gone(self, status: pt.WaitStatus) -> str:
         self.alive = False
+        self.exit_status = status
         what = (f"exited with status {status.exit_code}" if status.exited
                 else f"was killed by signal {status.term_signal}")
         self._finish(f"the target {what}", None,

@@ -4,9 +4,10 @@ trigger that starts the recording, and letting it go cleanly.
 Layer: adapter.capture (used by the stepper backend). It owns every ptrace
 attachment of a recording, so that whatever goes wrong, `release()` leaves
 every thread running, untraced and with its debug registers cleared. The
-trigger is a debug-register execute breakpoint armed in every thread (no
-code byte is patched, SDM Vol. 3B §17.2.4); the first thread that reaches it
-becomes the recorded thread. It knows nothing of PT or bundles.
+trigger is an execute breakpoint in a debug-register slot of every thread
+(hw.exec_breakpoints; no code byte is patched, SDM Vol. 3B §17.2.4); the
+first thread that reaches it becomes the recorded thread. It knows nothing
+of PT or bundles.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import signal
 import time
 
 from adapter.hw import ptrace as pt
+from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
 
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
 AT_ENTRY = 9  # auxv key of the program's entry point (getauxval(3))
-DR7_SLOT0_EXEC = 0x1  # L0 enabled, R/W0 = 00 (instruction), LEN0 = 00
 
 
 class TargetError(Exception):
@@ -52,7 +53,8 @@ class Target:
         self.pid = pid
         self.launched = launched
         self.threads: dict[int, str] = {}
-        self.debugregs_armed: set[int] = set()
+        self.triggers: dict[int, ExecBreakpoints] = {}
+        """The threads with the trigger breakpoint armed (slot 0)."""
         self.exit_status: pt.WaitStatus | None = None
         self._pending: dict[int, int] = {}  # tid -> signal to deliver when it resumes
         self._ever: set[int] = set()  # every thread id we traced (to reap their exits)
@@ -208,13 +210,12 @@ class Target:
     def _set_trigger(self, tid: int, addr: int | None) -> None:
         try:
             if addr is None:
-                pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
-                pt.pokeuser(tid, pt.DEBUGREG_OFFSET, 0)
-                self.debugregs_armed.discard(tid)
+                bps = self.triggers.pop(tid, None)
+                if bps is not None:
+                    bps.clear()
             else:
-                pt.pokeuser(tid, pt.DEBUGREG_OFFSET, addr)
-                pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, DR7_SLOT0_EXEC)
-                self.debugregs_armed.add(tid)
+                bps = self.triggers.setdefault(tid, ExecBreakpoints(tid))
+                bps.set(0, addr)
         except pt.PtraceError as exc:
             if exc.errno != errno.ESRCH:
                 raise
@@ -292,13 +293,13 @@ class Target:
     def _disarm_others(self) -> None:
         """Clear the trigger breakpoint in every thread still armed (stopping
         running ones for the moment it takes)."""
-        for tid in list(self.debugregs_armed):
+        for tid in list(self.triggers):
             if tid not in self.threads:
-                self.debugregs_armed.discard(tid)
+                self.triggers.pop(tid).clear()  # gone: only the fd is left to close
                 continue
             if self.threads[tid] == "running":
                 if self._interrupt_and_wait(tid) is None:
-                    self.debugregs_armed.discard(tid)
+                    self.triggers.pop(tid).clear()
                     continue
                 self._set_trigger(tid, None)
                 pt.cont(tid, self._pending.pop(tid, 0))
@@ -307,6 +308,10 @@ class Target:
                 self._set_trigger(tid, None)
 
     # -- letting go -------------------------------------------------------------------------
+
+    def keep_signal(self, tid: int, sig: int) -> None:
+        """A signal the stopped thread `tid` was stopped for: delivered when it is let go."""
+        self._pending[tid] = sig
 
     def keep_only(self, keep: int, follow_clones: bool = False) -> None:
         """Detach every thread but `keep`, which stays stopped and traced; its
@@ -324,16 +329,18 @@ class Target:
             if self._interrupt_and_wait(tid) is None:
                 return
         try:
-            pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * 7, 0)
-            for slot in range(4):
-                pt.pokeuser(tid, pt.DEBUGREG_OFFSET + 8 * slot, 0)
+            self._set_trigger(tid, None)
+            # DR7 = 0 disables anything armed through ptrace; the address
+            # registers are not written: each write would make the kernel hold
+            # that slot until the thread exits (hw/exec_breakpoints.py)
+            pt.pokeuser(tid, DR7_OFFSET, 0)
             self._drain_breakpoint_traps(tid)
             pt.detach(tid, self._pending.pop(tid, 0))
         except pt.PtraceError as exc:
             if exc.errno != errno.ESRCH:
                 raise
         self.threads.pop(tid, None)
-        self.debugregs_armed.discard(tid)
+        self.triggers.pop(tid, None)
 
     def _drain_breakpoint_traps(self, tid: int) -> None:
         """A breakpoint hit whose SIGTRAP is still queued (the thread was stopped
@@ -342,7 +349,9 @@ class Target:
         for _ in range(4):
             if not _pending_signals(tid) & (1 << (signal.SIGTRAP - 1)):
                 return
-            pt.cont(tid)
+            # a signal in hand goes with it (delivered first: its handler's frame
+            # keeps the interrupted RIP; the queued SIGTRAP then stops at once)
+            pt.cont(tid, self._pending.pop(tid, 0))
             st = pt.waitpid(tid)
             if st.gone:
                 return

@@ -53,6 +53,7 @@ FLAG_EXCLUDE_CALLCHAIN_KERNEL = 1 << 21
 FLAG_USE_CLOCKID = 1 << 25
 FLAG_INHERIT_THREAD = 1 << 35  # Linux 5.13+
 FLAG_REMOVE_ON_EXEC = 1 << 36  # Linux 5.13+
+FLAG_SIGTRAP = 1 << 37  # Linux 5.13+: a synchronous SIGTRAP (si_code TRAP_PERF) per overflow
 
 PERF_FLAG_FD_CLOEXEC = 1 << 3  # the flags argument of perf_event_open
 
@@ -61,6 +62,9 @@ IOC_ENABLE = 0x2400
 IOC_DISABLE = 0x2401
 IOC_SET_OUTPUT = 0x2405
 IOC_ID = 0x80082407  # _IOR('$', 7, __u64 *)
+IOC_MODIFY_ATTRIBUTES = 0x4008240B  # _IOW('$', 11, struct perf_event_attr *), Linux 4.17+
+
+TRAP_PERF = 6  # siginfo si_code of a FLAG_SIGTRAP signal (<asm-generic/siginfo.h>)
 
 # Record types in the ring (perf_event_open(2), "MMAP layout").
 RECORD_LOST = 2
@@ -159,6 +163,24 @@ def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = 
     return attr
 
 
+def exec_trap_attr(address: int) -> PerfEventAttr:
+    """An instruction breakpoint that sends its thread a SIGTRAP at every hit
+    (sample_period 1, `sigtrap`), before the instruction runs: RIP is on it
+    and the kernel has set RFLAGS.RF so that resuming runs it (x86
+    hw_breakpoint_handler). Nothing is sampled. The kernel requires
+    remove_on_exec with sigtrap; user-space hits only. Its debug-register slot
+    is the kernel's until the fd is closed, and no longer."""
+    attr = PerfEventAttr()
+    attr.type = PERF_TYPE_BREAKPOINT
+    attr.size = ctypes.sizeof(PerfEventAttr)
+    attr.bp_type = HW_BREAKPOINT_X
+    attr.bp_addr = address
+    attr.bp_len = ctypes.sizeof(ctypes.c_long)  # the kernel's only length for X
+    attr.sample_period = 1
+    attr.flags = FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV | FLAG_REMOVE_ON_EXEC | FLAG_SIGTRAP
+    return attr
+
+
 def perf_event_open(attr: PerfEventAttr, tid: int, cpu: int = -1, group_fd: int = -1,
                     flags: int = PERF_FLAG_FD_CLOEXEC) -> int:
     """perf_event_open(2) on one thread (`tid` > 0, cpu -1): the new fd.
@@ -199,6 +221,12 @@ def set_output(fd: int, target_fd: int) -> None:
     The kernel allows it only between events of the same task and CPU.
     """
     _ioctl(fd, IOC_SET_OUTPUT, ctypes.c_ulong(target_fd))
+
+
+def modify_attributes(fd: int, attr: PerfEventAttr) -> None:
+    """PERF_EVENT_IOC_MODIFY_ATTRIBUTES: move a breakpoint event (only
+    breakpoints support it) to attr.bp_addr/bp_type/bp_len; keeps its slot."""
+    _ioctl(fd, IOC_MODIFY_ATTRIBUTES, ctypes.byref(attr))
 
 
 def event_id(fd: int) -> int:

@@ -23,7 +23,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q "Cython>=3.0" "setuptools>=68" wheel
+.venv/bin/python -m pip install -q "Cython>=3.0" "setuptools>=77" wheel
 echo "bootstrap: installing ptdebug (editable) with test extras"
 .venv/bin/python -m pip install -q --no-build-isolation -e '.[test]'
 # Editable installs leave the compiled modules where setuptools chose; build

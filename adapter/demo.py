@@ -24,6 +24,7 @@ import threading
 import time
 
 from adapter.protocol.framing import MessageReader, MessageWriter
+from adapter.spawn import ptdebug_command
 
 ASSETS = pathlib.Path(__file__).resolve().parent / "demo_assets"
 STEP_TIMEOUT = 20.0
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(log_path, "wb") as log:
             try:
                 library = build_helper(directory)
-                argv_dap = [sys.executable, "-m", "adapter.cli", "dap", "--log-level", "INFO"]
+                argv_dap = ptdebug_command("dap", "--log-level", "INFO")
                 dap = DapPeer(argv_dap, sys.stderr if args.verbose else log)
                 watcher = threading.Thread(target=_track, args=(dap.proc.pid, seen), daemon=True)
                 watcher.start()

@@ -18,13 +18,13 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
 
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import BackendError, BackendGone
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
+from adapter.spawn import package_main_command
 
 from . import Backend, BackendHooks, dial, hang_up
 
@@ -70,7 +70,9 @@ class DebugpyBackend(Backend):
         command = os.environ.get("PTDEBUG_DEBUGPY_ADAPTER")
         # Another debugpy adapter command (a different interpreter's debugpy, or, in
         # benchmarks/bench_dap.py, a stand-in peer that answers at once).
-        argv = shlex.split(command) if command else [sys.executable, "-m", "debugpy.adapter"]
+        # Started isolated, by path (adapter/spawn.py says why): `python -m debugpy.adapter`
+        # would put the workspace (our cwd) first on its sys.path, and its `bisect.py` would run.
+        argv = shlex.split(command) if command else package_main_command("debugpy.adapter")
         log_dir = os.environ.get("PTDEBUG_DEBUGPY_LOG_DIR")
         if log_dir:
             argv += ["--log-dir", log_dir]

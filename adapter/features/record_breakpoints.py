@@ -56,6 +56,7 @@ from adapter.protocol.schema import (
     RecordWindowSettings,
     parse,
 )
+from adapter.spawn import module_command
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -552,8 +553,9 @@ class RecordBreakpoints:
                 "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
                 else None,
                 "parked": parked.to_json() if parked else None}
-        child = subprocess.Popen([sys.executable, "-m", "adapter.features.record_breakpoints",
-                                  json.dumps(spec)], stdout=subprocess.PIPE,
+        # not `python -m`: the workspace is our cwd, and its own `adapter/` would be imported
+        child = subprocess.Popen(module_command("adapter.features.record_breakpoints",
+                                                json.dumps(spec)), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         self._child = child
         # A recorder that neither finishes nor fails is ended (it then detaches, keeping what

@@ -217,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                 data = f.read()
             jobs = [(None, data, build_image(args.elf, args.raw), args.cpu, {})]
     except (OSError, ValueError, PtError) as e:
-        sys.stderr.write("ptdebug decode: %s\n" % e)
+        # bad input (exit 2), said in one line: "PATH: No such file or directory", not "[Errno 2]"
+        reason = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.strerror else e
+        sys.stderr.write("ptdebug decode: %s\n" % reason)
         return 2
     from pt_decoder.tools.progress import Progress
     from pt_decoder.tools.text_out import TextSink

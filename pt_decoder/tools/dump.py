@@ -9,7 +9,7 @@ and resync at the next PSB), and keeps ptdump's side tracking: last-IP
 formatted by ptdump_format.py. It knows nothing of events or instructions.
 
 Exit status: 0 after a dump (decoding errors are part of the output, as in
-ptdump), 1 when the trace cannot be read, 2 for a bad command line.
+ptdump), 2 for a bad command line or a trace that cannot be read.
 """
 from __future__ import annotations
 
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"{PROG}: cannot read trace {opts.trace}: {reason}", file=sys.stderr)
-        return 1
+        return 2  # bad input, as for every command (adapter/cli.py)
     write = out.write
     try:
         dump(data, opts, lambda line: write(line + "\n"))

@@ -84,16 +84,17 @@ def test_cli_dumps_a_real_trace(traces_dir):
     assert first.split() == ["0000000000000f38", "02820282028202820282028202820282", "psb"]
 
 
-def test_cli_missing_file_says_so_and_exits_1(tmp_path):
+def test_cli_missing_file_says_so_and_exits_2(tmp_path):
+    """A trace that cannot be read is bad input: exit 2, as for every command (adapter/cli.py)."""
     res = _ptdebug(str(tmp_path / "nope.pt"))
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert "nope.pt" in res.stderr and "No such file" in res.stderr and not res.stdout
 
 
 def test_cli_empty_file_is_an_error(tmp_path):
     (tmp_path / "empty.pt").write_bytes(b"")
     res = _ptdebug(str(tmp_path / "empty.pt"))
-    assert res.returncode == 1 and "empty" in res.stderr
+    assert res.returncode == 2 and "empty" in res.stderr
 
 
 @pytest.mark.parametrize("args,message", [

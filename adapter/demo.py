@@ -1,7 +1,8 @@
 """`ptdebug demo`: a guided debug session on the shipped inference service, no VS Code needed.
 
-Layer: a command (top). It compiles the service's native helper (adapter/demo_assets/kvcache.c,
-gcc -g, into a temporary directory), starts `ptdebug dap` as a child process and drives it as a
+Layer: a command (top). It copies the service (adapter/demo_assets/) into a temporary directory,
+where debugpy treats it as the user's code, compiles its native helper there (kvcache.c, gcc -g),
+starts `ptdebug dap` as a child process and drives it as a
 DAP client would (its own small client on adapter.protocol's framing), printing what a user
 would see: a data breakpoint on the KV cache catching the background thread's corrupting write,
 a record breakpoint (condition `tokens == 0`) capturing the request path through the native
@@ -156,13 +157,24 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def build_helper(directory: str) -> str:
+def copy_service(directory: str) -> pathlib.Path:
+    """The service's files copied into `directory`, which the demo then debugs as the user's own
+    code: in an installed ptdebug they live in site-packages, and debugpy's justMyCode skips
+    code there (no breakpoint would stop)."""
+    workspace = pathlib.Path(directory) / "service"
+    workspace.mkdir()
+    for name in ("service.py", "kvcache.c"):
+        shutil.copyfile(ASSETS / name, workspace / name)
+    return workspace
+
+
+def build_helper(directory: str, source: pathlib.Path) -> str:
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         raise DemoFailed("no C compiler (gcc) on PATH: the demo builds its native helper with it")
     output = os.path.join(directory, "libkvcache.so")
     done = subprocess.run([compiler, "-g", "-O0", "-shared", "-fPIC", "-o", output,
-                           str(ASSETS / "kvcache.c")], capture_output=True, text=True,
+                           str(source)], capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
         raise DemoFailed(f"compiling kvcache.c failed:\n{done.stderr}")
@@ -170,11 +182,11 @@ def build_helper(directory: str) -> str:
 
 
 class Demo:
-    def __init__(self, out, verbose: bool):
+    def __init__(self, out, verbose: bool, workspace: pathlib.Path):
         self.out = out
         self.verbose = verbose
-        self.service = ASSETS / "service.py"
-        self.kvcache = ASSETS / "kvcache.c"
+        self.service = workspace / "service.py"
+        self.kvcache = workspace / "kvcache.c"
 
     def say(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -201,9 +213,11 @@ class Demo:
         init = dap.call("initialize", {"clientID": "ptdebug-demo", "adapterID": "ptdebug",
                                        "linesStartAt1": True, "columnsStartAt1": True,
                                        "pathFormat": "path", "supportsMemoryEvent": True})
+        self.say(f"service: {service} (a copy: debugpy's justMyCode skips site-packages)")
         modes = [m["mode"] for m in init.get("breakpointModes") or []]
         self.say(f"adapter breakpoint modes: {', '.join(modes)}")
         launch = dap.send("launch", {"program": service, "args": [library],
+                                     "cwd": str(self.service.parent),
                                      "console": "internalConsole", "justMyCode": True,
                                      "recordWindow": {"function": "kv_update", "timeout": 15}})
         dap.event("initialized", "launch")
@@ -328,12 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         status = 0
         with open(log_path, "wb") as log:
             try:
-                library = build_helper(directory)
+                workspace = copy_service(directory)
+                library = build_helper(directory, workspace / "kvcache.c")
                 argv_dap = ptdebug_command("dap", "--log-level", "INFO")
                 dap = DapPeer(argv_dap, sys.stderr if args.verbose else log)
                 watcher = threading.Thread(target=_track, args=(dap.proc.pid, seen), daemon=True)
                 watcher.start()
-                Demo(out, args.verbose).run(dap, library)
+                Demo(out, args.verbose, workspace).run(dap, library)
             except DemoFailed as exc:
                 out.write(f"\nptdebug demo: FAILED: {exc}\n")
                 status = 1

@@ -4,6 +4,7 @@ A step that cannot happen ends it with status 1 and a message naming the step.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -14,13 +15,13 @@ from record_support import KVCACHE, SERVICE, line_of
 pytestmark = pytest.mark.timeout(120)
 
 
-def _service_processes() -> list[int]:
+def _service_processes(service: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if str(SERVICE).encode() in f.read():
+                    if service.encode() in f.read():
                         found.append(int(entry))
             except OSError:
                 continue
@@ -56,7 +57,12 @@ def test_demo_shows_the_session_and_leaves_nothing_behind():
         found = out.find(text, position)
         assert found >= 0, f"missing (in order) {text!r} in:\n{out}"
         position = found
-    assert _service_processes() == []
+    # the service ran from a temporary copy (debugpy skips site-packages code: justMyCode),
+    # which is gone with every process that ran it
+    service = re.search(r"^service: (\S+)", out, re.MULTILINE).group(1)
+    assert "ptdebug-demo-" in service and service != str(SERVICE), service
+    assert not os.path.exists(service)
+    assert _service_processes(service) == []
 
 
 def test_demo_failing_step_exits_nonzero_and_names_it(tmp_path):

@@ -127,6 +127,10 @@ class Session:
         self._lock = threading.Lock()
         from adapter.features.record_breakpoints import install_trace_features
         install_trace_features(self)
+        from adapter.features.run_control import RunControl
+        self.run_control = RunControl(self)
+        """The one owner of a Python session's run control (features/run_control.py): the
+        program's run state, the user's run-control requests and ptdebug's hidden stops."""
         from adapter.python.thread_guard import ThreadGuard
         ThreadGuard.install(self)  # before the backend: its checks come first
         if self.recording is not None:
@@ -304,9 +308,13 @@ class Session:
         return DEFERRED
 
     # --- BackendHooks ---------------------------------------------------------------------
-    def backend_event(self, event: Event) -> None:
+    def backend_event(self, event: Event, observed: bool = False) -> None:
+        """`observed`: an event a feature held back and delivers now, already seen by the
+        run control when it came."""
         raw = event.raw
         name = raw["event"]
+        if not observed:
+            self.run_control.observe_event(raw)  # before any filter may consume the event
         if name == "stopped":
             self.paused = True
         elif name == "continued":

@@ -279,6 +279,9 @@ class DataBreakpoints:
                     if self.paused and not self._resumed.wait(RESUME_GRACE):
                         self._report_while_paused(hits)
                         continue
+                    if self.session.run_control.after_hidden_stop(
+                            lambda hit=hits[0], count=len(hits): self._stop_for(hit, count)):
+                        continue  # ptdebug's own hidden stop: the stop comes after it
                     self._stop_for(hits[0], len(hits))
                 except AdapterError as exc:
                     log.warning("data breakpoint hit not turned into a stop: %s", exc.message)

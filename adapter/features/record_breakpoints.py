@@ -251,7 +251,8 @@ class RecordBreakpoints:
         self._directory: str | None = None
         self._busy = threading.Lock()
         self._recording_thread: int | None = None
-        self._held: list[dict] = []
+        self._held: list[tuple[dict, int]] = []
+        """Stops held back during a capture, each with run_control.resumes_seen() then."""
         self._child: subprocess.Popen | None = None
         """The recorder process of the capture in progress."""
         self._listeners: list = []
@@ -352,7 +353,8 @@ class RecordBreakpoints:
             return False
         body = raw.get("body") or {}
         if self._recording_thread is not None:
-            self._held.append(raw)  # delivered once the capture is kept
+            # delivered once the capture is kept, unless the program resumed meanwhile
+            self._held.append((raw, self.session.run_control.resumes_seen()))
             self.session.paused = False
             return True
         ids = body.get("hitBreakpointIds") or []
@@ -362,6 +364,7 @@ class RecordBreakpoints:
             return False  # a normal breakpoint on the same line: the user sees the stop
         breakpoint = self._record_breakpoint(ids)
         self.session.paused = False
+        self.session.run_control.hold("record breakpoint")  # the user's continue waits
         self._recording_thread = body.get("threadId")
         threading.Thread(target=self._capture, args=(body, breakpoint), daemon=True,
                          name="ptdebug-record").start()
@@ -395,6 +398,7 @@ class RecordBreakpoints:
             if not listed:
                 raise AdapterError("the program has no thread to record")
             thread_id = listed[0]["id"]
+        self.session.run_control.hold("captureNow")  # its release and the user's are one
         self._recording_thread = thread_id
         threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request),
                          daemon=True, name="ptdebug-record").start()
@@ -414,7 +418,8 @@ class RecordBreakpoints:
         def release() -> None:
             if not released.is_set() and not parked:
                 released.set()
-                backend.request("continue", {"threadId": thread_id}, timeout=10)
+                # never a continue the program cannot take (features/run_control.py)
+                self.session.run_control.release(thread_id)
 
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
@@ -489,8 +494,13 @@ class RecordBreakpoints:
                     f"back: {exc}\n"})
             self._recording_thread = None
             held, self._held = self._held, []
-            for raw in held:
-                self.session.backend_event(Event(raw))
+            for raw, mark in held:
+                if self.session.run_control.resumed_since(mark):
+                    log.info("record breakpoint: a stop held back during the capture is stale "
+                             "(the program resumed since); not shown")
+                    continue
+                self.session.backend_event(Event(raw), observed=True)
+            self.session.run_control.done()  # stops features queued meanwhile go out now
 
     def _native_position(self, window: RecordWindow) -> str | None:
         """`window.until` as the recorder takes it: FILE:LINE of native code (a second

@@ -266,7 +266,7 @@ class DelveBackend(Backend):
             log.info("building %s (mode %s) into %s", plan.package_dir, plan.mode, plan.binary)
             try:
                 go_launch.build(plan.mode, plan.package, plan.package_dir, plan.binary,
-                                config.buildFlags, env)
+                                config.buildFlags)
             except go_launch.BuildFailed as exc:
                 # the client sees the compiler's words, then the end of the session: nothing
                 # was started that could be debugged

@@ -56,18 +56,23 @@ def find_go() -> str:
     return go
 
 
-def build(mode: str, package: str, package_dir: str, output: str, build_flags: str | None,
-          env: dict) -> str:
+def build(mode: str, package: str, package_dir: str, output: str,
+          build_flags: str | None) -> str:
     """Build `package` (a directory's "." or a .go file) for debugging into `output`; `mode`
     is "debug" (go build) or "test" (go test -c). Returns `output`; raises BuildFailed with
-    the compiler's words."""
+    the compiler's words.
+
+    The build runs in ptdebug's own environment: a launch configuration's `env` is the
+    program's (as in vscode-go, where Delve builds with its own environment), and
+    `{"HOME": null}` there must not take the Go cache from the build. `buildFlags` is how a
+    configuration steers the build."""
     command = [find_go(), *(["build"] if mode == "debug" else ["test", "-c"]), DEBUG_GCFLAGS,
                "-o", output]
     if build_flags:
         command += shlex.split(build_flags)
     command.append(package)
     try:
-        done = subprocess.run(command, check=False, cwd=package_dir, env=env, capture_output=True,
+        done = subprocess.run(command, check=False, cwd=package_dir, capture_output=True,
                               text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise BuildFailed(-1, f"{shlex.join(command)} took longer than {BUILD_TIMEOUT:g} s")

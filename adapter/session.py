@@ -364,6 +364,16 @@ class Session:
             self.announce_capabilities(**feature.capabilities)
             self.update_fast_path()  # the feature may intercept or observe requests
 
+    def backend_recording(self, replayed) -> None:
+        """A replay instead of a program (backends.replay): the bundle's images stand in for
+        the process memory (readMemory, disassemble), and its threads' histories become the
+        captures the trace features show and step through, each thread in its history."""
+        self.memory = replayed.memory
+        self.disassembler = replayed.disassembler
+        if self.recording is not None:
+            self.recording.adopt_replay(replayed)
+        self.update_fast_path()
+
     def backend_gone(self, reason: str) -> None:
         log.warning("backend gone: %s", reason)
         self.backend_gone_at = time.monotonic()

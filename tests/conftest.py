@@ -22,3 +22,12 @@ def shared_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def traces_dir(shared_dir) -> pathlib.Path:
     return shared_dir / "traces"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def captures_stay_in_the_test_run(tmp_path_factory):
+    """Sessions that record keep their captures in the user's data directory when the launch
+    names no `cwd` (adapter/capture/captures_dir.py): in a test run that is a temporary one,
+    not the home directory of whoever runs the tests. Tests that check the default set their
+    own XDG_DATA_HOME."""
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))

@@ -1,5 +1,5 @@
-"""Backends: the debugger behind ptdebug (debugpy for Python, Delve for Go), and the one
-function that names them.
+"""Backends: the debugger behind ptdebug (debugpy for Python, Delve for Go, or the replay of a
+recorded trace bundle), and the one function that names them.
 
 Layer: backends, under `session`. A backend runs its debugger, forwards the requests that
 debugger handles, and reports its events, reverse requests and death to a `BackendHooks`
@@ -40,6 +40,10 @@ class BackendHooks(Protocol):
 
     def backend_gone(self, reason: str) -> None:
         """The debugger's connection closed: it exited, crashed or was killed."""
+
+    def backend_recording(self, replayed: object) -> None:
+        """The backend replays a recording (replay.ReplayedBundle) instead of running a
+        program: its histories are to be shown and stepped through, its images read."""
 
     def backend_channel(self, sock: socket.socket, handlers: object, name: str) -> Channel:
         """The Channel to use over a debugger's DAP socket (the session may relay its plain
@@ -165,6 +169,8 @@ def infer_backend(config: LaunchConfig | AttachConfig) -> str:
 
     Raises InvalidLaunchConfig when nothing tells Python from Go.
     """
+    if getattr(config, "replay", None) is not None:
+        return "replay"  # a recording, whatever language it was: no debugger runs
     if config.backend:
         return config.backend
     program = getattr(config, "program", None)
@@ -203,4 +209,7 @@ def create_backend(name: str, hooks: BackendHooks) -> Backend:
     if name == "go":
         from .delve import DelveBackend
         return DelveBackend(hooks)
+    if name == "replay":
+        from .replay import ReplayBackend
+        return ReplayBackend(hooks)
     raise UnsupportedBackend(f"unknown backend {name!r}; expected 'python' or 'go'")

@@ -289,3 +289,82 @@ class BundleWriter:
 
 def _short_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def copy_images_in(path: str | os.PathLike, used_ips=None,
+                   linked_from: dict[tuple, str] | None = None) -> dict:
+    """Make the bundle at `path` self-contained: copy every image it references by absolute
+    path into its `images/`, so it decodes after the recorded program's files are gone and
+    the bundle has moved (a Go session's binary lives in a temporary build directory).
+
+    `used_ips` (the sorted addresses the decoded trace executed) limits the copy to the images
+    holding such code; the others move from `images` to `unused_images` (the decode never
+    reads them, and a Python process maps tens of MB of libraries a window never enters).
+    `linked_from` maps (path, inode, size, mtime) of an original to a copy made earlier
+    (another capture of the session): the new copy is a hard link to it where the file system
+    allows, and is added to it. While copying, the manifest says "partial" (naming why), so an
+    adapter killed mid-copy leaves a bundle that says what it lacks; its entries switch to the
+    copies only once they are all written. Returns the new manifest. Raises BundleError (an
+    unreadable bundle) or OSError (a copy failed; the manifest is then as it was).
+    """
+    import bisect
+    root = pathlib.Path(path)
+    manifest = read_manifest(root)
+    status, reason = manifest.get("status"), manifest.get("partial_reason")
+
+    def runs_code(entry: dict) -> bool:
+        if used_ips is None:
+            return True
+        start = entry.get("load_address", 0)
+        i = bisect.bisect_left(used_ips, start)
+        return i < len(used_ips) and used_ips[i] < start + entry.get("size", 0)
+
+    kept, unused = [], list(manifest.get("unused_images") or [])
+    for entry in manifest.get("images", []):
+        (kept if runs_code(entry) else unused).append(entry)
+    referenced = [e for e in kept if pathlib.Path(e.get("file", "")).is_absolute()]
+    if not referenced and len(kept) == len(manifest.get("images", [])):
+        return manifest
+    _rewrite_manifest(root, {**manifest, "status": "partial", "partial_reason":
+                             "copying the recorded program's files into the bundle (not "
+                             "finished: the adapter ended first)"})
+    copies: dict[str, str] = {}
+    try:
+        for entry in referenced:
+            original = entry["file"]
+            if original in copies:
+                continue
+            st = os.stat(original)
+            key = (original, st.st_ino, st.st_size, st.st_mtime_ns)
+            name = f"images/{pathlib.Path(original).name}-{_short_hash(original)}"
+            target = root / name
+            target.parent.mkdir(exist_ok=True)
+            earlier = (linked_from or {}).get(key)
+            try:
+                if earlier is None:
+                    raise OSError("no earlier copy")
+                target.unlink(missing_ok=True)
+                os.link(earlier, target)
+            except OSError:
+                shutil.copyfile(original, target)
+            copies[original] = name
+            if linked_from is not None:
+                linked_from[key] = str(target)
+    except OSError:
+        _rewrite_manifest(root, manifest)  # as before: the originals are still referenced
+        raise
+    for entry in kept:
+        if entry.get("file") in copies:
+            entry["file"] = copies[entry["file"]]
+    manifest = {**manifest, "images": kept, "status": status, "partial_reason": reason}
+    if unused:
+        manifest["unused_images"] = unused
+    _rewrite_manifest(root, manifest)
+    return manifest
+
+
+def _rewrite_manifest(root: pathlib.Path, manifest: dict) -> None:
+    """Replace manifest.json at once (a temporary file and rename)."""
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, root / MANIFEST)

@@ -83,10 +83,17 @@ def capture_goroutines(capture) -> CaptureGoroutines | None:
     return kept[0]
 
 
+def adopt_index(capture, index, observations: int) -> None:
+    """Give `capture` a goroutine index built already (a replayed bundle's, made when it was
+    opened) instead of decoding its bundle again on first use."""
+    usable = observations and index.length == len(capture.history)
+    capture._goroutines = (CaptureGoroutines(index, observations) if usable else None,)
+
+
 def _build(capture) -> CaptureGoroutines | None:
     from adapter.golang.bundle_index import GoroutineHistoryError, index_bundle
     try:
-        (thread,) = index_bundle(capture.bundle, streams=[0])  # the stream of capture.history
+        (thread,) = index_bundle(capture.bundle, streams=[capture.stream])  # its history's
     except GoroutineHistoryError as exc:
         log.info("capture %s: no goroutine index: %s", capture.id, exc)
         return None

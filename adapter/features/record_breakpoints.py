@@ -33,11 +33,10 @@ import itertools
 import json
 import logging
 import os
-import shutil
+import pathlib
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -138,6 +137,16 @@ class RecordWindow(RecordWindowSettings):
 
 
 @dataclass
+class ReplayedWindow(RecordWindow):
+    """The "window" of a replayed bundle's capture: the whole recording, described as such."""
+
+    text: str = ""
+
+    def describe(self) -> str:
+        return self.text
+
+
+@dataclass
 class Capture:
     """One finished trace window: its decoded history and what it cost."""
     id: int
@@ -157,10 +166,15 @@ class Capture:
     """{path, line} of the record breakpoint that opened the window (None: captureNow)."""
 
     _lines: Any = None
+    stream: int = 0
+    """Which of the bundle's streams (trace.threads) is this capture's history."""
+    replay_from: int | None = None
+    """A replayed bundle's thread (backends.replay): the position it starts at, and there is
+    no live position after the history. None: a capture of the live program."""
 
     @property
     def history(self):
-        return self.trace.threads[0].history
+        return self.trace.threads[self.stream].history
 
     @property
     def lines(self):
@@ -249,6 +263,9 @@ class RecordBreakpoints:
         """ptdebug's own variablesReference -> callable returning DAP variables."""
         self._next_reference = LOCAL_REFERENCE_BASE
         self._directory: str | None = None
+        """The captures directory of the session, once the first capture made it."""
+        self._copied_images: dict[tuple, str] = {}
+        """(path, inode, size, mtime) of a program file -> its copy in an earlier capture."""
         self._busy = threading.Lock()
         self._recording_thread: int | None = None
         self._held: list[tuple[dict, int]] = []
@@ -298,8 +315,9 @@ class RecordBreakpoints:
 
     # --- setBreakpoints -------------------------------------------------------------------
     def _set_breakpoints(self, request: Request) -> object:
-        if self.session.backend is None or self.session.backend.name not in RECORDING_BACKENDS:
-            return None
+        backend = self.session.backend
+        if backend is None or backend.name not in RECORDING_BACKENDS + ("replay",):
+            return None  # (a replay records nothing, but its breakpoint lines stop replays)
         arguments = dict(request.raw.get("arguments") or {})
         asked = list(arguments.get("breakpoints") or [])
         path = (arguments.get("source") or {}).get("path") or ""
@@ -322,7 +340,8 @@ class RecordBreakpoints:
             entry = SourceBreakpoints(lines=[bp.get("line") for bp in asked])
             answered = (response.get("body") or {}).get("breakpoints") or []
             for bp, mode, result in zip(asked, modes, answered):
-                if mode == RECORD_MODE and result.get("id") is not None:
+                if (mode == RECORD_MODE and result.get("id") is not None
+                        and backend.name in RECORDING_BACKENDS):
                     entry.record_ids[result["id"]] = bp
                     window = RecordWindow.from_dicts(
                         self.session.launch_arguments.get("recordWindow"), bp.get("recordWindow"))
@@ -379,6 +398,35 @@ class RecordBreakpoints:
             f"{capture.duration_ns / 1e6:.3f} ms, {len(capture.history.gaps)} gaps\n"})
         for listener in self._listeners:
             listener(capture)
+
+    def adopt_replay(self, replayed) -> None:
+        """The threads of a replayed bundle (backends.replay.ReplayedBundle) become captures,
+        one a thread, those of one stream sharing its decode, line table and goroutine index;
+        each stream is announced once (`ptdebug/capture`). Reverse stepping puts every thread
+        in its history at once (Capture.replay_from)."""
+        from adapter.features.goroutine_view import adopt_index
+        manifest = replayed.trace.manifest
+        stats = manifest.get("stats") or {}
+        window = ReplayedWindow(text=replayed.describe())
+        first: dict[int, Capture] = {}
+        for thread in replayed.threads:
+            shared = first.get(thread.stream)
+            capture = Capture(thread.stream + 1, replayed.trace.threads[thread.stream].tid,
+                              thread.thread_id, window, replayed.path, replayed.trace,
+                              end_reason=str(stats.get("end_reason") or ""),
+                              partial=manifest.get("partial_reason"), stream=thread.stream,
+                              replay_from=thread.position,
+                              _lines=shared.lines if shared is not None else None)
+            indexed = replayed.goroutines.get(thread.stream)
+            if indexed is not None:
+                adopt_index(capture, indexed.index, len(indexed.samples))
+            if shared is None:
+                first[thread.stream] = capture
+                self._keep(capture)
+            else:
+                self.captures.append(capture)
+                for listener in self._listeners:
+                    listener(capture)
 
     def _capture_now(self, request: Request) -> object:
         """`ptdebug/captureNow {threadId?}`: record a paused thread now, with the launch
@@ -555,10 +603,8 @@ class RecordBreakpoints:
         holds it and parks it again where the window closed: that Parked goes into
         `parked_at_end`. `recorded()` runs once the child has ended, before the decoding."""
         from adapter.export.trace import DecodedBundle, TraceError
-        if self._directory is None:
-            self._directory = tempfile.mkdtemp(prefix="ptdebug-captures-")
         number = len(self.captures) + 1
-        output = f"{self._directory}/capture-{number}"
+        output = str(self._new_bundle_directory(number))
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
                 "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
                 else None,
@@ -602,6 +648,7 @@ class RecordBreakpoints:
         if not trace.threads or not len(trace.threads[0].history):
             raise AdapterError(f"the window recorded no instructions "
                                f"({result.get('partial_reason') or 'empty'})")
+        self._make_self_contained(output, trace)
         return Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                        result.get("end_reason", ""), result.get("partial_reason"))
 
@@ -616,12 +663,57 @@ class RecordBreakpoints:
             raise AdapterError(f"cannot read goroutine ids in this binary: {exc}") from None
         return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset}
 
+    # --- where captures are kept ----------------------------------------------------------
+    def _new_bundle_directory(self, number: int):
+        """A new directory for capture `number` in the session's captures directory
+        (adapter/capture/captures_dir.py: the launch's `captures`, else the workspace's
+        `.ptdebug/captures/`, else the user's data directory), created on first use. A
+        directory that cannot be made is told to the user, and the user's data directory
+        serves instead."""
+        from adapter.capture import captures_dir
+        arguments = self.session.launch_arguments
+        if self._directory is None:
+            wanted = captures_dir.captures_directory(arguments.get("captures"),
+                                                     arguments.get("cwd"))
+            try:
+                self._directory = str(captures_dir.prepare(wanted))
+            except OSError as exc:
+                fallback = captures_dir.user_captures_directory()
+                if fallback == wanted:
+                    raise AdapterError(f"cannot keep captures in {wanted}: {exc}") from None
+                self.session.client.send_event("output", {"category": "important", "output":
+                    f"ptdebug: cannot keep captures in {wanted} ({exc}); keeping them in "
+                    f"{fallback}\n"})
+                try:
+                    self._directory = str(captures_dir.prepare(fallback))
+                except OSError as again:
+                    raise AdapterError(f"cannot keep captures in {wanted} ({exc}) nor in "
+                                       f"{fallback} ({again})") from None
+            log.info("captures of this session go to %s", self._directory)
+        return captures_dir.new_capture_directory(pathlib.Path(self._directory),
+                                                  arguments.get("program"), number)
+
+    def _make_self_contained(self, output: str, trace) -> None:
+        """Copy into the bundle the recorded program's files its decode reads (the built Go
+        binary, the user's libraries), so the capture decodes after they are gone and after
+        the bundle has moved; a file another capture of the session copied is hard-linked.
+        A copy that fails leaves the bundle referencing the originals, and the user is told."""
+        from adapter.capture.bundle import BundleError, copy_images_in
+        ips = sorted(set().union(*(t.history.distinct_ips for t in trace.threads)))
+        try:
+            copy_images_in(output, ips, self._copied_images)
+        except (BundleError, OSError) as exc:
+            log.warning("capture %s: copying its images failed: %s", output, exc)
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: the capture {output} references the program's files instead of "
+                f"holding copies (copying failed: {exc}); it decodes only while they exist\n"})
+
     def close(self) -> None:
+        """The session ends: a recording still running is stopped (its bundle is kept, marked
+        partial by the recorder). Captures are never removed: they are the user's."""
         child = self._child
         if child is not None and child.poll() is None:  # the session ends mid-recording
             _stop_recorder(child)
-        if self._directory is not None:
-            shutil.rmtree(self._directory, ignore_errors=True)
 
 
 def _stop_recorder(child: subprocess.Popen) -> None:

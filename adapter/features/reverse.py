@@ -68,6 +68,9 @@ class Reverse:
 
     def _captured(self, capture) -> None:
         self.session.announce_capabilities(supportsStepBack=True)
+        if capture.replay_from is not None:
+            # a replayed bundle's thread (backends.replay): in its history from the start
+            self.replays[capture.thread_id] = Replay(capture, capture.replay_from)
 
     def intercepting(self, command: str) -> bool:
         """Whether its interceptors may take `command` now (Session.update_fast_path): only
@@ -210,7 +213,7 @@ class Reverse:
         target, why = move(replay.capture, history, replay.position,
                            (request.raw.get("arguments") or {}).get("granularity"))
         if target is None:
-            self._go_live(request, thread_id)
+            self._go_live(request, thread_id, "the end of the recorded history")
         else:
             self._stop_at(request, thread_id, replay.capture, target, "step", why)
         return DEFERRED
@@ -245,13 +248,23 @@ class Reverse:
             self._stop_at(request, thread_id, replay.capture, step.position, "breakpoint",
                           "replayed to a breakpoint hit in the recorded history")
             return DEFERRED
+        if replay.capture.replay_from is not None:  # a replay: nothing runs after the history
+            self._go_live(request, thread_id, "no breakpoint hit after this point: stopped at "
+                          "the end of the recorded history")
+            return DEFERRED
         # Past the end of the history: back to the live position, and run on from there.
         self.replays.pop(thread_id, None)
         self.session.client.send_event("output", {"category": "console", "output":
             f"ptdebug: replayed capture {replay.capture.id} to its end; running live\n"})
         return None
 
-    def _go_live(self, request: Request, thread_id: int) -> None:
+    def _go_live(self, request: Request, thread_id: int, why: str) -> None:
+        replay = self.replays.get(thread_id)
+        if replay is not None and replay.capture.replay_from is not None:
+            # a replayed bundle has no live position: the replay stays at its last instruction
+            self._stop_at(request, thread_id, replay.capture, len(replay.capture.history) - 1,
+                          "step", why)
+            return
         replay = self.replays.pop(thread_id, None)
         request.respond({})
         self.session.client.send_event("stopped", {
@@ -289,10 +302,11 @@ class Reverse:
         while position is not None and len(frames) < MAX_FRAMES:
             frames.append(self._frame(thread_id, capture, position))
             position = history.caller(position)
-        live = self.session.backend.request("stackTrace", {"threadId": thread_id,
-                                                           "levels": MAX_FRAMES}, timeout=10)
-        if live.success:
-            frames.extend((live.raw.get("body") or {}).get("stackFrames") or [])
+        if capture.replay_from is None:  # the live frames below the recorded ones
+            live = self.session.backend.request("stackTrace", {"threadId": thread_id,
+                                                               "levels": MAX_FRAMES}, timeout=10)
+            if live.success:
+                frames.extend((live.raw.get("body") or {}).get("stackFrames") or [])
         start = arguments.get("startFrame") or 0
         levels = arguments.get("levels") or 0
         shown = frames[start:start + levels] if levels else frames[start:]
@@ -334,7 +348,9 @@ class Reverse:
 
     def _filter_event(self, raw: dict) -> bool:
         if raw.get("event") in ("continued", "stopped", "terminated", "exited"):
-            self.replays.clear()
+            # (a replayed bundle's threads have no live position to go back to: they stay)
+            self.replays = {thread_id: replay for thread_id, replay in self.replays.items()
+                            if replay.capture.replay_from is not None}
             self.frames.clear()
         return False
 

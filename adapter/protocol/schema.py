@@ -86,10 +86,17 @@ class LaunchConfig:
     default) is "exec" for an ELF file and "debug" otherwise."""
     buildFlags: str | None = None
     """Go only (vscode-go's name): flags for `go build`, e.g. "-tags=integration"."""
+    replay: str | None = None
+    """A trace bundle to replay instead of running a program (`ptdebug record`, `ptdebug
+    import`, a kept capture): its recorded threads step through the history, backwards too."""
+    captures: str | None = None
+    """Where captures are kept (default: `.ptdebug/captures` in `cwd`, else the user's data
+    directory); they outlive the session and are removed only by the user."""
 
     def __post_init__(self) -> None:
-        if self.program is None and self.module is None:
-            raise InvalidLaunchConfig("launch needs 'program' (or 'module' for Python)")
+        if self.program is None and self.module is None and self.replay is None:
+            raise InvalidLaunchConfig("launch needs 'program' (or 'module' for Python, or "
+                                      "'replay' for a trace bundle)")
 
 
 @dataclass
@@ -120,6 +127,9 @@ class AttachConfig:
     """Python: whether a stop suspends every thread (debugpy's option of the same name)."""
     recordWindow: RecordWindowSettings | None = None
     """The trace window of record-mode breakpoints (ptdebug's own)."""
+    captures: str | None = None
+    """Where captures are kept (default: the user's data directory); they outlive the
+    session and are removed only by the user."""
 
     def __post_init__(self) -> None:
         if self.pid is None:

@@ -30,6 +30,10 @@ export interface LaunchConfig {
     mode?: "auto" | "debug" | "exec" | "test" | null;
     /** Go only (vscode-go's name): flags for `go build`, e.g. "-tags=integration". */
     buildFlags?: string | null;
+    /** A trace bundle to replay instead of running a program (`ptdebug record`, `ptdebug import`, a kept capture): its recorded threads step through the history, backwards too. */
+    replay?: string | null;
+    /** Where captures are kept (default: `.ptdebug/captures` in `cwd`, else the user's data directory); they outlive the session and are removed only by the user. */
+    captures?: string | null;
 }
 
 /** `attach` arguments: a process id, or a debugpy server to connect to. */
@@ -48,6 +52,8 @@ export interface AttachConfig {
     stopAllThreadsOnSuspend?: boolean;
     /** The trace window of record-mode breakpoints (ptdebug's own). */
     recordWindow?: RecordWindowSettings | null;
+    /** Where captures are kept (default: the user's data directory); they outlive the session and are removed only by the user. */
+    captures?: string | null;
 }
 
 /** `ptdebug/goroutineHistory` (Go sessions): which goroutine ran which recorded instructions, from a recording's PTWRITE goids and its flow (docs/go.md). */

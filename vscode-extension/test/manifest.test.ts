@@ -69,8 +69,12 @@ test('initial configurations and snippets use only attributes of the schema', ()
         checkAgainstSchema(config, `initial "${config.name}"`);
     }
     const snippets = debuggerContribution.configurationSnippets;
-    const backends = new Set(snippets.map((s: { body: { backend: string; request: string } }) => `${s.body.backend}/${s.body.request}`));
+    type Snippet = { body: { backend: string; request: string; replay?: string } };
+    const backends = new Set(snippets.filter((s: Snippet) => s.body.replay === undefined)
+        .map((s: Snippet) => `${s.body.backend}/${s.body.request}`));
     assert.deepEqual([...backends].sort(), ['go/attach', 'go/launch', 'python/attach', 'python/launch']);
+    assert.ok(snippets.some((s: Snippet) => s.body.request === 'launch' && s.body.replay),
+        'a snippet replays a trace bundle');
     for (const snippet of snippets) {
         checkAgainstSchema(snippet.body, `snippet "${snippet.label}"`);
     }

@@ -404,8 +404,12 @@ class PerfWatcher:
 
     # -- arming -------------------------------------------------------------------------------
 
-    def add(self, request: WatchRequest) -> Watch:
-        """Arm `request` on every thread; WatchError (nothing left armed) if it cannot be."""
+    def add(self, request: WatchRequest, *, signal_thread: int | None = None) -> Watch:
+        """Arm `request` on every thread; WatchError (nothing left armed) if it cannot be.
+
+        With `signal_thread` (a sig_data value; a handler must be installed in the target
+        first, SIGTRAP's default action ends the process) the hitting thread also gets a
+        synchronous SIGTRAP carrying it (perf_event_attr.sigtrap and sig_data)."""
         pieces = plan(request)
         require_process(self.pid)
         check_mapped(self.pid, request.address, request.length, request.access)
@@ -417,7 +421,8 @@ class PerfWatcher:
                 for tid in tids:
                     for address, length in pieces:
                         for cpu in self._cpus:
-                            fd = self._open(request, address, length, tid, cpu)
+                            fd = self._open(request, address, length, tid, cpu,
+                                            signal_thread)
                             if fd is not None:
                                 fds.append(fd)
                                 self._attach(fd, cpu, watch)
@@ -438,13 +443,17 @@ class PerfWatcher:
         self._fds[watch.id] = fds
         return watch
 
-    def _open(self, request, address, length, tid, cpu) -> int | None:
+    def _open(self, request, address, length, tid, cpu, signal_thread=None) -> int | None:
         # Linux wants an execute breakpoint's bp_len to be sizeof(long)
         # (hw_breakpoint.c, arch_build_bp_info); the register itself gets LEN=00B.
         bp_len = 8 if request.access == Access.EXECUTE else length
         wakeup_bytes = self.ring_pages * perf.PAGE_SIZE // 2 if self.wakeup == "batch" else 0
         attr = perf.breakpoint_attr(address, bp_len, PERF_TYPE[request.access], inherit=True,
                                     wakeup_bytes=wakeup_bytes)
+        if signal_thread is not None:
+            # The kernel takes `sigtrap` only with remove_on_exec (set with threads_only).
+            attr.flags |= perf.FLAG_SIGTRAP | perf.FLAG_REMOVE_ON_EXEC
+            attr.sig_data = signal_thread
         try:
             return perf.perf_event_open(attr, tid, cpu)
         except OSError as exc:
@@ -521,6 +530,14 @@ class PerfWatcher:
             hits[-1].new = new
             watch.previous = new
         return out
+
+    def read_now(self, watch: Watch) -> bytes | None:
+        """The watched bytes now, remembered as the `old` value of the next hit (read while
+        the hitting thread is held, they are its write's result)."""
+        data = read_watched(self._mem_fd, watch)
+        if data is not None:
+            watch.previous = data
+        return data
 
     def alive(self) -> bool:
         return os.path.isdir(f"/proc/{self.pid}/task")

@@ -37,6 +37,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -49,6 +50,13 @@ from adapter.features.buffer_probe import (
     watch_range,
 )
 from adapter.features.native_frames import NativeFrameMaker, NativeStack, call_chain
+from adapter.features.writer_trap import (
+    ERRORS_EXPRESSION,
+    UNINSTALL_EXPRESSION,
+    held_stop,
+    install_expression,
+    sig_data,
+)
 from adapter.memory import parse_address
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
 from adapter.protocol.messages import Request
@@ -61,6 +69,10 @@ ACCESS = {"write": Access.WRITE, "readWrite": Access.READ_WRITE}
 POLL_INTERVAL = 0.05
 STOP_TIMEOUT = 5.0
 RESUME_GRACE = 0.3
+TRAP_WAIT = 2.0
+"""How long after its perf sample a hitting thread has to reach the handler's stop."""
+ORPHAN_AFTER = 0.5
+"""A handler's stop with no perf sample after this long is shown without one (lost)."""
 _DATA_ID = re.compile(r"^(0x[0-9a-fA-F]+)/(\d+)$")
 
 
@@ -99,6 +111,11 @@ class DataBreakpoints:
         self.frames: dict[int, int] = {}
         """variablesReference -> frameId, learnt from scopes/variables responses."""
         self._next_id = 1
+        self.trap = False
+        """Whether the writer's SIGTRAP handler is installed in the debuggee (writer_trap)."""
+        self._held: dict[int, tuple[dict, float]] = {}
+        """OS thread id -> (the handler's `stopped` event, when it came), until its hit."""
+        self._held_ready = threading.Condition()
         self._lock = threading.Lock()
         self._stops: queue.Queue = queue.Queue()
         self._pending = None
@@ -188,45 +205,100 @@ class DataBreakpoints:
                 "accessTypes": ["write", "readWrite"], "canPersist": False}
 
     def set(self, request: Request, args: SetDataBreakpointsArguments) -> dict:
-        results, keep = [], set()
-        with self._lock:
-            for bp in args.breakpoints:
-                target = self.targets.get(bp.dataId) or _target_from_id(bp.dataId)
-                if target is None:
-                    results.append({"verified": False, "message": f"unknown dataId "
-                                    f"{bp.dataId!r}: ask dataBreakpointInfo first"})
-                    continue
-                if bp.accessType not in ACCESS:
-                    results.append({"verified": False, "message": "x86 debug registers cannot "
-                                    "break on reads alone: use 'readWrite'"})
-                    continue
-                if bp.condition or bp.hitCondition:
-                    results.append({"verified": False, "message": "conditions on data "
-                                    "breakpoints are not supported"})
-                    continue
+        """Replace the whole set: the registers of watches not asked for again are released
+        before any new one is placed, so a set that fits the four registers always fits."""
+        results: list[dict | None] = []
+        wanted: dict[tuple[int, int, Access], Target] = {}
+        for bp in args.breakpoints:
+            target = self.targets.get(bp.dataId) or _target_from_id(bp.dataId)
+            if target is None:
+                results.append({"verified": False, "message": f"unknown dataId "
+                                f"{bp.dataId!r}: ask dataBreakpointInfo first"})
+            elif bp.accessType not in ACCESS:
+                results.append({"verified": False, "message": "x86 debug registers cannot "
+                                "break on reads alone: use 'readWrite'"})
+            elif bp.condition or bp.hitCondition:
+                results.append({"verified": False, "message": "conditions on data "
+                                "breakpoints are not supported"})
+            else:
                 key = (target.address, target.length, ACCESS[bp.accessType])
-                armed = self.armed.get(key)
-                if armed is None:
-                    try:
-                        watch = self.watcher.add(WatchRequest(*key))
-                    except (WatchError, OSError) as exc:
-                        code = getattr(exc, "code", "os_error")
-                        results.append({"verified": False, "message": f"{exc} [{code}]"})
-                        continue
-                    armed = Armed(self._next_id, target, key[2], watch)
-                    self._next_id += 1
-                    self.armed[key] = armed
-                keep.add(key)
-                results.append({"id": armed.id, "verified": True,
-                                "message": f"watching {target.label} ({target.length} bytes at "
-                                           f"{target.address:#x}) for {bp.accessType}s"})
-            for key in [k for k in self.armed if k not in keep]:
+                wanted.setdefault(key, target)
+                results.append(None)
+        with self._lock:
+            for key in [k for k in self.armed if k not in wanted]:
                 self.watcher.remove(self.armed.pop(key).watch)
+            if any(k not in self.armed for k in wanted):
+                self._install_trap()
+            done: dict[tuple, dict] = {}
+            for index, bp in enumerate(args.breakpoints):
+                if results[index] is not None:
+                    continue
+                target = self.targets.get(bp.dataId) or _target_from_id(bp.dataId)
+                key = (target.address, target.length, ACCESS[bp.accessType])
+                results[index] = done.get(key) or self._arm(key, wanted[key], bp.accessType)
+                done[key] = results[index]
+            if not self.armed:
+                self._uninstall_trap()
         if self.armed and self._poller is None:
             self._poller = threading.Thread(target=self._poll_loop, name="ptdebug-watch",
                                             daemon=True)
             self._poller.start()
         return {"breakpoints": results}
+
+    def _arm(self, key: tuple[int, int, Access], target: Target, access: str) -> dict:
+        armed = self.armed.get(key)
+        if armed is None:
+            try:
+                watch = self.watcher.add(WatchRequest(*key), signal_thread=sig_data(
+                    self._next_id) if self.trap else None)
+            except (WatchError, OSError) as exc:
+                code = getattr(exc, "code", "os_error")
+                return {"verified": False, "message": f"{exc} [{code}]"}
+            armed = Armed(self._next_id, target, key[2], watch)
+            self._next_id += 1
+            self.armed[key] = armed
+        return {"id": armed.id, "verified": True,
+                "message": f"watching {target.label} ({target.length} bytes at "
+                           f"{target.address:#x}) for {access}s"}
+
+    def _install_trap(self) -> None:
+        """Install the writer's SIGTRAP handler in the debuggee (features.writer_trap) before
+        any watch that signals is armed: SIGTRAP's default action would end the program."""
+        if self.trap:
+            return
+        stop_all = self.session.launch_arguments.get("stopAllThreadsOnSuspend", True) is not False
+        try:
+            response = self.session.backend.request(
+                "evaluate", {"expression": install_expression(stop_all), "context": "repl"},
+                timeout=10)
+            installed = response.success and "installed" in str(
+                (response.raw.get("body") or {}).get("result"))
+            why = "" if installed else (response.error_text or "no answer").strip()
+        except AdapterError as exc:
+            installed, why = False, exc.message
+        self.trap = installed
+        if not installed:
+            self._tell(f"ptdebug: cannot install the handler that stops a writer at its write "
+                       f"({why.splitlines()[-1] if why else 'unknown'}): data breakpoints "
+                       "pause the program after the write instead, at the writer's next "
+                       "Python line\n")
+
+    def _uninstall_trap(self) -> None:
+        """Restore the debuggee's SIGTRAP action once no watch signals any more."""
+        if not self.trap:
+            return
+        self.trap = False
+        try:
+            response = self.session.backend.request(
+                "evaluate", {"expression": UNINSTALL_EXPRESSION, "context": "repl"}, timeout=5)
+            if not response.success:
+                self._tell(f"ptdebug: could not restore the program's SIGTRAP action: "
+                           f"{response.error_text.strip()}\n")
+        except AdapterError as exc:  # the program or debugpy is gone: nothing to restore
+            log.info("data breakpoints: SIGTRAP action not restored: %s", exc.message)
+
+    def _tell(self, text: str) -> None:
+        self.session.client.send_event("output", {"category": "important", "output": text})
 
     # --- learning frames of variablesReferences -------------------------------------------
     def _observe_scopes(self, request: dict, response: dict) -> None:
@@ -255,38 +327,155 @@ class DataBreakpoints:
 
     # --- hits -----------------------------------------------------------------------------
     def _poll_loop(self) -> None:
+        """Read hits until closed. Nothing ends this thread but close(): a failure is told to
+        the user (an `output` event) and watching goes on."""
         while not self._closed.is_set():
-            with self._lock:
-                if not self.armed:
-                    events = []
-                else:
-                    try:
-                        events = self.watcher.poll(POLL_INTERVAL)
-                    except (OSError, WatchError) as exc:
-                        log.warning("data breakpoints: polling failed: %s", exc)
-                        events = []
-            if not self.armed:
+            try:
+                self._poll_once()
+            except Exception as exc:  # the engine must outlive any failure
+                log.exception("data breakpoints: reading hits failed")
+                self._tell(f"ptdebug: data breakpoints: reading hits failed ({exc!r}); "
+                           "watching goes on\n")
                 self._closed.wait(POLL_INTERVAL)
-            hits = [e for e in events if not isinstance(e, LostHits)]
-            lost = sum(e.count for e in events if isinstance(e, LostHits))
-            if lost:
-                self.session.client.send_event("output", {"category": "important", "output":
-                                               f"ptdebug: {lost} watchpoint hits were lost\n"})
-            if hits and not self._closed.is_set():
+
+    def _poll_once(self) -> None:
+        with self._lock:
+            if not self.armed:
+                events = []
+            else:
                 try:
-                    # debugpy's `continued` may arrive after the first write of a resumed
-                    # thread: give it a moment before calling a write "while paused".
-                    if self.paused and not self._resumed.wait(RESUME_GRACE):
-                        self._report_while_paused(hits)
-                        continue
-                    if self.session.run_control.after_hidden_stop(
-                            lambda hit=hits[0], count=len(hits): self._stop_for(hit, count)):
-                        continue  # ptdebug's own hidden stop: the stop comes after it
-                    self._stop_for(hits[0], len(hits))
-                except AdapterError as exc:
-                    log.warning("data breakpoint hit not turned into a stop: %s", exc.message)
-                except Exception:
-                    log.exception("data breakpoint hit failed")
+                    events = self.watcher.poll(POLL_INTERVAL)
+                except (OSError, WatchError) as exc:
+                    self._tell(f"ptdebug: data breakpoints: polling failed: {exc}\n")
+                    events = []
+        if not self.armed:
+            self._closed.wait(POLL_INTERVAL)
+        hits = [e for e in events if not isinstance(e, LostHits)]
+        lost = sum(e.count for e in events if isinstance(e, LostHits))
+        if lost:
+            self._tell(f"ptdebug: {lost} watchpoint hits were lost\n")
+        self._release_orphans({hit.tid for hit in hits})
+        if not hits or self._closed.is_set():
+            return
+        if not self.trap:
+            self._guarded(hits[0], self._pause_for, hits[0], len(hits))
+            return
+        for hit in hits:
+            self._guarded(hit, self._hold_for, hit)
+
+    def _guarded(self, hit, handle, *args) -> None:
+        """Run one hit's handling; any failure becomes an `output` event naming the thread,
+        the address and the reason, and the next hit is handled as usual."""
+        try:
+            handle(*args)
+        except Exception as exc:  # one bad hit must not end the engine
+            log.exception("data breakpoint hit failed")
+            reason = exc.message if isinstance(exc, AdapterError) else f"{exc!r}"
+            self._report_unstopped(hit, reason)
+
+    def _hold_for(self, hit) -> None:
+        """A hit of a signalling watch: its thread is held in the debuggee's handler (or is
+        on its way there); match the handler's stop and report it as the data breakpoint's."""
+        armed = self._armed_of(hit)
+        if armed is None:
+            return
+        held = self._take_held(hit.tid, RESUME_GRACE if self.paused else TRAP_WAIT)
+        if held is not None:
+            self._stop_held(hit, armed, held)
+        elif self.paused:
+            self._report_while_paused([hit])
+        else:
+            raise AdapterError(f"the thread did not stop in ptdebug's SIGTRAP handler within "
+                               f"{TRAP_WAIT:g} s{self._trap_errors()}")
+
+    def _take_held(self, tid: int, timeout: float) -> dict | None:
+        with self._held_ready:
+            self._held_ready.wait_for(lambda: tid in self._held, timeout)
+            entry = self._held.pop(tid, None)
+        return entry[0] if entry else None
+
+    def _release_orphans(self, sampled: set[int]) -> None:
+        """Stops of the handler whose perf sample never came (lost): reported all the same,
+        with what is known, so that no thread stays stopped unseen."""
+        now = time.monotonic()
+        with self._held_ready:
+            orphans = [(tid, raw) for tid, (raw, when) in self._held.items()
+                       if tid not in sampled and now - when > ORPHAN_AFTER]
+            for tid, _ in orphans:
+                del self._held[tid]
+        for tid, raw in orphans:
+            watch_id, _ = held_stop(raw.get("body") or {})
+            armed = next((a for a in self.armed.values() if a.id == watch_id), None)
+            label = armed.target.label if armed else f"data breakpoint {watch_id}"
+            body = dict(raw.get("body") or {})
+            text = (f"{label} was written by thread tid {tid}, held at the write (the hit's "
+                    "perf sample was lost: values unknown)")
+            body.update({"reason": "data breakpoint", "description": text, "text": text,
+                         "hitBreakpointIds": [watch_id], "preserveFocusHint": False})
+            self.paused = True
+            self._resumed.clear()
+            self.session.client.send_event("stopped", body)
+
+    def _stop_held(self, hit, armed: Armed, raw: dict) -> None:
+        body = dict(raw.get("body") or {})
+        thread_id = body.get("threadId")
+        new = self.watcher.read_now(armed.watch)  # the writer is held: this is its write
+        old = decode_value(hit.old, armed.target.format)
+        new_text = decode_value(new if new is not None else hit.new, armed.target.format)
+        image = self._image()
+        text = (f"{armed.target.label} changed from {old} to {new_text}: written by thread "
+                f"{self._thread_name(thread_id)!r} (tid {hit.tid}) in "
+                f"{self._symbol(hit.ip, image)}; the thread is held at the write")
+        stop_all = self.session.launch_arguments.get("stopAllThreadsOnSuspend", True)
+        body.update({"reason": "data breakpoint", "description": text, "text": text,
+                     "hitBreakpointIds": [armed.id], "preserveFocusHint": False,
+                     "allThreadsStopped": stop_all is not False})
+        self._show_stop(hit, thread_id, image, body)
+
+    def _show_stop(self, hit, thread_id, image, body: dict) -> None:
+        self.paused = True
+        self._resumed.clear()
+        if thread_id is not None and not isinstance(image, str):
+            frames = self._frame_maker.frames(image, call_chain(hit.ip, hit.callchain),
+                                              "at the write")
+            self.native = NativeStack(thread_id, frames, dict(hit.regs), "at the write")
+            # Only while there are native frames: an observed response is re-encoded, an
+            # unobserved one is relayed as debugpy sent it (the fast path of every stackTrace).
+            self.session.response_observers["stackTrace"] = self._observe_stack
+        self.session.client.send_event("stopped", body)
+
+    def _armed_of(self, hit) -> Armed | None:
+        return next((a for a in self.armed.values() if a.watch is hit.watch), None)
+
+    def _report_unstopped(self, hit, reason: str) -> None:
+        armed = self._armed_of(hit)
+        label = armed.target.label if armed else "a watched address"
+        try:
+            with open(f"/proc/{hit.pid}/task/{hit.tid}/comm") as f:
+                name = f" ({f.read().strip()!r})"
+        except OSError:
+            name = " (exited)"
+        self._tell(f"ptdebug: a data breakpoint hit was not turned into a stop: {label} at "
+                   f"{hit.address:#x} written by thread tid {hit.tid}{name} at ip {hit.ip:#x}: "
+                   f"{reason}\n")
+
+    def _trap_errors(self) -> str:
+        try:
+            response = self.session.backend.request(
+                "evaluate", {"expression": ERRORS_EXPRESSION, "context": "repl"}, timeout=5)
+        except AdapterError:
+            return ""
+        found = (response.raw.get("body") or {}).get("result") if response.success else None
+        return f" (handler errors: {found})" if found and found != "[]" else ""
+
+    def _pause_for(self, hit, count: int) -> None:
+        """Without the handler: ask debugpy to pause; the writer stops at its next line."""
+        # debugpy's `continued` may arrive after the first write of a resumed thread: give
+        # it a moment before calling a write "while paused".
+        if self.paused and not self._resumed.wait(RESUME_GRACE):
+            self._report_while_paused([hit])
+            return
+        self._stop_for(hit, count)
 
     def _stop_for(self, hit, count: int) -> None:
         armed = next((a for a in self.armed.values() if a.watch is hit.watch), None)
@@ -325,16 +514,7 @@ class DataBreakpoints:
                      "hitBreakpointIds": [armed.id], "preserveFocusHint": False})
         if thread_id is not None:
             body["threadId"] = thread_id
-        self.paused = True
-        self._resumed.clear()
-        if thread_id is not None and not isinstance(image, str):
-            frames = self._frame_maker.frames(image, call_chain(hit.ip, hit.callchain),
-                                              "at the write")
-            self.native = NativeStack(thread_id, frames, dict(hit.regs), "at the write")
-            # Only while there are native frames: an observed response is re-encoded, an
-            # unobserved one is relayed as debugpy sent it (the fast path of every stackTrace).
-            self.session.response_observers["stackTrace"] = self._observe_stack
-        self.session.client.send_event("stopped", body)
+        self._show_stop(hit, thread_id, image, body)
 
     def _report_while_paused(self, hits: list) -> None:
         for hit in hits:
@@ -357,6 +537,12 @@ class DataBreakpoints:
             self._resumed.set()
             self.frames.clear()
         elif name == "stopped":
+            mark = held_stop(raw.get("body") or {})
+            if mark is not None:
+                with self._held_ready:
+                    self._held[mark[1]] = (raw, time.monotonic())
+                    self._held_ready.notify_all()
+                return True
             if self._pending is not None and (raw.get("body") or {}).get("reason") == "pause":
                 self._stops.put(raw)
                 return True
@@ -483,6 +669,8 @@ class DataBreakpoints:
         with self._lock:
             self.watcher.close()
             self.armed.clear()
+            if self.trap and self.session.backend is not None:
+                self._uninstall_trap()
 
 
 def _target_from_id(data_id: str) -> Target | None:

@@ -40,9 +40,8 @@ def _stop_on_write(run, **config) -> tuple[dict, dict]:
     assert threads[stopped["threadId"]] == "kv-writer"
     writer = python_frame(client, stopped["threadId"])
     assert writer["name"] == "writer"
-    # x86 data breakpoints trap after the write: pydevd stops at the writer's next line
-    write = marker_line(PROGRAM, "write")
-    assert write <= writer["line"] <= marker_line(PROGRAM, "writer_wait"), (write, writer)
+    # held at the write by its SIGTRAP: the frame is at the line that wrote
+    assert writer["line"] == marker_line(PROGRAM, "write"), writer
     return stopped, writer
 
 

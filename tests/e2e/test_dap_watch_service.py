@@ -1,0 +1,105 @@
+"""Data breakpoints on a threaded service (tests/fixtures/programs/dap_watch_service.py) through
+`ptdebug dap` in front of real debugpy: an int64 KV cache and a float32 table written by a queue
+worker that blocks in C after its write, a thread that blocks in Event.wait, a per-request thread
+that exits, a looping writer; each with both values of `stopAllThreadsOnSuspend`. The stop is
+on the writer's own thread, with the native frames of the write first and the Python frame at
+the line that wrote under them."""
+from __future__ import annotations
+
+import pytest
+from conftest import PROGRAMS, evaluate, launch, top_frame
+from dapclient import marker_line
+
+pytestmark = pytest.mark.timeout(120)
+
+SERVICE = PROGRAMS / "dap_watch_service.py"
+
+WRITERS = {  # kind: (expression watched, thread name, marker of the write, old -> new)
+    "queue": ("kv[2, 0]", "queue-worker", "queue_write", "from 0 to 1234567890123"),
+    "event": ("table[2]", "event-writer", "event_write", "from 0.0 to 2.5"),
+    "exit": ("kv[1, 1]", "request-1", "exit_write", "from 0 to -77"),
+    "loop": ("kv[3, 7]", "loop-writer", "loop_write", "from 0 to 1"),
+}
+
+
+def armed_service(run, kind: str, **config) -> tuple[int, int]:
+    """Launch the service with writer `kind`; returns (main thread, frame at # @armed)."""
+    client = run.client
+    launch(client, SERVICE, breakpoints=["armed"], args=[kind], **config)
+    client.expect_event("capabilities",
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    main_thread = client.expect_stopped("breakpoint")["threadId"]
+    return main_thread, top_frame(client, main_thread)["id"]
+
+
+def watch(client, frame: int, expression: str) -> dict:
+    info = client.call("dataBreakpointInfo", {"name": expression, "frameId": frame})
+    assert info["dataId"], info
+    body = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
+    assert body["breakpoints"][0]["verified"] is True, body
+    return body["breakpoints"][0]
+
+
+def finish(run, thread_id: int, frame_id: int) -> None:
+    """Clear the watches, let the service end (`stop = True`), check it exits 0."""
+    client = run.client
+    client.call("setDataBreakpoints", {"breakpoints": []})
+    client.call("evaluate", {"expression": "globals().update(stop=True)", "frameId": frame_id,
+                             "context": "repl"})
+    client.call("continue", {"threadId": thread_id})
+    assert client.expect_event("exited", timeout=30)["body"]["exitCode"] == 0
+    client.call("disconnect", {})
+    assert run.wait_exit() == 0
+
+
+def test_int64_kv_cache_hit_stops_with_its_values(start_adapter):
+    """Seen before: an int64 array's hit killed the hit thread (`'l'` unpacked in standard
+    sizes), no `stopped` came and the session hung."""
+    run = start_adapter()
+    client = run.client
+    main_thread, frame = armed_service(run, "queue")
+    armed = watch(client, frame, "kv[2, 0]")
+    client.call("continue", {"threadId": main_thread})
+    stopped = client.expect_stopped("data breakpoint", timeout=30)
+    assert stopped["hitBreakpointIds"] == [armed["id"]]
+    assert "from 0 to 1234567890123" in stopped["description"], stopped
+    frames = client.call("stackTrace", {"threadId": stopped["threadId"],
+                                        "levels": 40})["stackFrames"]
+    python = next(f for f in frames if "instructionPointerReference" not in f)
+    finish(run, stopped["threadId"], python["id"])
+
+
+@pytest.mark.parametrize("stop_all", [True, False], ids=["stop_all", "writer_only"])
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+def test_the_writer_stops_at_its_write(start_adapter, kind, stop_all):
+    """Seen before: a writer that went back into C (queue.get, Event.wait) or exited was
+    reported on MainThread or not at all, and a looping writer was shown at its loop head."""
+    expression, name, marker, change = WRITERS[kind]
+    run = start_adapter()
+    client = run.client
+    main_thread, frame = armed_service(run, kind, stopAllThreadsOnSuspend=stop_all)
+    armed = watch(client, frame, expression)
+    client.call("continue", {"threadId": main_thread})
+    stopped = client.expect_stopped("data breakpoint", timeout=30)
+    assert stopped["hitBreakpointIds"] == [armed["id"]]
+    assert change in stopped["description"], stopped
+    assert stopped.get("allThreadsStopped", False) is stop_all, stopped
+    threads = {t["id"]: t["name"] for t in client.call("threads")["threads"]}
+    assert threads[stopped["threadId"]] == name, (threads, stopped)
+    frames = client.call("stackTrace", {"threadId": stopped["threadId"],
+                                        "levels": 40})["stackFrames"]
+    native = [f for f in frames if "instructionPointerReference" in f]
+    python = [f for f in frames if "instructionPointerReference" not in f]
+    assert native and frames[0] is native[0], frames
+    assert "at the write" in native[0]["name"]
+    assert python[0]["line"] == marker_line(SERVICE, marker), python[0]
+    assert python[0]["source"]["path"].endswith("dap_watch_service.py")
+    # The main thread runs on only when the writer alone was stopped.
+    main_frames = client.call("stackTrace", {"threadId": main_thread, "levels": 1})
+    if not stop_all:
+        assert not any("paused" in str(e["body"]) for e in client.events("stopped")
+                       if e["body"].get("threadId") == main_thread
+                       and e["body"]["reason"] != "breakpoint")
+    assert evaluate(client, python[0]["id"], expression.split("[")[0] + ".dtype.name")
+    assert main_frames is not None
+    finish(run, stopped["threadId"], python[0]["id"])

@@ -13,14 +13,18 @@ the requests below are ever sent to it; the session answers the rest itself.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import shlex
 import socket
 import subprocess
+import threading
+import time
 
 from adapter.protocol.channel import Channel
-from adapter.protocol.errors import BackendError, BackendGone
+from adapter.protocol.errors import BackendError, BackendGone, BackendTimeout
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
@@ -45,6 +49,14 @@ FORWARDED = frozenset({
 unknown commands with an error instead of stalling."""
 
 STARTUP_TIMEOUT = 20.0
+FORWARD_TIMEOUT = float(os.environ.get("PTDEBUG_FORWARD_TIMEOUT") or 30.0)
+"""Seconds debugpy gets to answer a forwarded request before the client gets BackendTimeout
+(1402): a stuck debugpy must never leave the client waiting silently (the environment
+variable changes it, for tests)."""
+FORWARD_TIMEOUTS = {"launch": None, "attach": None, "disconnect": None, "evaluate": 120.0,
+                    "setExpression": 120.0, "setVariable": 120.0, "completions": 60.0}
+"""Other limits by command: `launch`/`attach` are answered after configurationDone, whenever
+the user sends it; `disconnect` has the session's own limit; an evaluation runs user code."""
 CONNECT_TIMEOUT = 10.0
 BACKEND_MAX_MESSAGE = 512 * 1024 * 1024
 """debugpy is ptdebug's own child, not an untrusted peer: a huge `variables` or `evaluate`
@@ -61,6 +73,8 @@ class DebugpyBackend(Backend):
         """DAP to that process."""
         self.socket: socket.socket | None = None
         """The connection to a debugpy server (attach with `connect`), else None."""
+        self.deadlines = _Deadlines()
+        """Forwarded requests still waiting for debugpy's answer, each with its limit."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -162,13 +176,41 @@ class DebugpyBackend(Backend):
         if self.channel is None:
             raise BackendGone("debugpy is not running")
         if observe is None:
-            relay = lambda response: request.relay(response.raw)  # untouched: body as received
+            answer = lambda response: request.relay(response.raw)  # untouched: body as received
         else:
-            def relay(response: Response) -> None:
+            def answer(response: Response) -> None:
                 try:
                     observe(response.raw)
                 finally:
                     request.respond_like(response.raw)
+        limit = FORWARD_TIMEOUTS.get(command, FORWARD_TIMEOUT)
+        if limit is None:
+            self.channel.send_request(command, arguments, answer)
+            return
+        # one answer, whichever comes first: debugpy's, or the timeout's error
+        once = threading.Lock()
+
+        def relay(response: Response) -> None:
+            if once.acquire(blocking=False):
+                self.deadlines.cancel(token)
+                answer(response)
+            else:
+                log.warning("debugpy answered %r after its %g s limit; dropped", command, limit)
+
+        def expired() -> None:
+            if once.acquire(blocking=False):
+                error = BackendTimeout(f"debugpy did not answer {command!r} within {limit:g} s")
+                log.warning("%s", error.message)
+                if observe is not None:
+                    try:
+                        observe({"success": False, "command": command,
+                                 "message": error.message})
+                    except Exception:
+                        log.exception("observer of %r failed on a timeout", command)
+                if not request.answered:
+                    request.fail(error)
+
+        token = self.deadlines.add(limit, expired)
         self.channel.send_request(command, arguments, relay)
 
     def _common_arguments(self, request: Request) -> dict:
@@ -187,3 +229,52 @@ class DebugpyBackend(Backend):
             self.hooks.backend_process(pid)
         self.hooks.backend_event(event)
 
+
+
+class _Deadlines:
+    """Limits of forwarded requests, watched by one thread (started on first use) rather than
+    a timer thread per request."""
+
+    def __init__(self):
+        self._heap: list[tuple[float, int]] = []
+        self._actions: dict[int, object] = {}
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, seconds: float, expired) -> int:
+        token = next(self._ids)
+        with self._cond:
+            self._actions[token] = expired
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True,
+                                                name="ptdebug-debugpy-deadlines")
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def cancel(self, token: int) -> None:
+        with self._cond:
+            self._actions.pop(token, None)
+
+    def _watch(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][1] not in self._actions:
+                    heapq.heappop(self._heap)  # answered in time
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                deadline, token = self._heap[0]
+                now = time.monotonic()
+                if deadline > now:
+                    self._cond.wait(deadline - now)
+                    continue
+                heapq.heappop(self._heap)
+                expired = self._actions.pop(token, None)
+            if expired is not None:
+                try:
+                    expired()
+                except Exception:
+                    log.exception("answering an expired request failed")

@@ -63,22 +63,25 @@ class AdapterRun:
 
 @pytest.fixture
 def start_adapter(dap_schema, tmp_path):
-    """start_adapter(port=False) -> AdapterRun; everything is cleaned up after the test."""
+    """start_adapter(port=False, command=None, cwd=ROOT) -> AdapterRun; everything is cleaned
+    up after the test. `command` replaces `python -m adapter.cli` (the `dap` arguments follow),
+    `cwd` is the adapter's current directory (a user's workspace)."""
     runs: list[AdapterRun] = []
 
-    def start(port: bool = False) -> AdapterRun:
+    def start(port: bool = False, command: list[str] | None = None, cwd=ROOT) -> AdapterRun:
         log_path = tmp_path / f"adapter{len(runs)}.log"
         with open(log_path, "wb") as log:  # the adapter keeps its own copy of the fd
-            return _start(log, log_path, port)
+            return _start(log, log_path, port, command, cwd)
 
-    def _start(log, log_path, port: bool) -> AdapterRun:
-        argv = [sys.executable, "-m", "adapter.cli", "dap", "--log-level", "DEBUG"]
+    def _start(log, log_path, port: bool, command, cwd) -> AdapterRun:
+        argv = [*(command or [sys.executable, "-m", "adapter.cli"]), "dap", "--log-level",
+                "DEBUG"]
         if not port:
-            client = DapClient.stdio(argv, dap_schema, stderr=log, cwd=ROOT)
+            client = DapClient.stdio(argv, dap_schema, stderr=log, cwd=cwd)
             run = AdapterRun(client, client.proc, log_path)
         else:
             proc = subprocess.Popen(argv + ["--port", "0"], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
+                                    stdout=subprocess.DEVNULL, stderr=log, cwd=cwd)
             deadline = time.monotonic() + 15
             match = None
             while match is None and time.monotonic() < deadline and proc.poll() is None:

@@ -3,8 +3,8 @@
  *
  * Role: turns the user's settings into a command line. Layer: extension, no `vscode` import
  * (extension.ts reads the settings and passes them here), so it is tested directly. The
- * adapter is `python -m adapter.cli dap` (or the `ptdebug` console script); the language
- * server is the same with `lsp`.
+ * adapter is `ptdebug dap` through the interpreter (see SAFE_START) or the `ptdebug` console
+ * script; the language server is the same with `lsp`.
  */
 import * as path from 'path';
 
@@ -39,7 +39,19 @@ export function pythonInterpreter(settings: PtdebugSettings, workspaceFolders: s
     return 'python3';
 }
 
-/** `ptdebug SUBCOMMAND` as a command line, through the console script or `python -m`. */
+/**
+ * `ptdebug SUBCOMMAND` through an interpreter, independent of the current directory (the
+ * workspace): `python -m adapter.cli` would put the workspace first on sys.path, and a
+ * workspace with its own `adapter/` package (or a `bisect.py`) would be imported instead of
+ * ptdebug. `-c` puts '' (the current directory) first instead; it is removed before anything
+ * is imported. Not `-I`: that would also drop PYTHONPATH and the user's site-packages, where
+ * `pip install --user` puts ptdebug. Must stay the same as SAFE_START in
+ * tests/e2e/test_workspace_independence.py, which runs it from such a workspace.
+ */
+export const SAFE_START = "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+    + "from adapter.cli import main; sys.exit(main())";
+
+/** `ptdebug SUBCOMMAND` as a command line, through the console script or the interpreter. */
 export function ptdebugCommand(subcommand: string[], settings: PtdebugSettings,
     workspaceFolders: string[], exists: (file: string) => boolean): CommandLine {
     if (settings.adapterPath.trim()) {
@@ -47,7 +59,7 @@ export function ptdebugCommand(subcommand: string[], settings: PtdebugSettings,
     }
     return {
         command: pythonInterpreter(settings, workspaceFolders, exists),
-        args: ['-m', 'adapter.cli', ...subcommand],
+        args: ['-c', SAFE_START, ...subcommand],
     };
 }
 

@@ -166,7 +166,13 @@ class DataBreakpoints:
     def info(self, request: Request, args: DataBreakpointInfoArguments) -> dict:
         if args.asAddress:
             address = parse_address(args.name)
-            length = args.bytes or 8
+            known = next((t for t in self.targets.values() if t.address == address), None)
+            length = args.bytes or (known.length if known else 8)
+            if known is not None:  # an address already named: keep its name and element type
+                label = known.label if length == known.length else (
+                    f"{length} bytes of {known.label}")
+                return self._describe(Target(address, length, label, known.format),
+                                      f"{label}: {length} bytes at {address:#x}")
             return self._describe(Target(address, length, f"{length} bytes at {address:#x}"),
                                   f"{length} bytes at {address:#x}")
         expression, frame_id = args.name, args.frameId

@@ -103,3 +103,30 @@ def test_the_writer_stops_at_its_write(start_adapter, kind, stop_all):
     assert evaluate(client, python[0]["id"], expression.split("[")[0] + ".dtype.name")
     assert main_frames is not None
     finish(run, stopped["threadId"], python[0]["id"])
+
+
+def test_a_new_set_replaces_the_old_one_and_addresses_keep_their_names(start_adapter):
+    """Seen before: one 8-byte watch replaced by a 32-byte one got `[no_register]` ("only 3
+    of the four are free"), and `asAddress` on a named watch's address lost name and type."""
+    run = start_adapter()
+    client = run.client
+    main_thread, frame = armed_service(run, "queue")
+    element = client.call("dataBreakpointInfo", {"name": "kv[3, 0]", "frameId": frame})
+    row = client.call("dataBreakpointInfo", {"name": "kv[2]", "frameId": frame})
+    assert "bytes 0..32 of 64" in row["description"], row
+    first = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": element["dataId"]}]})
+    assert first["breakpoints"][0]["verified"] is True, first
+    second = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": row["dataId"]}]})
+    assert second["breakpoints"][0]["verified"] is True, second
+    address = row["dataId"].split("/")[0]
+    by_address = client.call("dataBreakpointInfo", {"name": address, "asAddress": True})
+    assert by_address["dataId"] == row["dataId"]
+    assert by_address["description"].startswith("kv[2]"), by_address
+    client.call("continue", {"threadId": main_thread})
+    stopped = client.expect_stopped("data breakpoint", timeout=30)
+    assert stopped["description"].startswith("kv[2] changed from [0, 0, 0, 0] to "
+                                             "[1234567890123, 0, 0, 0]"), stopped
+    python = next(f for f in client.call("stackTrace", {"threadId": stopped["threadId"],
+                                                        "levels": 40})["stackFrames"]
+                  if "instructionPointerReference" not in f)
+    finish(run, stopped["threadId"], python["id"])

@@ -736,10 +736,13 @@ cdef class InsnDecoder:
             raise MemoryError("out of memory while decoding")
         return self.result()
 
-    def chunks(self, size_t chunk=1 << 16):
+    def chunks(self, size_t chunk=1 << 16, bint views=False):
         """Decode in pieces of about `chunk` instructions, yielding a FlowResult
         for each (item positions relative to the piece); the output buffers are
-        reused, so memory stays flat however long the stream."""
+        reused, so memory stays flat however long the stream. With `views` the
+        columns are not copied: they are buffers over the decoder's own output,
+        valid only until the next piece is asked for (the tools' writer prints
+        each piece at once)."""
         while not self.done:
             self.n = 0
             self.nitems = 0
@@ -747,7 +750,14 @@ cdef class InsnDecoder:
                 self._run(chunk)
             if self.oom:
                 raise MemoryError("out of memory while decoding")
-            yield self.result()
+            yield self._column_views() if views else self.result()
+
+    cdef object _column_views(self):
+        from pt_decoder.flow_result import FlowResult
+        if self.n == 0:
+            return self.result()
+        return FlowResult(<uint64_t[:self.n]>self.o_ip, <uint64_t[:self.n]>self.o_tsc,
+                          <uint64_t[:self.n]>self.o_cyc, <uint8_t[:self.n]>self.o_flags, self._items())
 
     def count(self, size_t chunk=1 << 16):
         """Decode to the end keeping nothing; returns (instructions, items).

@@ -15,7 +15,7 @@ from benchmarks import run_all
 def test_discovers_every_bench_module():
     folder = pathlib.Path(run_all.__file__).parent
     names = run_all.discover()
-    assert "packets" in names
+    assert "packets" in names and "decode_output" in names
     assert names == sorted(p.stem[len("bench_"):] for p in folder.glob("bench_*.py"))
     from benchmarks import bench_packets
     assert callable(bench_packets.run)

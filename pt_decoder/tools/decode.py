@@ -169,7 +169,7 @@ def write_stream(data, image, opts: dict, args, sink, on_progress=None) -> int:
         item_text = fmt.item_text(args.format, args.event_ip, args.event_time)
         decoder = InsnDecoder(data, image, **opts)
         total = 0
-        for piece in decoder.chunks(CHUNK_INSNS):
+        for piece in decoder.chunks(CHUNK_INSNS, views=True):
             sink.write_flow(piece, args.format, item_text, insn_time=args.time)
             total += len(piece)
             if on_progress is not None:

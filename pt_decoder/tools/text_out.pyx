@@ -20,6 +20,10 @@ from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
+
+cdef extern from *:
+    int __builtin_clzll(unsigned long long) nogil
+
 cdef enum:
     FMT_IPS = 0
     FMT_PTXED = 1
@@ -31,29 +35,30 @@ FORMAT_CODES = {"ips": FMT_IPS, "ptxed": FMT_PTXED, "jsonl": FMT_JSONL}
 
 cdef char HEX_DIGITS[17]
 HEX_DIGITS[:] = b"0123456789abcdef\0"
+cdef char HEX_PAIRS[513]
+HEX_PAIRS[:] = (b"".join(b"%02x" % i for i in range(256)) + b"\0")
 cdef char DEC_PAIRS[201]
 DEC_PAIRS[:] = (b"".join(b"%02d" % i for i in range(100)) + b"\0")
 
 
 cdef inline char* _hex16(char* p, uint64_t v) noexcept nogil:
     cdef int k
-    for k in range(15, -1, -1):
-        p[k] = HEX_DIGITS[v & 0xF]
-        v >>= 4
+    for k in range(14, -2, -2):
+        memcpy(p + k, &HEX_PAIRS[(v & 0xFF) * 2], 2)
+        v >>= 8
     return p + 16
 
 
 cdef inline char* _hex(char* p, uint64_t v) noexcept nogil:
-    """`%x`: no leading zeros ("0" for zero)."""
-    cdef int n = 1
-    cdef uint64_t t = v >> 4
-    while t:
-        n += 1
-        t >>= 4
-    cdef int k
-    for k in range(n - 1, -1, -1):
-        p[k] = HEX_DIGITS[v & 0xF]
-        v >>= 4
+    """`%x`: no leading zeros ("0" for zero); two digits a step from HEX_PAIRS."""
+    cdef int n = 1 if v == 0 else (67 - __builtin_clzll(v)) >> 2
+    cdef int k = n
+    while k >= 2:
+        k -= 2
+        memcpy(p + k, &HEX_PAIRS[(v & 0xFF) * 2], 2)
+        v >>= 8
+    if k:
+        p[0] = HEX_DIGITS[v & 0xF]
     return p + n
 
 

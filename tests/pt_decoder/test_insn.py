@@ -137,6 +137,17 @@ def test_chunked_decode_gives_the_same_columns(glibc):
     assert InsnDecoder(data, image, errata=cpu_errata(6, 85)).count()[0] == 59234
 
 
+def test_chunk_views_are_the_copied_columns_without_the_copy(glibc):
+    """chunks(views=True) (what `ptdebug decode` prints from) yields the same columns and
+    items as the copying chunks(), read before the next piece overwrites them."""
+    data, image, _ = glibc
+    copied = [(list(p.ip), list(p.tsc), list(p.cycles), list(p.flags), p.items)
+              for p in InsnDecoder(data, image, errata=cpu_errata(6, 85)).chunks(1000)]
+    viewed = [(list(p.ip), list(p.tsc), list(p.cycles), list(p.flags), p.items)
+              for p in InsnDecoder(data, image, errata=cpu_errata(6, 85)).chunks(1000, views=True)]
+    assert len(viewed) > 50 and viewed == copied
+
+
 def test_flags_describe_the_branches(glibc):
     data, image, _ = glibc
     flow = _decode(data, image)

@@ -1,0 +1,117 @@
+"""Captures outlive their session: a Python session's capture (the demo service's native helper,
+recorded by a record breakpoint) and a Go session's (an HTTP handler, Delve handing the thread
+over) are in the captures directory after the adapter has exited, export, and decode the same
+path after the bundle was copied elsewhere and the recorded program's files were removed (the
+Go binary ptdebug built is removed by ptdebug itself at the end of the session). Before,
+record_breakpoints.close removed /tmp/ptdebug-captures-*, and a Go capture's manifest named
+/tmp/ptdebug-go-*/__debug_bin, gone with the session."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import INITIALIZE, ROOT
+from record_support import SERVICE, build_kvcache, line_of
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def ptdebug(*args: str) -> str:
+    run = subprocess.run([sys.executable, "-m", "adapter.cli", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, f"ptdebug {args}: {run.stdout}\n{run.stderr}"
+    return run.stdout
+
+
+def decoded_ips(bundle: pathlib.Path) -> list[str]:
+    return [line for line in ptdebug("decode", str(bundle), "--format", "ips").splitlines()
+            if line.strip() and not line.startswith("[")]
+
+
+def check_self_contained(bundle: pathlib.Path, elsewhere: pathlib.Path,
+                         originals: list[pathlib.Path]) -> None:
+    """The bundle holds every image its decode reads: after a copy to `elsewhere`, with the
+    original bundle and the program's files `originals` removed, it decodes the same path."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["status"] == "complete", manifest.get("partial_reason")
+    assert manifest["images"] and all(not pathlib.Path(i["file"]).is_absolute()
+                                      for i in manifest["images"]), manifest["images"]
+    before = decoded_ips(bundle)
+    assert len(before) > 20
+    shutil.copytree(bundle, elsewhere)
+    shutil.rmtree(bundle)
+    for original in originals:
+        original.unlink(missing_ok=True)
+    assert decoded_ips(elsewhere) == before
+
+
+def test_a_python_sessions_capture_is_kept_in_the_workspace(start_adapter, tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    library = pathlib.Path(build_kvcache(tmp_path))
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {
+        "program": str(SERVICE), "args": [str(library), "20"], "console": "internalConsole",
+        "cwd": str(workspace), "recordWindow": {"function": "kv_update", "timeout": 15}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 3"},
+        {"line": line_of(SERVICE, "after_request"), "condition": "request_id == 4"}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+    client.expect_stopped("breakpoint", timeout=60)
+    bundle = pathlib.Path(client.events("ptdebug/capture")[0]["body"]["bundle"])
+    assert bundle.parent == workspace / ".ptdebug" / "captures", bundle
+    assert "service-capture-1" in bundle.name
+    assert (workspace / ".ptdebug" / ".gitignore").read_text().splitlines()[-1] == "*"
+    client.call("disconnect", {"terminateDebuggee": True})
+    assert run.wait_exit() == 0
+    # after the session: there, exportable, and it decodes without the program's library
+    assert (bundle / "manifest.json").is_file()
+    ptdebug("export", "pprof", str(bundle), "-o", str(tmp_path / "profile.pb.gz"))
+    assert (tmp_path / "profile.pb.gz").stat().st_size > 0
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert any(i["path"] == str(library) for i in manifest["images"])
+    check_self_contained(bundle, tmp_path / "moved" / bundle.name, [library])
+
+
+def test_a_go_sessions_capture_is_kept_with_the_built_binary(start_adapter, tmp_path):
+    from go_support import copy_package, go_marker, start_go
+    from test_go_record import GO_HTTP, WANTED, Requests, _port
+    package = copy_package(GO_HTTP, tmp_path)
+    source = package / "main.go"
+    kept = tmp_path / "kept captures"
+    run = start_adapter()
+    client = run.client
+    start_go(client, "launch", {"program": str(package), "captures": str(kept),
+                                "recordWindow": {"function": "main.checksum",
+                                                 "untilReturn": True}},
+             source=source, breakpoints={
+                 "record_here": {"mode": "record", "condition": f'id == "{WANTED}"'}})
+    requests = Requests(_port(client))
+    requests.get(WANTED)
+    try:
+        capture = client.expect_event("ptdebug/capture", timeout=90)["body"]
+    except TimeoutError:
+        raise AssertionError(run.log()[-5000:]) from None
+    assert capture["status"] == "complete" and capture["location"]["line"] == go_marker(
+        source, "record_here")
+    bundle = pathlib.Path(capture["bundle"])
+    assert bundle.parent == kept
+    requests.wait(WANTED)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    built = [pathlib.Path(i["path"]) for i in manifest["images"]
+             if i["path"].endswith("__debug_bin")]
+    assert built, manifest["images"]
+    client.call("disconnect", {"terminateDebuggee": True})
+    assert run.wait_exit() == 0
+    assert not built[0].exists(), "ptdebug's temporary Go build outlived the session"
+    ptdebug("export", "perfetto", str(bundle), "-o", str(tmp_path / "trace.json"))
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    check_self_contained(bundle, tmp_path / "elsewhere" / bundle.name, [])

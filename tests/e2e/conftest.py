@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from dap_schema import dap_schema_path
 from dapclient import DapClient, DapSchema, descendants, marker_line, still_alive
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,8 +25,8 @@ INITIALIZE = {"clientID": "ptdebug-tests", "adapterID": "ptdebug", "linesStartAt
 
 
 @pytest.fixture(scope="session")
-def dap_schema(shared_dir) -> DapSchema:
-    return DapSchema(shared_dir / "dap" / "debugAdapterProtocol.json")
+def dap_schema() -> DapSchema:
+    return DapSchema(dap_schema_path())
 
 
 class AdapterRun:

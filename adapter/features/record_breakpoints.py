@@ -22,7 +22,10 @@ How a record breakpoint fires (Python backend):
   instructions / T ms / until that function returns, and releases it. Stops the thread reaches
   while its capture is being decoded are held back and delivered after, so they see it.
 - Each capture is decoded into a History, kept in `captures`, and announced by the custom event
-  `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps).
+  `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps). Its bundle is in
+  the session's captures directory (adapter/capture/captures_dir.py), made self-contained
+  after the decode (bundle.copy_images_in), and outlives the session: only the user removes it.
+- A replayed bundle's threads become captures too (`adopt_replay`, for backends.replay).
 - Nothing is recorded while data breakpoints are armed (both need the thread's debug
   registers); a failure is told to the user in an `output` event and the program runs on.
 """

@@ -15,6 +15,9 @@ function at the position, its callers found from the recorded calls, each with
 values were not recorded; `next`/`stepIn`/`stepOut`/`continue` move forward in the history and,
 past its end, return to the live position (`continue` then lets the program run on). The
 debuggee itself never moves while replaying: it stays paused where debugpy stopped it.
+A replayed bundle (backends.replay) has no live position: its threads' captures carry
+`replay_from`, every thread is in its history from the start, and a move past the end stops at
+the last instruction instead of running live.
 In a Go capture each recorded frame, the stop's text and the threads pane name the goroutine
 that ran at the position (features.goroutine_view); stepping back by line keeps to the
 goroutine at the cursor and passes over the runtime's own lines (golang/user_lines.py), as

@@ -42,6 +42,7 @@ from adapter.hw.exec_breakpoints import ExecBreakpoints
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
 SYS_RT_SIGRETURN, SYS_EXECVE, SYS_EXIT, SYS_EXIT_GROUP, SYS_EXECVEAT = 15, 59, 60, 231, 322
+SI_KERNEL = 0x80  # si_code of the SIGTRAP an INT3 raises (x86 do_int3_user -> force_sig)
 RF = 1 << 16   # RFLAGS.RF: suppresses an instruction breakpoint for one instruction
 MAX_WALK = 1 << 16   # a straight path longer than this ends in a stop anyway (jmp-only loops)
 
@@ -307,10 +308,9 @@ class ThreadRecorder:
         self.alive = True
         self.running = False
         """True between resuming the thread and seeing it stop again."""
-        self.rewound: int | None = None
-        """A planted INT3 the thread stopped on, whose address the recorder's
-        registers hold while the thread's own RIP is still one byte past it
-        (until the next setregs)."""
+        self.regs_written = False
+        """Whether the recorder has set the thread's registers since its last
+        stop (an INT3 stop leaves RIP one past the byte until it does)."""
         self.exit_status: pt.WaitStatus | None = None
         """How the thread ended, when the recorder saw it end."""
         self.pending_signal = 0
@@ -342,9 +342,10 @@ class ThreadRecorder:
 
     def _setregs(self, regs) -> None:
         pt.setregs(self.tid, regs)
-        self.rewound = None
+        self.regs_written = True
 
     def _wait(self) -> pt.WaitStatus:
+        self.regs_written = False  # before the wait: a stop collected is never mistaken
         status = pt.waitpid(self.tid)
         self.running = False
         return status
@@ -419,7 +420,8 @@ class ThreadRecorder:
             # -- at `pos` with `regs` exact: end conditions first --------------------------
             if len(ips) >= self.budget_total:
                 return self._finish(f"recorded {len(ips)} instructions", pos,
-                                    None if end.count is not None else
+                                    None if end.count is not None and
+                                    end.count <= self.budget_total else
                                     f"stopped at the limit of {self.budget_total} instructions")
             if end.until is not None and pos == end.until:
                 return self._finish(f"reached {pos:#x}", pos)
@@ -529,9 +531,7 @@ class ThreadRecorder:
             pt.getregs(tid, regs)
             sig = status.stop_signal
             hit = self.bp.hit(regs) if sig == SIGTRAP and not status.event else None
-            if hit is not None and self.mode == "int3":
-                self.rewound = hit
-            elif status.event == pt.EVENT_STOP and self._int3_trap_queued(regs):
+            if hit is None and status.event == pt.EVENT_STOP and self._int3_trap_queued(regs):
                 # the INT3 ran but our interrupt was reported before its SIGTRAP:
                 # resuming reports the SIGTRAP at once (nothing runs in between)
                 self._cont()
@@ -657,6 +657,7 @@ class ThreadRecorder:
         breakpoint hit of ours is dropped (an INT3 one noted for _settle)."""
         tid = self.tid
         try:
+            self.regs_written = False
             status = pt.waitpid(tid, pt.WALL | pt.WNOHANG)  # a stop not collected yet
             if status is None and _thread_state(tid) == "t":
                 # stopped already (a resume request that failed): one more look for a
@@ -676,9 +677,9 @@ class ThreadRecorder:
                 return
             sig = status.stop_signal
             regs = pt.getregs(tid)
-            if sig == SIGTRAP and self.mode == "int3" and regs.rip - 1 in self.bp.armed:
-                self.rewound = regs.rip - 1
-            elif not (sig == SIGTRAP and self.mode == "dr" and regs.rip in self.bp.armed):
+            ours = regs.rip - 1 in self.bp.armed if self.mode == "int3" else \
+                regs.rip in self.bp.armed
+            if not (sig == SIGTRAP and ours):  # a hit of ours is undone by _settle
                 self.pending_signal = sig
         except (pt.PtraceError, ChildProcessError):
             self.alive = False
@@ -693,19 +694,24 @@ class ThreadRecorder:
         """Before planted bytes are restored: a thread stopped by one of them
         has its RIP one byte past it; put it back on the instruction, as if the
         byte had never been there (a SIGTRAP still queued for it is dropped when
-        the thread is detached, target.Target._drain_breakpoint_traps)."""
+        the thread is detached, target.Target._drain_breakpoint_traps). Decided
+        from what the kernel says (the stop's siginfo, SigPnd), not from where
+        the recorder's own bookkeeping was when an exception cut it short."""
         if self.mode != "int3":
             return
         try:
             regs = pt.getregs(self.tid)
-            if self.rewound == regs.rip - 1 or self._int3_trap_queued(regs):
+            if self.regs_written or regs.rip - 1 not in self.bp.armed:
+                return
+            info = pt.getsiginfo(self.tid)
+            stopped_by_int3 = info.si_signo == SIGTRAP and info.si_code == SI_KERNEL
+            if stopped_by_int3 or self._int3_trap_queued(regs):
                 regs.rip -= 1
                 self._setregs(regs)
         except pt.PtraceError as exc:
             if exc.errno != errno.ESRCH:
                 raise
             self.alive = False
-        self.rewound = None
 
     def _wait_for_interrupt(self) -> pt.WaitStatus:
         while True:

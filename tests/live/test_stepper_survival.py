@@ -1,0 +1,269 @@
+"""The target always survives a recording (issue 14): for every end condition
+x breakpoint kind x launched or attached, a C program that prints a checksum
+prints the same checksum and ends the same way as a plain run, and after a
+`record --pid` the process is untraced with all four debug-register slots
+free for another tool (`ptdebug watch`). Also a Python process, attached.
+
+Real processes, real ptrace, real perf events; `ptdebug record` as a user runs
+it. Windows are small (the stepper runs ~10k instructions/s here).
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from stepper_support import PTDEBUG, ROOT, build_c
+
+from adapter.capture import record, stepper
+from adapter.capture.bundle import read_manifest
+from adapter.hw import perf
+from adapter.hw import ptrace as pt
+
+pytestmark = pytest.mark.live
+
+LAUNCHED_ARGS = ["2000"]           # rounds, no pause: ~1 ms natively
+ATTACHED_ARGS = ["400", "5000"]    # rounds, 5 ms pause each: ~2 s to attach and record in
+EXITING_LAUNCHED = ["8"]           # so few rounds that the program exits inside the window
+EXITING_ATTACHED = ["60", "5000"]
+
+# end condition -> (ptdebug arguments, signal sent to ptdebug once recording, complete?)
+ENDS = {
+    "count": (["--from", "step", "--count", "3000"], None, True),
+    "until": (["--from", "step", "--until", "checkpoint"], None, True),
+    "until_return": (["--from", "step", "--until-return"], None, True),
+    "duration": (["--from", "step", "--duration", "150"], None, True),
+    "sigint": (["--from", "step", "--count", "10000000"], signal.SIGINT, False),
+    "sigterm": (["--from", "step", "--count", "10000000"], signal.SIGTERM, False),
+    "target_exits": (["--from", "step", "--count", "10000000"], None, False),
+}
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build_c("rec_checksum.c", tmp_path_factory.mktemp("survival"))
+
+
+def plain_checksum(argv) -> tuple[str, int]:
+    out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60)
+    return checksum_of(out.stdout), out.returncode
+
+
+def checksum_of(text: str) -> str:
+    found = re.findall(r"^checksum (\d+)$", text, re.M)
+    assert len(found) == 1, text
+    return found[0]
+
+
+def free_breakpoint_slots(tid: int) -> int:
+    """How many execute breakpoints perf_event_open still gives on `tid` (4 when
+    nothing holds a debug-register slot), what `ptdebug watch` needs."""
+    fds = []
+    try:
+        for n in range(4):
+            try:
+                fds.append(perf.perf_event_open(perf.exec_trap_attr(0x1000 + 16 * n), tid))
+            except OSError:
+                break
+        return len(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def assert_let_go(pid: int) -> None:
+    """Untraced, not stopped, and every debug-register slot of every thread free."""
+    for tid in pt.threads_of(pid):
+        assert pt.tracer_of(tid) == 0, f"thread {tid} is still traced"
+        with open(f"/proc/{tid}/stat") as f:
+            state = f.read().rsplit(") ", 1)[1][0]
+        assert state in "RS", f"thread {tid} is in state {state}"
+        assert free_breakpoint_slots(tid) == 4, f"thread {tid} has debug-register slots taken"
+
+
+def run_record(args, argv, stop_signal, **popen):
+    """`ptdebug record ARGS` (-- ARGV when launching); sends `stop_signal` to
+    ptdebug alone 0.3 s after it says it is recording. Returns (rc, stdout, stderr)."""
+    cmd = [*PTDEBUG, "record", *args] + (["--", *map(str, argv)] if argv else [])
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+    err_lines = []
+    if stop_signal is not None:
+        for line in proc.stderr:
+            err_lines.append(line)
+            if "recording thread" in line:
+                break
+        time.sleep(0.3)
+        proc.send_signal(stop_signal)
+    out, err = proc.communicate(timeout=180)
+    return proc.returncode, out, "".join(err_lines) + err
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+@pytest.mark.parametrize("end", list(ENDS))
+def test_launched_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
+    args, stop_signal, complete = ENDS[end]
+    argv = [program, *(EXITING_LAUNCHED if end == "target_exits" else LAUNCHED_ARGS)]
+    expected, expected_rc = plain_checksum(argv)
+    rc, out, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind, *args], argv,
+                              stop_signal)
+    assert checksum_of(out) == expected, err
+    assert f"the program exited with status {expected_rc}" in err, err
+    assert rc == (0 if complete else 1), err
+    manifest = read_manifest(tmp_path / "b")
+    assert manifest["status"] == ("complete" if complete else "partial"), manifest
+    if stop_signal is not None:
+        expected_reason = ("interrupted by the user" if stop_signal == signal.SIGINT
+                           else f"stopped by {stop_signal.name}")
+        assert manifest["partial_reason"] == expected_reason, manifest
+    else:
+        assert manifest["stats"]["breakpoints"] == kind
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+@pytest.mark.parametrize("end", list(ENDS))
+def test_attached_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
+    args, stop_signal, complete = ENDS[end]
+    argv = [program, *(EXITING_ATTACHED if end == "target_exits" else ATTACHED_ARGS)]
+    expected, expected_rc = plain_checksum(argv)
+    target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        rc, _, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind,
+                                 "--pid", str(target.pid), *args], None, stop_signal)
+        assert rc == (0 if complete else 1), err
+        if end != "target_exits":
+            assert target.poll() is None, f"the target ended with the recording: {err}"
+            assert_let_go(target.pid)
+        out, _ = target.communicate(timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    assert checksum_of(out) == expected, err
+    assert target.returncode == expected_rc
+
+
+def failing_probe(after: int):
+    """A ptw_probe hook that raises inside the recording loop after `after` stops:
+    an error inside ptdebug while the thread is held."""
+    calls = [0]
+
+    def probe(regs):
+        calls[0] += 1
+        if calls[0] > after:
+            raise RuntimeError("probe failed on purpose")
+        return None
+    return probe
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+def test_error_inside_ptdebug_leaves_launched_program_running(program, tmp_path, kind):
+    argv = [program, *LAUNCHED_ARGS]
+    expected, _ = plain_checksum(argv)
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError") as exc:
+            record.record_stepper(str(tmp_path / "b"), command=[str(a) for a in argv],
+                                  start="step", end=stepper.EndCondition(count=100_000),
+                                  ptw_probe=failing_probe(40), breakpoints=kind,
+                                  output_fd=out.fileno())
+    assert exc.value.program is not None and exc.value.killed_program is None
+    assert exc.value.program.wait(60) == 0
+    assert checksum_of(out_path.read_text()) == expected
+    assert read_manifest(tmp_path / "b")["status"] == "partial"
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+def test_error_inside_ptdebug_leaves_attached_program_running(program, tmp_path, kind):
+    argv = [program, *ATTACHED_ARGS]
+    expected, _ = plain_checksum(argv)
+    target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError"):
+            record.record_stepper(str(tmp_path / "b"), pid=target.pid, start="step",
+                                  end=stepper.EndCondition(count=100_000),
+                                  ptw_probe=failing_probe(40), breakpoints=kind)
+        assert_let_go(target.pid)
+        out, _ = target.communicate(timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    assert checksum_of(out) == expected
+    assert target.returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+def test_no_aslr_system_program_survives(tmp_path, kind):
+    """Issue 14: `record --no-aslr -- /bin/true` broke the dynamic loader (an
+    INT3 hit's RIP was never written back); /bin/echo died of SIGSEGV."""
+    rc, out, err = run_record(["--no-aslr", "--count", "20000", "--breakpoints", kind,
+                               "-o", tmp_path / "b"], ["/bin/echo", "survived"], None)
+    assert rc == 0, err
+    assert out.splitlines()[0] == "survived", out
+    assert "symbol lookup error" not in err
+    assert "the program exited with status 0" in err
+
+
+def test_program_killed_by_a_signal_is_reported(tmp_path):
+    rc, _, err = run_record(["--count", "2000", "-o", tmp_path / "b"],
+                            ["/bin/sh", "-c", "kill -ABRT $$"], None)
+    assert "the program was killed by SIGABRT (signal 6)" in err, err
+    assert rc == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_max_instructions_must_be_positive(tmp_path, value):
+    out = subprocess.run([*PTDEBUG, "record", "--max-instructions", value, "-o",
+                          str(tmp_path / "b"), "--", "/bin/true"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "--max-instructions must be a positive number of instructions" in out.stderr
+
+
+def test_max_instructions_is_applied(program, tmp_path):
+    rc, out, err = run_record(["--from", "step", "--count", "3000", "--max-instructions", "500",
+                               "-o", tmp_path / "b"], [program, *LAUNCHED_ARGS], None)
+    assert rc == 1, err
+    manifest = read_manifest(tmp_path / "b")
+    assert manifest["stats"]["instructions"] == 500
+    assert "at the limit of 500 instructions" in manifest["partial_reason"]
+    assert checksum_of(out) == plain_checksum([program, *LAUNCHED_ARGS])[0]
+
+
+PY_LOOP = """
+import time
+print("ready", flush=True)
+h = 0
+for i in range(300):
+    for k in range(200):
+        h = (h * 1000003 ^ (i * 200 + k)) & 0xFFFFFFFFFFFFFFFF
+    time.sleep(0.005)
+print("checksum", h)
+"""
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+@pytest.mark.parametrize("end", [["--count", "4000"], ["--duration", "150"]],
+                         ids=["count", "duration"])
+def test_attached_python_runs_as_without_ptdebug(tmp_path, end, kind):
+    expected, _ = plain_checksum([sys.executable, "-c", PY_LOOP])
+    target = subprocess.Popen([sys.executable, "-c", PY_LOOP], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        rc, _, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind,
+                                 "--pid", str(target.pid), *end], None, None)
+        assert rc == 0, err
+        assert target.poll() is None
+        assert_let_go(target.pid)
+        out, _ = target.communicate(timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    assert checksum_of(out) == expected
+    assert target.returncode == 0

@@ -121,6 +121,8 @@ class Session:
         self.backend_gone_at: float | None = None
         """monotonic() when the backend died, if it did."""
         self.disconnect_at: float | None = None
+        self._disconnect_request: Request | None = None
+        """The client's `disconnect`, answered when the session ends if the backend never did."""
         """monotonic() when the client asked to disconnect."""
         self.finished = threading.Event()
         """Set when the session is over: the run loop then shuts everything down."""
@@ -151,6 +153,12 @@ class Session:
                 break
             if self.disconnect_at is not None and now - self.disconnect_at > DISCONNECT_TIMEOUT:
                 log.warning("the backend did not answer disconnect; ending anyway")
+                request = self._disconnect_request
+                if request is not None and not request.answered:
+                    try:
+                        request.respond()  # the session ends (and what it started) all the same
+                    except RuntimeError:
+                        pass  # debugpy's answer came in just now
                 break
         self.shutdown()
         return 0
@@ -291,6 +299,7 @@ class Session:
     def disconnect(self, request: Request) -> object:
         """Forward disconnect to a live backend, answer the client, then end the session."""
         self.disconnect_at = time.monotonic()
+        self._disconnect_request = request
         backend = self.backend
         if backend is None or self.backend_gone_at is not None:
             request.respond()
@@ -298,6 +307,9 @@ class Session:
             return DEFERRED
 
         def answered(response: Response) -> None:
+            if request.answered:  # too late: the session answered it when it gave up waiting
+                self.finish()
+                return
             if response.raw.get("_gone") or backend.disconnect_done(request.raw, response.raw):
                 request.respond()  # the backend died meanwhile: the disconnect is done anyway
             else:

@@ -11,6 +11,12 @@ DAP asks for exactly `instructionCount` instructions around an address, also *be
 decoded backwards, so the start is searched for: decoding from some bytes earlier must land
 exactly on the address. Where memory is unreadable or no decoding fits, the reply is padded
 with one-byte entries marked `presentationHint: 'invalid'`, as the specification asks.
+
+Every request has a bounded, linear cost (issue 17: `instructionOffset: -100000` kept the adapter
+busy for minutes with a quadratic search, and `-10**12` ran it out of memory): `instructionCount`
+and `instructionOffset` are each at most `MAX_INSTRUCTIONS` in size (refused with 1200 beyond),
+and the search backwards decodes one window of `MAX_INSN_BYTES` bytes per instruction wanted,
+from at most `MAX_INSN_BYTES` start points.
 """
 from __future__ import annotations
 
@@ -20,13 +26,20 @@ import threading
 
 import capstone
 
-from adapter.memory import ProcessMemory, format_address, parse_address
+from adapter.memory import PAGE, ProcessMemory, format_address, parse_address
 from adapter.protocol.errors import InvalidRequest
 from adapter.protocol.schema import DisassembleArguments
 
 log = logging.getLogger("ptdebug.dap")
 
 MAX_INSTRUCTIONS = 10_000
+"""Largest instructionCount, and largest instructionOffset either way."""
+LINES_MAX_FILE = 4 * 1024 * 1024
+"""Source lines are shown for modules up to this size with their own line table (as the
+native frames of a data breakpoint, docs/protocol.md)."""
+DECODE_PIECE = 256
+"""Bytes handed to capstone at a time while searching backwards (a restart after an
+undecodable byte copies this much, never the rest of the window)."""
 MAX_INSN_BYTES = 15  # the x86 instruction length limit (Intel SDM Vol. 2A, 2.3.11)
 
 
@@ -46,6 +59,10 @@ class Disassembler:
         if not 0 <= args.instructionCount <= MAX_INSTRUCTIONS:
             raise InvalidRequest(f"arguments.instructionCount must be between 0 and "
                                  f"{MAX_INSTRUCTIONS}, got {args.instructionCount}")
+        if not -MAX_INSTRUCTIONS <= args.instructionOffset <= MAX_INSTRUCTIONS:
+            raise InvalidRequest(f"arguments.instructionOffset must be between "
+                                 f"-{MAX_INSTRUCTIONS} and {MAX_INSTRUCTIONS}, got "
+                                 f"{args.instructionOffset}")
         address = parse_address(args.memoryReference, args.offset)
         count, skip = args.instructionCount, args.instructionOffset
         if skip >= 0:
@@ -97,26 +114,64 @@ class Disassembler:
     def _backward(self, address: int, count: int) -> list[tuple]:
         """The `count` instructions that end exactly at `address`, or as many as can be found.
 
-        Tries start points further and further back and keeps the first whose decoding
-        reaches `address` exactly on an instruction boundary with enough instructions."""
+        Reads the (readable part of the) `count * MAX_INSN_BYTES` bytes before `address` once,
+        and decodes them from each of the first MAX_INSN_BYTES start points: x86 decoding
+        falls into step with the real instruction boundaries within a few instructions, so a
+        start far enough back ends exactly at `address`. The first start whose last `count`
+        instructions are all decodable wins; else the one with the fewest undecodable bytes."""
+        code = self._readable_before(address, count * MAX_INSN_BYTES)
+        start = address - len(code)
         best: list[tuple] = []
-        for back in range(count, count * MAX_INSN_BYTES + 1):
-            start = address - back
-            if start < 0:
-                break
-            code, _ = self.memory.read(start, back)
-            if len(code) < back:
-                continue
-            insns, pos = [], start
-            for insn_addr, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
-                insns.append((insn_addr, f"{mnemonic} {op_str}".strip(),
-                              code[insn_addr - start: insn_addr - start + size], size))
-                pos = insn_addr + size
-            if pos == address and len(insns) >= count:
-                return insns[-count:]
-            if pos == address and len(insns) > len(best):
-                best = insns
+        best_invalid = None
+        for shift in range(min(MAX_INSN_BYTES, len(code))):
+            insns = self._decode_buffer(code, shift, start)[-count:]
+            invalid = sum(1 for insn in insns if not insn[2])
+            if invalid == 0 and len(insns) == count:
+                return insns
+            if best_invalid is None or (invalid, -len(insns)) < (best_invalid, -len(best)):
+                best, best_invalid = insns, invalid
+        # undecodable bytes at the front of the window are padding the caller adds anyway
+        while best and not best[0][2]:
+            best = best[1:]
         return best
+
+    def _readable_before(self, address: int, size: int) -> bytes:
+        """The readable bytes that end at `address`, at most `size` of them: all of them in
+        one read when the window is mapped, else page by page backwards to the first hole."""
+        start = max(0, address - size)
+        code, _ = self.memory.read(start, address - start)
+        if len(code) == address - start:
+            return code
+        pieces: list[bytes] = []
+        pos = address
+        while pos > start:
+            low = max(start, (pos - 1) // PAGE * PAGE)
+            piece, _ = self.memory.read(low, pos - low)
+            if len(piece) < pos - low:
+                break
+            pieces.append(piece)
+            pos = low
+        return b"".join(reversed(pieces))
+
+    def _decode_buffer(self, code: bytes, first: int, base: int) -> list[tuple]:
+        """Every instruction of `code[first:]` (at `base + first`), an undecodable byte
+        becoming an 'invalid' tuple and decoding going on after it. Linear in len(code):
+        capstone is given pieces of DECODE_PIECE bytes (a stop inside one restarts there)."""
+        out: list[tuple] = []
+        pos = first
+        while pos < len(code):
+            decoded = 0
+            for insn_addr, size, mnemonic, op_str in self._cs.disasm_lite(
+                    code[pos:pos + DECODE_PIECE], base + pos):
+                offset = insn_addr - base
+                out.append((insn_addr, f"{mnemonic} {op_str}".strip(),
+                            code[offset:offset + size], size))
+                decoded += size
+            pos += decoded
+            if decoded == 0:  # an undecodable byte here (or a cut instruction at the end)
+                out.append(_invalid(base + pos))
+                pos += 1
+        return out
 
     # --- presentation ---------------------------------------------------------------------
     def _symbols(self, insns: list[tuple]) -> dict[int, str]:
@@ -162,7 +217,8 @@ class Disassembler:
             key = (module.path, module.base)
             if key not in self._line_tables:
                 try:
-                    self._line_tables[key] = LineTable.for_elf(module.path, module.base)
+                    self._line_tables[key] = (LineTable.for_elf(module.path, module.base)
+                                              if _has_own_lines(module.path) else None)
                 except PtError:
                     self._line_tables[key] = None  # no line information: only symbols
             table = self._line_tables[key]
@@ -188,6 +244,23 @@ class Disassembler:
             entry["location"] = {"name": os.path.basename(place[0]), "path": place[0]}
             entry["line"] = place[1]
         return entry
+
+
+def _has_own_lines(path: str) -> bool:
+    """Whether the file carries its own line table that is quick to read: a Go binary's
+    .gopclntab (decoded in C), or DWARF in a file of at most LINES_MAX_FILE (the user's native
+    code). A system library's lines live in a separate debug package (libc's takes a minute to
+    read), which would hold the request, and the session, that long."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        small = os.path.getsize(path) <= LINES_MAX_FILE
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            names = (".gopclntab", ".debug_line", ".zdebug_line") if small else (".gopclntab",)
+            return any(elf.get_section_by_name(name) is not None for name in names)
+    except (OSError, ELFError):
+        return False
 
 
 def _invalid(address: int) -> tuple:

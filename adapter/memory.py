@@ -8,6 +8,11 @@ nothing of DAP framing or backends; it gets typed arguments and returns response
 the debuggee is our descendant, or we are root. A read of an unmapped page fails with EIO; the
 reply then carries what was readable and `unreadableBytes`, as the DAP readMemory response
 describes, so VS Code's memory view can skip the hole.
+
+A write goes only into mappings the process itself may write (`w` in /proc/PID/maps): the
+kernel lets /proc/PID/mem write through page protections (FOLL_FORCE, how debuggers plant
+breakpoints), so without this check writeMemory changed the code of libc (issue 17); the
+contract in docs/protocol.md is error 1501 for memory that is not writable.
 """
 from __future__ import annotations
 
@@ -86,9 +91,49 @@ class ProcessMemory:
         finally:
             os.close(fd)
 
+    def writable_run(self, address: int, size: int) -> tuple[int, str]:
+        """(how many of the `size` bytes from `address` lie in writable mappings, one after
+        the other; what stops the run: '' or a description of the mapping or hole)."""
+        try:
+            with open(f"/proc/{self.pid}/maps", "rb") as maps:
+                lines = maps.read().splitlines()
+        except FileNotFoundError:
+            raise MemoryAccessError(f"process {self.pid} has exited") from None
+        except OSError as exc:
+            raise MemoryAccessError(f"cannot read the mappings of process {self.pid}: "
+                                    f"{exc.strerror}") from None
+        pos, end = address, address + size
+        for line in lines:
+            parts = line.split(None, 5)
+            low, high = (int(x, 16) for x in parts[0].split(b"-"))
+            if high <= pos:
+                continue
+            if low > pos:
+                return pos - address, f"{format_address(pos)} is not mapped"
+            if b"w" not in parts[1]:
+                name = parts[5].decode(errors="replace").strip() if len(parts) > 5 else ""
+                return pos - address, (f"{format_address(pos)} is in a read-only mapping "
+                                       f"({parts[1].decode()} {name or '[anon]'})")
+            pos = high
+            if pos >= end:
+                return size, ""
+        return (pos - address, f"{format_address(pos)} is not mapped") if pos < end \
+            else (size, "")
+
     def write(self, address: int, data: bytes, allow_partial: bool) -> int:
-        """Bytes written from the start of `data`. Without `allow_partial` a short write raises
-        MemoryAccessError; nothing is retried past the first page that refuses."""
+        """Bytes written from the start of `data`, into writable mappings only. Raises
+        MemoryAccessError when the first byte is not writable, and, without `allow_partial`,
+        when a later one is not; nothing is retried past the first page that refuses."""
+        writable, why = self.writable_run(address, len(data))
+        if writable == 0 and data:
+            raise MemoryAccessError(f"cannot write process {self.pid}: {why}")
+        if writable < len(data):
+            if not allow_partial:
+                raise MemoryAccessError(
+                    f"only {writable} of {len(data)} bytes at {format_address(address)} are "
+                    f"writable in process {self.pid}: {why} (set allowPartial to write the "
+                    "writable ones)")
+            data = data[:writable]
         fd = self._open(os.O_RDWR)
         try:
             written = 0

@@ -12,6 +12,9 @@ for a program it launched, and a second signal leaves without waiting.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import signal
 import sys
 
@@ -19,7 +22,7 @@ from adapter.capture import stepper as stepper_mod
 
 USAGE = ("ptdebug record [--backend auto|intel_pt|stepper] [--pid PID | --tid TID] "
          "[--from SYMBOL|ADDR] [--until-return | --count N | --until SYMBOL|ADDR | "
-         "--duration MS] -o BUNDLE [-- CMD ARGS...]")
+         "--duration MS] -o BUNDLE [--force] [--json] [-- CMD ARGS...]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after MS milliseconds (also a limit on the other conditions)")
     p.add_argument("-o", "--output", required=True, metavar="BUNDLE",
                    help="the bundle directory to write")
+    p.add_argument("--force", action="store_true",
+                   help="replace BUNDLE if it exists (without it, an existing BUNDLE is an error)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object on stdout")
     p.add_argument("--no-copy-images", action="store_true",
                    help="reference the program's files by path instead of copying them")
     p.add_argument("--no-aslr", action="store_true",
@@ -73,6 +80,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("give a command after --, or --pid PID, or --tid TID")
     if command and (args.pid is not None or args.tid is not None):
         parser.error("give either a command or --pid/--tid, not both")
+    if os.path.lexists(args.output) and not args.force:
+        parser.error(f"{args.output} exists; give --force to replace it")
+    for what, number in (("process", args.pid), ("thread", args.tid)):
+        if number is not None and (number <= 0 or not os.path.exists(f"/proc/{number}")):
+            parser.error(f"no {what} {number} (it is not running)")
+    if command and os.sep not in command[0] and shutil.which(command[0]) is None:
+        parser.error(f"{command[0]}: no such program on PATH")
+    if command and os.sep in command[0] and not os.access(command[0], os.X_OK):
+        parser.error(f"{command[0]}: " + ("not executable" if os.path.exists(command[0])
+                                         else "no such file"))
     if args.until_return and not args.start:
         parser.error("--until-return needs --from FUNCTION")
     if args.count is not None and args.count <= 0:
@@ -134,6 +151,15 @@ def _report_program(code: int | None, log) -> bool:
     return code < 0
 
 
+def summary(manifest: dict, bundle, backend: str, program_exit: int | None = None) -> dict:
+    """`record --json`: what was recorded, where, and whether it is complete."""
+    stats = manifest.get("stats") or {}
+    return {"status": manifest.get("status"), "bundle": os.path.abspath(bundle),
+            "backend": backend, "threads": [t.get("tid") for t in manifest.get("threads", [])],
+            "instructions": stats.get("instructions"), "end_reason": stats.get("end_reason"),
+            "partial_reason": manifest.get("partial_reason"), "program_exit": program_exit}
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     backend, why = choose_backend(args.backend)
@@ -146,6 +172,8 @@ def main(argv: list[str]) -> int:
         except intel_pt.IntelPtError as exc:
             print(f"ptdebug record: {exc}", file=sys.stderr)
             return 1
+        if args.json:
+            print(json.dumps(summary(result, args.output, backend)))
         return 0 if result["status"] == "complete" else 1
     from adapter.capture import record
     _stop_on_sigterm()
@@ -174,9 +202,12 @@ def main(argv: list[str]) -> int:
         return 1
     m = result.manifest
     stats = m.get("stats", {})
-    print(f"{m['status']}: {stats.get('instructions', 0)} instructions of thread "
-          f"{m['threads'][0]['tid'] if m['threads'] else '?'} in {result.bundle} "
-          f"({stats.get('end_reason', '')})")
+    if args.json:
+        print(json.dumps(summary(m, result.bundle, backend, result.target_exit)))
+    else:
+        print(f"{m['status']}: {stats.get('instructions', 0)} instructions of thread "
+              f"{m['threads'][0]['tid'] if m['threads'] else '?'} in {result.bundle} "
+              f"({stats.get('end_reason', '')})")
     killed = _report_program(result.target_exit, log)
     if m["status"] != "complete":
         log(f"partial: {m['partial_reason']}")

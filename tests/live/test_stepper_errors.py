@@ -65,10 +65,11 @@ def test_dead_pid(tmp_path):
     proc.wait()
     out = tmp_path / "dead.bundle"
     run = run_cli("--pid", proc.pid, "-o", out)
-    assert run.returncode == 1
-    assert f"no process {proc.pid} (it is not running)" in run.stderr
-    m = read_manifest(out)
-    assert m["status"] == "partial" and "not running" in m["partial_reason"]
+    # bad input (adapter/cli.py's convention): exit 2, said in one line, nothing written
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1] == (f"ptdebug record: error: no process {proc.pid} "
+                                           "(it is not running)")
+    assert not out.exists()
 
 
 def test_pid_already_traced_by_someone_else(running, tmp_path):

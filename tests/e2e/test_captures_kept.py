@@ -115,3 +115,49 @@ def test_a_go_sessions_capture_is_kept_with_the_built_binary(start_adapter, tmp_
     ptdebug("export", "perfetto", str(bundle), "-o", str(tmp_path / "trace.json"))
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     check_self_contained(bundle, tmp_path / "elsewhere" / bundle.name, [])
+
+
+def test_an_adapter_killed_mid_recording_leaves_a_bundle_marked_partial(start_adapter,
+                                                                        tmp_path):
+    """SIGKILL to the adapter while a long window records: no temporary folder, and the
+    capture's bundle says it is partial and why (the recorder outlives the adapter and
+    finishes the manifest once its target is gone)."""
+    import os
+    import signal
+    import time
+    started = time.time()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    library = build_kvcache(tmp_path)
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, "40"], "console": "internalConsole",
+        "cwd": str(workspace), "recordWindow": {"instructions": 300000}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 2"}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+    captures = workspace / ".ptdebug" / "captures"
+    deadline = time.monotonic() + 30
+    while not (captures.is_dir() and any(captures.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    bundle = next(captures.iterdir())
+    time.sleep(1.0)
+    run.track()
+    assert json.loads((bundle / "manifest.json").read_text())["status"] == "partial"
+    os.kill(run.proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    manifest = {}
+    while time.monotonic() < deadline:
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        if manifest.get("partial_reason") != "recording in progress":
+            break
+        time.sleep(0.2)
+    assert manifest["status"] == "partial" and manifest["partial_reason"] not in (
+        None, "recording in progress"), manifest
+    assert not [p for p in pathlib.Path("/tmp").glob("ptdebug-captures-*")
+                if p.stat().st_mtime >= started]  # what the captures went to before
+    run.assert_nothing_left(timeout=30)

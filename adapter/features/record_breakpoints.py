@@ -465,6 +465,7 @@ class RecordBreakpoints:
         parked_at_end: list[Parked] = []
         """Where the recorder left it spinning when the window closed (Go)."""
         handed_over = False
+        kept = False
 
         def release() -> None:
             if not released.is_set() and not parked:
@@ -520,6 +521,7 @@ class RecordBreakpoints:
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
             self._keep(capture)
+            kept = True
             if answer is not None:
                 answer.respond(capture.event_body())
         except Exception as exc:
@@ -536,8 +538,10 @@ class RecordBreakpoints:
                 if parked:  # the recording failed before the program was taken back
                     unpark(parked[0])
                     backend.take_back(lambda: [unpark(where) for where in parked_at_end])
-                elif not handed_over:
-                    release()  # never leave the program paused at a breakpoint unseen
+                elif not handed_over and (answer is None or kept):
+                    # never leave the program paused at a breakpoint unseen; a captureNow that
+                    # failed leaves the program paused, as the user had it (issue 17)
+                    release()
             except Exception as exc:
                 log.exception("record breakpoint: letting the program run on failed")
                 self.session.client.send_event("output", {"category": "important", "output":

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ptdebug.dap")
 
 REVERSE = "stepping backwards and reverse continue"
+FEATURE_WAIT = 10.0
+"""Seconds a request for a feature waits for the features the debuggee's pid brings (its
+backend learns the pid a moment after the launch; a first stop may come before)."""
 
 
 class ClientHandlers:
@@ -130,6 +133,12 @@ class ClientHandlers:
 
     def _feature(self, attribute: str, what: str):
         feature = getattr(self.session, attribute)
+        session = self.session
+        if feature is None and session.backend is not None and \
+                not session.features_started.wait(FEATURE_WAIT):
+            log.warning("%s: the debuggee's features were not ready within %g s", what,
+                        FEATURE_WAIT)
+        feature = getattr(session, attribute)
         if feature is None:
             raise NotSupportedYet(f"not supported yet: {what} are not available in this "
                                   "ptdebug session")

@@ -94,6 +94,9 @@ class Session:
         """adapter.disassemble.Disassembler of the debuggee, created on first use."""
         self.data_breakpoints = None
         """Data-breakpoint feature (dataBreakpointInfo, setDataBreakpoints); None until wired."""
+        self.features_started = threading.Event()
+        """Set once the features that need the debuggee's pid are plugged in (or never will
+        be): a request for one waits for it instead of being refused at an early stop."""
         self.reverse = None
         """Reverse-execution feature (stepBack, reverseContinue); None until wired."""
         self.instruction_breakpoints = None
@@ -370,11 +373,13 @@ class Session:
                 feature = DataBreakpoints.probe(self, pid)
         except Exception:
             log.exception("data breakpoints: probe failed")
+            self.features_started.set()
             return
         if feature is not None and not self.finished.is_set():
             self.data_breakpoints = feature
             self.announce_capabilities(**feature.capabilities)
             self.update_fast_path()  # the feature may intercept or observe requests
+        self.features_started.set()
 
     def backend_recording(self, replayed) -> None:
         """A replay instead of a program (backends.replay): the bundle's images stand in for
@@ -388,6 +393,7 @@ class Session:
 
     def backend_gone(self, reason: str) -> None:
         log.warning("backend gone: %s", reason)
+        self.features_started.set()  # none will come: requests waiting for one are refused
         self.backend_gone_at = time.monotonic()
         self.update_fast_path()  # requests now get route()'s BackendGone
         if self.disconnect_at is not None:

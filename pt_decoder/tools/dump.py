@@ -263,15 +263,23 @@ class LastIp:
 
 
 class Dumper:
-    """ptdump's dump loop and tracking over one buffer; lines go to `emit`."""
+    """ptdump's dump loop and tracking over one buffer; lines go to `sink`
+    (a text_out.TextSink). Without time tracking the packets are formatted by
+    the compiled writer (ptdump_text.pyx); with --time/--tcal, here."""
 
-    def __init__(self, data, opts: Options, emit) -> None:
+    def __init__(self, data, opts: Options, sink) -> None:
         self.data = data
         self.opts = opts
-        self.emit = emit
+        self.sink = sink
+        self.fast = None if opts.track_time else _packet_text(opts)
         self.reset()
 
+    def emit(self, line: str) -> None:
+        self.sink.write(line + "\n")
+
     def reset(self) -> None:
+        if self.fast is not None:
+            self.fast.reset()
         self.last_ip = LastIp()
         self.tcal = TimeCalibration()
         self.time = TimeTracker()
@@ -297,6 +305,13 @@ class Dumper:
 
     def dump_packets(self, dec: PacketDecoder) -> bool:
         """Dump until the end (False) or a decoding error (True)."""
+        if self.fast is not None:
+            stop = self.fast.run(dec, self.sink)
+            if stop is None:
+                return False
+            offset, code = stop
+            self.diag(offset, "error decoding packet", ErrorCode(code))
+            return True
         while True:
             offset = dec.offset
             try:
@@ -465,16 +480,29 @@ def open_trace(path: str, begin: int = 0, end: int | None = None):
     return memoryview(mapped)[begin:end]
 
 
-def dump(data, opts: Options, emit) -> None:
-    """Dump `data` (any buffer) with `opts`, passing each output line to `emit`."""
+def _packet_text(opts: Options):
+    """The compiled writer (ptdump_text.PacketText) for options without time tracking."""
+    from pt_decoder.tools import ptdump_text as pt
+    bits = 0
+    for flag, bit in ((opts.show_offset, pt.SHOW_OFFSET), (opts.show_raw, pt.SHOW_RAW),
+                      (opts.show_last_ip, pt.SHOW_LAST_IP), (opts.show_exec_mode, pt.SHOW_EXEC_MODE),
+                      (opts.quiet, pt.QUIET), (opts.no_pad, pt.NO_PAD), (opts.no_timing, pt.NO_TIMING),
+                      (opts.no_cyc, pt.NO_CYC)):
+        if flag:
+            bits |= bit
+    return pt.PacketText(bits)
+
+
+def dump(data, opts: Options, sink) -> None:
+    """Dump `data` (any buffer) with `opts`, writing the lines to `sink` (a text_out.TextSink)."""
     if opts.cpu is not None:
         errata = cpu_errata(opts.cpu[0], opts.cpu[1])
         if errata is None:
-            emit(fmt.diag(0, "failed to determine errata", errstr(ErrorCode.BAD_CPU)))
+            sink.write(fmt.diag(0, "failed to determine errata", errstr(ErrorCode.BAD_CPU)) + "\n")
             errata = frozenset()
         opts.errata = errata
         opts.time.skl168 = "skl168" in errata
-    Dumper(data, opts, emit).run()
+    Dumper(data, opts, sink).run()
 
 
 def main(argv: list[str] | None = None, out=None) -> int:
@@ -494,9 +522,11 @@ def main(argv: list[str] | None = None, out=None) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"{PROG}: cannot read trace {opts.trace}: {reason}", file=sys.stderr)
         return 2  # bad input, as for every command (adapter/cli.py)
-    write = out.write
+    from pt_decoder.tools.text_out import TextSink
+    sink = TextSink(out)
     try:
-        dump(data, opts, lambda line: write(line + "\n"))
+        dump(data, opts, sink)
+        sink.flush()
     except BrokenPipeError:
         return 0
     return 0

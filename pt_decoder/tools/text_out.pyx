@@ -95,12 +95,7 @@ cdef class TextSink:
 
     write(str|bytes), flush(); the buffer is handed over when it holds `size`
     bytes, and by flush()."""
-    cdef char* buf
-    cdef size_t used, size
-    cdef object _write
-    cdef int _text
-    cdef object _out
-    cdef public uint64_t written      # bytes handed to the stream so far
+    # attributes and the C-level methods other compiled writers use: text_out.pxd
 
     def __cinit__(self, out, size_t size=1 << 20):
         self.size = size if size >= 4 * LINE_MAX else 4 * LINE_MAX
@@ -156,7 +151,7 @@ cdef class TextSink:
             flush()
 
     cdef int _insns(self, int fmt, int insn_time, const uint64_t[:] ip, const uint64_t[:] tsc,
-                    const uint64_t[:] cyc, const uint8_t[:] flags, Py_ssize_t lo, Py_ssize_t hi) except -1:
+                    const uint64_t[:] cyc, const unsigned char[:] flags, Py_ssize_t lo, Py_ssize_t hi) except -1:
         """The lines of instructions lo..hi-1, formatted in C without the GIL."""
         cdef Py_ssize_t i = lo, stop
         cdef char* p

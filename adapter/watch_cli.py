@@ -71,7 +71,10 @@ class Symbolizer:
         sym = self.image.symbolize(addr)
         if sym is None and self._stamp() not in (None, self._perf_map_stamp):
             self._perf_map_stamp = self._stamp()
-            self.image.add_perf_map(self._perf_map)
+            try:
+                self.image.add_perf_map(self._perf_map)
+            except PtError:
+                pass  # refused (not a regular file of the process's user): as at the start
             sym = self.image.symbolize(addr)
         if sym is not None:
             return f"{sym.name}+{sym.offset:#x}" if sym.offset else sym.name

@@ -20,6 +20,8 @@ import bisect
 import dataclasses
 import io
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
@@ -229,14 +231,19 @@ class Image:
         self._add_elf_symbols(module, path=path)
         return module
 
-    def add_perf_map(self, path: str) -> int:
+    def add_perf_map(self, path: str, owners: Iterable[int] | None = None) -> int:
         """Add the symbols of a perf-map file (`/tmp/perf-PID.map`); returns how many.
 
         Later lines win over earlier ones for the same address, as a JIT that
-        recompiles a function appends a new line. Raises PtError(BAD_FILE) if the
-        file cannot be read; malformed lines are skipped and named in `warnings`.
+        recompiles a function appends a new line. The file must be a regular file
+        (not a link, a FIFO or a device) owned by one of `owners`; None means the
+        user of process PID for a path /tmp/perf-PID.map, and root (symbols.read_perf_map).
+        Raises PtError(BAD_FILE) if the file cannot be read or is refused;
+        malformed lines are skipped and named in `warnings`.
         """
-        entries, warnings = read_perf_map(path)
+        if owners is None:
+            owners = _perf_map_owners(path)
+        entries, warnings = read_perf_map(path, owners)
         self.warnings.extend(warnings)
         self._perf_maps.append(SymbolTable(reversed(entries), path))
         return len(entries)
@@ -295,8 +302,11 @@ class Image:
                 image._replace_module(index, dataclasses.replace(
                     module, load_address=low, size=high - low, offset=min(maps)[3]))
         perf_map_path = f"/tmp/perf-{pid}.map"
-        if perf_map and os.path.exists(perf_map_path):
-            image.add_perf_map(perf_map_path)
+        if perf_map and os.path.lexists(perf_map_path):
+            try:
+                image.add_perf_map(perf_map_path)
+            except PtError as e:  # another user's file, a link, a FIFO: named, not read
+                image.warnings.append(str(e))
         return image
 
     def add_mapping(self, path: str, vaddr: int, offset: int = 0, size: int | None = None) -> Module:
@@ -438,3 +448,15 @@ class Image:
             if module.load_address <= addr < module.load_address + module.size:
                 return module
         return None
+
+
+def _perf_map_owners(path: str) -> set[int] | None:
+    """Who may own a perf map: root and the user of process PID for /tmp/perf-PID.map (the
+    process writes it); root and this process's user for any other path."""
+    match = re.fullmatch(r"/tmp/perf-(\d+)\.map", os.path.abspath(path))
+    if match is None:
+        return {0, os.geteuid()}
+    try:
+        return {0, os.stat(f"/proc/{match.group(1)}").st_uid}
+    except OSError:
+        return {0}  # the process is gone: only root's file is trusted

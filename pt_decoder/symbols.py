@@ -14,6 +14,9 @@ tools/perf/Documentation/jit-interface.txt.
 from __future__ import annotations
 
 import bisect
+import errno
+import os
+import stat
 import struct
 from array import array
 from collections.abc import Iterable
@@ -22,6 +25,9 @@ from typing import NamedTuple
 from elftools.elf.elffile import ELFFile
 
 from .errors import ErrorCode, PtError
+
+PERF_MAP_MAX_BYTES = 64 * 1024 * 1024
+"""Most of a perf-map file read (a large JIT's map is a few MB)."""
 
 
 class Symbol(NamedTuple):
@@ -136,20 +142,51 @@ def _symbols(elf: ELFFile, section):
                binds.get(sym["st_info"]["bind"], 0), shndx)
 
 
-def read_perf_map(path: str) -> tuple[list[tuple[int, int, str]], list[str]]:
+def read_perf_map(path: str, owners: Iterable[int] | None = None) -> tuple[list[tuple[int, int, str]], list[str]]:
     """Parse a perf-map file into (start, size, name) entries.
+
+    The file is untrusted (anyone can create /tmp/perf-PID.map): it is opened without
+    following a symbolic link and without blocking (a FIFO there held `record --pid`, `watch`
+    and a DAP disassemble forever), must be a regular file owned by one of `owners` (the
+    target's user and root; None: anyone), and at most PERF_MAP_MAX_BYTES are read (the rest
+    is named in the warnings).
 
     Returns (entries, warnings): a line that does not parse (a JIT may be
     writing the last one right now) is skipped and named in `warnings`.
-    Raises PtError(BAD_FILE) if the file cannot be read.
+    Raises PtError(BAD_FILE) if the file cannot be read or is refused.
     """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            text = f.read()
+        fd = os.open(path, flags)
+    except OSError as e:
+        reason = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror
+        raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read perf map {path}: {reason}")
+    warnings: list[str] = []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PtError(ErrorCode.BAD_FILE, detail=f"perf map {path} is not a regular file; "
+                                                     "not read")
+        if owners is not None and st.st_uid not in set(owners):
+            raise PtError(ErrorCode.BAD_FILE, detail=f"perf map {path} belongs to uid "
+                                                     f"{st.st_uid}, not to the process's user "
+                                                     "or root; not read")
+        data = os.read(fd, PERF_MAP_MAX_BYTES + 1)
+        while len(data) <= PERF_MAP_MAX_BYTES:
+            more = os.read(fd, PERF_MAP_MAX_BYTES + 1 - len(data))
+            if not more:
+                break
+            data += more
     except OSError as e:
         raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read perf map {path}: {e.strerror}")
+    finally:
+        os.close(fd)
+    if len(data) > PERF_MAP_MAX_BYTES:
+        data = data[:data.rfind(b"\n", 0, PERF_MAP_MAX_BYTES) + 1]
+        warnings.append(f"{path}: only the first {len(data)} bytes were read (the limit is "
+                        f"{PERF_MAP_MAX_BYTES})")
+    text = data.decode("utf-8", errors="replace")
     entries: list[tuple[int, int, str]] = []
-    warnings: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
         parts = line.split(None, 2)
         if not parts:

@@ -184,3 +184,23 @@ def test_initialize_is_still_answered_after_hostile_messages(start_adapter):
     client.send_raw(_frame(_deep_request(5, 3000)))
     assert client.expect_response(5, timeout=10)["body"]["error"]["id"] == 1200
     assert client.call("initialize", INITIALIZE)["supportsReadMemoryRequest"] is True
+
+
+def test_a_fifo_as_the_perf_map_does_not_wedge_disassemble(start_adapter):
+    """Seen: another user's FIFO at /tmp/perf-PID.map wedged the session at the first
+    `disassemble` with symbols (the adapter blocked opening it). Now it is refused unread."""
+    run = start_adapter()
+    client = run.client
+    thread_id, frame = _stopped(client)
+    pid = int(evaluate(client, frame, "__import__('os').getpid()"))
+    path = f"/tmp/perf-{pid}.map"
+    os.mkfifo(path)
+    try:
+        getpid = hex(int(evaluate(client, frame, ADDRESS_OF_GETPID)))
+        body = client.call("disassemble", {"memoryReference": getpid, "instructionCount": 4,
+                                           "resolveSymbols": True}, timeout=20)
+        assert "getpid" in body["instructions"][0]["symbol"]
+    finally:
+        os.unlink(path)
+    assert evaluate(client, frame, "result") == "6"
+    _finish(run, client, thread_id)

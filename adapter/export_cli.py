@@ -3,12 +3,14 @@ have: a gzipped pprof profile weighted by cycles (`go tool pprof -top FILE`, fla
 a Perfetto / chrome://tracing timeline of calls per thread.
 
 Layer: command line over adapter.export. Checks the arguments once, decodes the bundle,
-writes the file and says what it wrote. Exit status: 0 written, 1 the bundle could not be
-decoded or the file not written, 2 bad arguments.
+writes the file and says what it wrote (--json: as one JSON object). Exit status: 0 written,
+1 the file could not be written, 2 bad arguments or a bundle that cannot be read. An existing
+FILE is replaced only with --force.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -24,15 +26,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace-format", choices=("json", "proto"), default=None,
                         help="perfetto: Chrome trace JSON or Perfetto protobuf (default: proto "
                              "for FILE ending .perfetto-trace/.pftrace/.pb/.proto, else json)")
+    parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    parser.add_argument("--json", action="store_true",
+                        help="say what was written as one JSON object")
     return parser
 
 
 def main(argv: list[str]) -> int:
-    options = build_parser().parse_args(argv)
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    if os.path.lexists(options.output) and not options.force:
+        parser.error(f"{options.output} exists; give --force to replace it")
     from adapter.export.trace import DecodedBundle
     decoded = DecodedBundle.open_for_command(options.bundle, "export")
-    if decoded is None:
-        return 1
+    if decoded is None:  # missing, not a bundle, unreadable: bad input
+        return 2
     if decoded.manifest.get("status") == "partial":
         print(f"ptdebug export: note: the bundle is partial "
               f"({decoded.manifest.get('partial_reason')}); exporting what was recorded",
@@ -49,6 +57,12 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"ptdebug export: cannot write {options.output}: {exc.strerror}", file=sys.stderr)
         return 1
+    if options.json:
+        print(json.dumps({"output": os.path.abspath(options.output), "format": options.format,
+                          "instructions": decoded.total_instructions,
+                          "threads": len(decoded.threads), "cycles": decoded.total_cycles,
+                          "bytes": os.path.getsize(options.output)}))
+        return 0
     print(f"wrote {os.path.abspath(options.output)}: {options.format}, "
           f"{decoded.total_instructions} instructions on {len(decoded.threads)} thread(s), {what}")
     return 0

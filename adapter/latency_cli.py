@@ -3,13 +3,15 @@ points of a recording, as P50/P90/P99 (and min, max, mean) in nanoseconds and cy
 optional histogram drawn to a PNG.
 
 Layer: command line over adapter.export.latency (which says what a code point is and how A
-and B are paired). Exit status: 0 printed, 1 the bundle could not be decoded or no interval
-was found, 2 bad arguments or a code point that names nothing.
+and B are paired). Exit status: 0 printed, 1 no interval was found or the PNG not written,
+2 bad arguments, a bundle that cannot be read, or a code point that names nothing. An existing
+PNG is replaced only with --force.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -21,17 +23,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--to", dest="target", required=True, metavar="B",
                         help="end point: FUNCTION, FILE:LINE or 0xADDR")
     parser.add_argument("--png", metavar="FILE", help="draw the histogram of the times here")
+    parser.add_argument("--force", action="store_true", help="replace the --png FILE if it exists")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser
 
 
 def main(argv: list[str]) -> int:
-    options = build_parser().parse_args(argv)
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    if options.png and os.path.lexists(options.png) and not options.force:
+        parser.error(f"{options.png} exists; give --force to replace it")
     from adapter.export.latency import CodePointError, measure, resolve
     from adapter.export.trace import DecodedBundle
     decoded = DecodedBundle.open_for_command(options.bundle, "latency")
-    if decoded is None:
-        return 1
+    if decoded is None:  # missing, not a bundle, unreadable: bad input
+        return 2
     try:
         source = resolve(decoded, options.source)
         target = resolve(decoded, options.target)

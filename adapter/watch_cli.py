@@ -43,6 +43,10 @@ from pt_decoder.image import Image
 from pt_decoder.lines import LineTable
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+BAD_INPUT = frozenset({"bad_access", "bad_length", "unaligned", "unmapped", "no_process"})
+"""WatchError codes that say the request was wrong (exit 2: no such process, no such symbol,
+a length or address the hardware cannot watch); the others say this machine or the process's
+state refused it (exit 1: permission, no free debug register, already traced)."""
 
 
 class Symbolizer:
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         wp.check_mapped(args.pid, request.address, request.length, request.access)
     except wp.WatchError as exc:
         print(f"ptdebug watch: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if exc.code in BAD_INPUT else EXIT_ERROR
     except (PtError, OSError) as exc:  # the process vanished or its files cannot be read
         print(f"ptdebug watch: cannot read process {args.pid}: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args, request, symbols)
     except wp.WatchError as exc:
         print(f"ptdebug watch: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if exc.code in BAD_INPUT else EXIT_ERROR
     finally:
         signal.signal(signal.SIGTERM, old_term)
 

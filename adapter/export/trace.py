@@ -112,7 +112,8 @@ class DecodedBundle:
     @classmethod
     def open_for_command(cls, path: str | os.PathLike, command: str) -> DecodedBundle | None:
         """`open` for a command-line tool: on failure the reason goes to stderr as
-        "ptdebug COMMAND: ..." and None comes back (the tool then exits with status 1)."""
+        "ptdebug COMMAND: ..." and None comes back (the tool then exits with status 2: the
+        bundle given is bad input, adapter/cli.py)."""
         try:
             return cls.open(path)
         except TraceError as exc:

@@ -161,7 +161,8 @@ def hover(ls: HotPathServer, params: types.HoverParams) -> types.Hover | None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="ptdebug lsp", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ptdebug lsp", description=" ".join(
+        __doc__.split("\n\n")[0].split()))
     parser.add_argument("--bundle", help="show this capture from the start")
     parser.add_argument("--stdio", action="store_true",
                         help="talk LSP on stdin/stdout (the default; accepted for clients "
@@ -171,6 +172,8 @@ def main(argv: list[str]) -> int:
     if options.log_file:
         logging.basicConfig(filename=options.log_file, level=logging.INFO)
     if options.bundle:
+        if not (pathlib.Path(options.bundle) / "manifest.json").is_file():
+            parser.error(f"--bundle {options.bundle}: not a bundle directory (no manifest.json)")
         server._initial_bundle = str(pathlib.Path(options.bundle).resolve())
     server.start_io()
     return 0

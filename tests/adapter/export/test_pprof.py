@@ -101,7 +101,7 @@ def test_c_profile_has_lines_and_the_call_tree(c_bundle, c_program, tmp_path):
 def test_a_missing_bundle_is_a_clear_error(tmp_path):
     result = ptdebug("export", "pprof", str(tmp_path / "nope"), "-o", str(tmp_path / "x"),
                      check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input (adapter/cli.py)
     assert "nope: not a bundle directory" in result.stderr
 
 

@@ -179,24 +179,40 @@ def write_stream(data, image, opts: dict, args, sink, on_progress=None) -> int:
     return total
 
 
-def _bundle_streams(root: str, args):
-    """(label, data, image, cpu, timing) per stream of a bundle directory."""
-    from pt_decoder.image import Image
+def read_bundle_manifest(root: str) -> dict:
+    """The manifest.json of a bundle directory (also `ptdebug dump`'s way in).
+    Raises OSError, or ValueError if it is not a ptdebug bundle."""
     with open(os.path.join(root, "manifest.json")) as f:
         manifest = json.load(f)
     if manifest.get("format") != "ptdebug-bundle":
         raise ValueError(f"{root}: not a ptdebug bundle (format={manifest.get('format')!r})")
+    return manifest
+
+
+def bundle_path(root: str, entry: dict) -> str:
+    """The file a manifest entry (stream or image) names, relative to the bundle."""
+    return entry["file"] if os.path.isabs(entry["file"]) else os.path.join(root, entry["file"])
+
+
+def bundle_cpu(manifest: dict) -> str | None:
+    """The traced CPU as --cpu's F/M/S, or None when it is not an Intel CPU or unknown."""
+    cpu = manifest.get("cpu") or {}
+    if cpu.get("vendor", "GenuineIntel") == "GenuineIntel" and cpu.get("family"):
+        return "%d/%d/%d" % (cpu["family"], cpu["model"], cpu.get("stepping", 0))
+    return None
+
+
+def _bundle_streams(root: str, args):
+    """(tid, data, image, cpu, timing) per stream of a bundle directory."""
+    from pt_decoder.image import Image
+    manifest = read_bundle_manifest(root)
     image = Image()
     for entry in manifest.get("images", []):
-        path = entry["file"] if os.path.isabs(entry["file"]) else os.path.join(root, entry["file"])
-        image.add_raw(path, entry["load_address"], entry.get("offset", 0), entry.get("size"))
-    cpu = manifest.get("cpu") or {}
-    cpu_text = "%d/%d/%d" % (cpu["family"], cpu["model"], cpu.get("stepping", 0)) \
-        if cpu.get("vendor", "GenuineIntel") == "GenuineIntel" and cpu.get("family") else None
+        image.add_raw(bundle_path(root, entry), entry["load_address"], entry.get("offset", 0), entry.get("size"))
+    cpu_text = bundle_cpu(manifest)
     timing = manifest.get("timing") or {}
     for stream in manifest.get("streams", []):
-        path = stream["file"] if os.path.isabs(stream["file"]) else os.path.join(root, stream["file"])
-        with open(path, "rb") as f:
+        with open(bundle_path(root, stream), "rb") as f:
             yield stream.get("tid"), f.read(), image, cpu_text, timing
 
 

@@ -6,7 +6,11 @@ options, maps the trace file without copying it, drives
 first PSB, print, on an error print `[offset: error decoding packet: ...]`
 and resync at the next PSB), and keeps ptdump's side tracking: last-IP
 (--lastip), time and calibration (--time/--tcal, ptdump_time.py). Columns are
-formatted by ptdump_format.py. It knows nothing of events or instructions.
+formatted by ptdump_format.py, or, when no time is tracked, by its compiled
+twin ptdump_text.pyx straight into a 1 MiB output buffer (text_out.pyx). A
+bundle directory dumps each stream of its manifest. A progress bar goes to
+stderr when it is a terminal (progress.py). It knows nothing of events or
+instructions.
 
 Exit status: 0 after a dump (decoding errors are part of the output, as in
 ptdump), 2 for a bad command line or a trace that cannot be read.
@@ -27,9 +31,12 @@ from pt_decoder.tools.ptdump_time import TimeCalibration, TimeConfig, TimeError,
 PROG = "ptdebug dump"
 
 USAGE = f"""usage: {PROG} [<options>] <ptfile>[:<from>[-<to>]]
+       {PROG} [<options>] <bundle directory>
 
 Print the Intel PT packets of <ptfile> (- for standard input), one a line,
 in libipt ptdump's format. <from>-<to> selects a byte range of the file.
+A ptdebug bundle directory dumps each of its streams after a
+`[stream tid N]` line, with the CPU and timing of its manifest.
 
 options:
   --help|-h                 this text.
@@ -262,15 +269,20 @@ class LastIp:
         self.suppressed = False
 
 
+PROGRESS_PACKETS = 1 << 16
+"""Packets the compiled writer dumps between two progress updates."""
+
+
 class Dumper:
     """ptdump's dump loop and tracking over one buffer; lines go to `sink`
     (a text_out.TextSink). Without time tracking the packets are formatted by
     the compiled writer (ptdump_text.pyx); with --time/--tcal, here."""
 
-    def __init__(self, data, opts: Options, sink) -> None:
+    def __init__(self, data, opts: Options, sink, on_progress=None) -> None:
         self.data = data
         self.opts = opts
         self.sink = sink
+        self.on_progress = on_progress
         self.fast = None if opts.track_time else _packet_text(opts)
         self.reset()
 
@@ -299,6 +311,8 @@ class Dumper:
         elif dec.sync_forward() is None:
             return
         while self.dump_packets(dec):
+            if self.on_progress is not None:
+                self.on_progress(dec.offset)
             if dec.sync_forward() is None:
                 return
             self.reset()
@@ -306,7 +320,11 @@ class Dumper:
     def dump_packets(self, dec: PacketDecoder) -> bool:
         """Dump until the end (False) or a decoding error (True)."""
         if self.fast is not None:
-            stop = self.fast.run(dec, self.sink)
+            stop = self.fast.run(dec, self.sink, PROGRESS_PACKETS)
+            while stop is True:
+                if self.on_progress is not None:
+                    self.on_progress(dec.offset)
+                stop = self.fast.run(dec, self.sink, PROGRESS_PACKETS)
             if stop is None:
                 return False
             offset, code = stop
@@ -493,8 +511,28 @@ def _packet_text(opts: Options):
     return pt.PacketText(bits)
 
 
-def dump(data, opts: Options, sink) -> None:
-    """Dump `data` (any buffer) with `opts`, writing the lines to `sink` (a text_out.TextSink)."""
+def bundle_jobs(opts: Options) -> list[tuple[object, object]]:
+    """(tid, mapped stream) per stream of the bundle directory opts.trace. The
+    manifest's CPU and timing fill what the command line left unset."""
+    from pt_decoder.tools.decode import bundle_cpu, bundle_path, read_bundle_manifest
+    if opts.begin or opts.end is not None:
+        raise ValueError("a byte range applies to a trace file, not to a bundle directory")
+    manifest = read_bundle_manifest(opts.trace)
+    cpu = bundle_cpu(manifest)
+    if opts.cpu is None and cpu:
+        opts.cpu = parse_cpu(cpu)
+    timing = manifest.get("timing") or {}
+    for attr in ("mtc_freq", "nom_freq", "cpuid_0x15_eax", "cpuid_0x15_ebx"):
+        if not getattr(opts.time, attr) and timing.get(attr):
+            setattr(opts.time, attr, int(timing[attr]))
+    return [(stream.get("tid"), open_trace(bundle_path(opts.trace, stream)))
+            for stream in manifest.get("streams", [])]
+
+
+def dump(data, opts: Options, sink, on_progress=None) -> None:
+    """Dump `data` (any buffer) with `opts`, writing the lines to `sink` (a
+    text_out.TextSink); on_progress(offset) after each stretch between resyncs
+    (and at the end)."""
     if opts.cpu is not None:
         errata = cpu_errata(opts.cpu[0], opts.cpu[1])
         if errata is None:
@@ -502,7 +540,9 @@ def dump(data, opts: Options, sink) -> None:
             errata = frozenset()
         opts.errata = errata
         opts.time.skl168 = "skl168" in errata
-    Dumper(data, opts, sink).run()
+    Dumper(data, opts, sink, on_progress).run()
+    if on_progress is not None:
+        on_progress(len(data))
 
 
 def main(argv: list[str] | None = None, out=None) -> int:
@@ -517,18 +557,32 @@ def main(argv: list[str] | None = None, out=None) -> int:
         out.write(USAGE)
         return 0
     try:
-        data = open_trace(opts.trace, opts.begin, opts.end)
+        if os.path.isdir(opts.trace):
+            jobs = bundle_jobs(opts)
+        else:
+            jobs = [(None, open_trace(opts.trace, opts.begin, opts.end))]
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and exc.filename and str(exc.filename) != opts.trace:
+            reason = f"{reason}: {exc.filename}"         # a file the bundle's manifest names
         print(f"{PROG}: cannot read trace {opts.trace}: {reason}", file=sys.stderr)
         return 2  # bad input, as for every command (adapter/cli.py)
+    from pt_decoder.tools.progress import Progress
     from pt_decoder.tools.text_out import TextSink
     sink = TextSink(out)
+    progress = Progress(sum(len(data) for _, data in jobs), "dump")
+    done = 0
     try:
-        dump(data, opts, sink)
+        for tid, data in jobs:
+            if tid is not None:
+                sink.write(f"[stream tid {tid}]\n")
+            dump(data, opts, sink, lambda offset, base=done: progress.update(base + offset))
+            done += len(data)
         sink.flush()
     except BrokenPipeError:
         return 0
+    finally:
+        progress.close()
     return 0
 
 

@@ -285,10 +285,11 @@ cdef class PacketText:
         self.lip.have_ip = 0
         self.lip.suppressed = 0
 
-    def run(self, PacketDecoder dec, TextSink sink):
+    def run(self, PacketDecoder dec, TextSink sink, uint64_t limit=<uint64_t>-1):
         """Dump from the decoder's offset. Returns None at the end of the buffer
-        (a packet cut off by the end included, as ptdump), or (offset, code) of
-        a decoding error for the caller to report and resynchronise after."""
+        (a packet cut off by the end included, as ptdump), (offset, code) of a
+        decoding error for the caller to report and resynchronise after, or
+        True after `limit` packets (call again to go on)."""
         cdef PtPacket pkt
         cdef uint64_t offset
         cdef int err
@@ -298,7 +299,11 @@ cdef class PacketText:
         cdef const uint8_t* raw
         cdef int opts = self.opts
         cdef int no_ip_diag
+        cdef uint64_t count = 0
         while True:
+            if count == limit:
+                return True
+            count += 1
             offset = dec._pos
             err = dec.next_c(&pkt)
             if err:

@@ -1,17 +1,24 @@
 """`ptdebug doctor [--json]`: what this machine can record and watch, and for
-every "no", why and how to fix it.
+every "no", why and how to fix it; and which external tools each feature
+needs (Go, Delve, gdb, perf, libipt, a C compiler), found or not, with how to
+get each one that is missing.
 
 Layer: adapter.hw (probes only; it opens and closes perf events on its own
-process and reads /proc and /sys, it never touches another process). The
-`record --backend auto` choice reads `recorder_backend()` from here.
+process, reads /proc and /sys and asks tools for their version, it never
+touches another process). The `record --backend auto` choice reads
+`recorder_backend()` from here. Exit status 0: the report is the result,
+whatever it says.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import ctypes.util
 import errno
 import json
 import os
+import shutil
+import subprocess
 
 from adapter.hw import cpu as cpu_mod
 
@@ -154,6 +161,81 @@ def check(root=cpu_mod.PMU_ROOT) -> dict:
                             "CAP_SYS_PTRACE, or sudo sysctl kernel.yama.ptrace_scope=0")
     report["ptrace"] = ptrace
     report["recorder"] = recorder_backend(report)
+    report["tools"] = external_tools()
+    return report
+
+
+# name -> (what needs it, how to get it). Debian package names: scripts/bootstrap.sh's.
+TOOLS = {
+    "go": ("Go targets: ptdebug builds them (go build / go test -c)",
+           "install Go (https://go.dev/dl/, or apt-get install golang-go)"),
+    "dlv": ("Go debugging: Delve is the debugger behind a Go session",
+            "go install github.com/go-delve/delve/cmd/dlv@latest (or set PTDEBUG_DLV)"),
+    "gdb": ("attaching to a running Python process by PID (debugpy injects itself with gdb)",
+            "apt-get install gdb"),
+    "perf": ("recording Intel PT outside ptdebug for `ptdebug import` (perf record -e intel_pt//u)",
+             "apt-get install linux-perf"),
+    "cc": ("`ptdebug demo` (compiles its native helper) and the C test fixtures",
+           "apt-get install build-essential"),
+    "libipt": ("the reference decoder of the tests and `ptdebug bench` (libipt.so.2)",
+               "apt-get install libipt-dev"),
+}
+
+
+def _version(argv: list[str], prefix: str = "") -> str | None:
+    """The first line starting with `prefix` that a tool prints (its version), or None if it
+    cannot say."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line.strip() for line in (done.stdout or done.stderr).splitlines()]
+    found = [line for line in lines if line and line.startswith(prefix)]
+    return found[0] if done.returncode == 0 and found else None
+
+
+def _find_go() -> str | None:
+    return shutil.which("go") or ("/usr/local/go/bin/go"
+                                  if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+
+
+def _find_dlv(go: str | None) -> str | None:
+    """Where a Go session looks for Delve, in the same order (adapter/backends/delve.py
+    find_dlv): $PTDEBUG_DLV, $(go env GOPATH)/bin, ~/go/bin, PATH."""
+    explicit = os.environ.get("PTDEBUG_DLV")
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    candidates = []
+    gopath = _version([go, "env", "GOPATH"]) if go else None
+    for entry in filter(None, (gopath or "").split(os.pathsep)):
+        candidates.append(os.path.join(entry, "bin", "dlv"))
+    candidates.append(os.path.expanduser("~/go/bin/dlv"))
+    found = next((c for c in candidates if os.access(c, os.X_OK)), None)
+    return found or shutil.which("dlv")
+
+
+def external_tools() -> dict:
+    """{tool: {found, path, version, needed_for, fix (only when missing)}} for every external
+    tool a feature of ptdebug runs."""
+    go = _find_go()
+    paths = {"go": go, "dlv": _find_dlv(go), "gdb": shutil.which("gdb"),
+             "perf": shutil.which("perf"), "cc": shutil.which("gcc") or shutil.which("cc"),
+             "libipt": ctypes.util.find_library("ipt")}
+    versions = {"go": [paths["go"], "version"], "dlv": [paths["dlv"], "version"],
+                "gdb": [paths["gdb"], "--version"], "perf": [paths["perf"], "--version"],
+                "cc": [paths["cc"], "--version"]}
+    report = {}
+    for name, (needed_for, fix) in TOOLS.items():
+        path = paths[name]
+        entry = {"found": path is not None, "path": path, "version": None,
+                 "needed_for": needed_for}
+        if path is not None and name in versions:
+            # `dlv version` prints "Delve Debugger" first, then "Version: 1.x"
+            entry["version"] = _version(versions[name], "Version:" if name == "dlv" else "")
+        if path is None:
+            entry["fix"] = fix
+        report[name] = entry
     return report
 
 
@@ -220,6 +302,13 @@ def format_report(r: dict) -> str:
         lines.append(f"  fix: {p['fix']}")
     rec = r["recorder"]
     lines.append(f"recorder          {rec['backend'] or 'none'}: {rec['why']}")
+    lines.append("tools")
+    for name, tool in r.get("tools", {}).items():
+        if tool["found"]:
+            lines.append(f"  {name:<8} yes ({tool['version'] or tool['path']})")
+        else:
+            lines.append(f"  {name:<8} no: needed for {tool['needed_for']}")
+            lines.append(f"           fix: {tool['fix']}")
     return "\n".join(lines)
 
 

@@ -85,7 +85,7 @@ def _ip_lines_equal(ptdebug_out: pathlib.Path, libipt_out: pathlib.Path) -> int:
 
 def run(quick: bool = False) -> dict:
     size_mb = 0.25 if quick else 0.75
-    rounds = 3 if quick else 5
+    rounds = 3 if quick else 7
     stream, info = cached_stream(size_mb)
     elf = info["elf"]
     family, model = (int(x) for x in DECODE["cpu"].split("/")[:2])

@@ -175,6 +175,9 @@ class History:
         """Free-form JSON-able facts about the history (thread, CPU, source trace), saved with it."""
         self._events = None
         self._lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.python = None
+        """pt_decoder.python_frames.PythonFrames of a Python capture (attach_python), or None.
+        Not saved with the history: it comes from the trace's PTWRITE samples."""
 
     # -- construction ----------------------------------------------------
 
@@ -456,6 +459,74 @@ class History:
         target, hit = scan_line(self._ip_ids, self._flags, self._line_map(lines, statements),
                                 pos, high, 1, 1 if over_calls else 0)
         return self._bound_step(target, True, gap) if hit else Step(target, "found")
+
+    # -- Python frames (pt_decoder/python_frames.py) ---------------------------
+
+    def attach_python(self, frames) -> None:
+        """Give the history its Python attribution (a PythonFrames over the same positions)."""
+        if frames is not None and frames.length != len(self):
+            raise PtError(ErrorCode.INVALID, None, f"the Python frames cover {frames.length} "
+                          f"instructions, the history {len(self)}")
+        self.python = frames
+
+    def _python(self):
+        if self.python is None:
+            raise PtError(ErrorCode.INVALID, None, "this history has no Python attribution "
+                          "(the recording wrote no Python frame samples)")
+        return self.python
+
+    def python_frame(self, pos: int):
+        """The Python frame (PyFrame: qualname, filename, line, code, index) instruction `pos`
+        ran under, or None where none is known. Raises IndexError if `pos` is outside,
+        PtError(INVALID) without Python attribution."""
+        self._check(pos)
+        return self._python().frame_at(pos)
+
+    def python_line_change_before(self, pos: int) -> int | None:
+        """The last position before `pos` whose Python (code object, line) differs from the
+        one at `pos`, or None. Raises as python_frame does."""
+        self._check(pos)
+        return self._python().prev_line_change(pos)
+
+    def prev_python_line(self, pos: int, low: int = 0) -> Step:
+        """Step back by Python line from `pos`: the first instruction of the previous run of
+        one (code object, line), runs without a Python frame passed over (native code before
+        the interpreter ran). Calls are not stepped over: the step lands in a callee's last
+        line as the recorded flow met it. Returns Step(position, "found"), or
+        Step(bound, "gap"|"start") when a gap, the history's start or `low` comes first.
+        Raises as python_frame does."""
+        self._check(pos)
+        frames = self._python()
+        gap_low, gap = self._low_bound(pos)
+        if low > gap_low:
+            low, gap = min(low, pos), None
+        else:
+            low = gap_low
+        target = frames.line_start(pos)
+        while True:
+            if target <= low:
+                return self._bound_step(low, False, gap)
+            target = frames.line_start(target - 1)
+            if target < low:
+                return self._bound_step(low, False, gap)
+            if frames.frame_at(target) is not None:
+                return Step(target, "found")
+
+    def next_python_line(self, pos: int) -> Step:
+        """Step forward by Python line: the first later instruction of another (code object,
+        line) with a Python frame. Returns Step(position, "found") or Step(last reachable,
+        "gap"|"end"). Raises as python_frame does."""
+        self._check(pos)
+        frames = self._python()
+        high, gap = self._high_bound(pos)
+        target = pos
+        while True:
+            change = frames.next_line_change(target)
+            if change is None or change >= high:
+                return self._bound_step(high - 1, True, gap)
+            target = change
+            if frames.frame_at(target) is not None:
+                return Step(target, "found")
 
     # -- addresses ---------------------------------------------------------
 

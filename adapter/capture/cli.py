@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="intel_pt: snapshot (overwrite) mode, written when the recording ends")
     p.add_argument("--filter", action="append", default=[], metavar="FILTER",
                    help="intel_pt: address filter, perf syntax (e.g. 'filter main @ /bin/prog')")
+    p.add_argument("--python", choices=("auto", "on", "off"), default="auto",
+                   help="stepper: write the running Python frame (code object, line) into the "
+                        "trace when the target runs CPython 3.10-3.13 (auto), require it (on), "
+                        "or not (off)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return p
 
@@ -190,7 +194,7 @@ def main(argv: list[str]) -> int:
             start=args.start, end=end, predict_returns=not args.exact_returns,
             copy_images=not args.no_copy_images, no_aslr=args.no_aslr,
             trigger_timeout=args.trigger_timeout, log=log, breakpoints=args.breakpoints,
-            max_instructions=args.max_instructions, wait_for_exit=True)
+            max_instructions=args.max_instructions, wait_for_exit=True, python=args.python)
     except record.RecordFailed as exc:
         log(str(exc))
         if exc.bundle:

@@ -88,6 +88,20 @@ def _add_images(writer: BundleWriter, pid: int, known: set) -> list[str]:
     return list(image.warnings)
 
 
+def _python_probe(pid: int, required: bool, log):
+    """The Python frame probe of process `pid`; None (said in the log) when it runs no
+    supported CPython, unless `required` (then TargetError)."""
+    from adapter.python.cpython_layout import LayoutError
+    from adapter.python.frame_probe import probe_for
+    try:
+        return probe_for(pid)
+    except LayoutError as exc:
+        if required:
+            raise TargetError(f"no Python attribution: {exc}") from None
+        log(f"no Python attribution: {exc}")
+        return None
+
+
 def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
     """The Recording as a PT stream (PSB+ every 4 KiB, timing from the stops)."""
     n = len(rec.ips)
@@ -117,7 +131,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    wait_for_exit: bool = True, breakpoints: str = "auto",
                    output_fd: int | None = None, max_instructions: int = 50_000_000,
                    log=lambda msg: None, on_attached=None,
-                   before_release=None) -> RecordResult:
+                   before_release=None, python: str = "off") -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
     ptdebug launched that has one thread, since they stop twice as fast; debug
@@ -131,7 +145,11 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     partial bundle's path when one was written). A launched program is killed only when its
     recording could not begin for a reason other than an interruption (Ctrl-C, SIGTERM);
     otherwise it is let go to run on, and waited for when `wait_for_exit` (on failure the
-    caller waits, through RecordFailed.program)."""
+    caller waits, through RecordFailed.program). `python`: "auto" writes Python frame samples
+    (adapter/python/frame_probe.py) when the target runs CPython, "on" requires it, "off"
+    never (a `ptw_probe` given wins)."""
+    if python not in ("auto", "on", "off"):
+        raise RecordFailed(f"python must be auto, on or off, not {python!r}")
     end = end or stepper_mod.EndCondition(count=100_000)
     if end.until_return and not start:
         raise RecordFailed("--until-return needs --from (the function whose return ends it)")
@@ -185,6 +203,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         for warning in _add_images(writer, target.pid, known):
             log(f"warning: {warning}")
         writer.write_manifest()
+        python_probe = None
+        if python != "off" and ptw_probe is None:
+            python_probe = _python_probe(target.pid, python == "on", log)
+            ptw_probe = python_probe
         recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
@@ -204,6 +226,9 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             elif recorder.pending_signal:
                 target.keep_signal(rec_tid, recorder.pending_signal)
         partial = rec.partial_reason
+        if python_probe is not None:
+            writer.manifest["python"] = python_probe.manifest_entry()
+            python_probe.close()
         if recorder.alive:
             _add_images(writer, target.pid, known)  # code mapped during the recording
             if before_release is not None:

@@ -1,0 +1,183 @@
+"""The Python probe of the ptrace stepper: at each stop of the recorded thread it reads which
+Python frame the thread runs (code object, instruction), which the stepper writes into the
+trace as a PTWRITE packet whenever it changes (adapter/capture/stepper.py, `ptw_probe`), and
+it keeps the table of the code objects it met (name, file, first line, line table) for the
+bundle's manifest.
+
+Layer: adapter.python. Reads the stopped thread's memory through adapter.hw.ptrace with the
+offsets of cpython_layout.py; the sample encoding and line tables are pt_decoder's
+(python_frames.py). Knows nothing of the stepper's internals, traces or DAP.
+
+Cost per stop (3.11): the thread state is found once per thread (a walk of the interpreter's
+thread list); then three reads of the tracee: tstate->cframe, cframe->current_frame, and one
+read of the frame's first bytes (code object and instruction pointer). A code object is read
+once, the first time it is met (a few more reads). docs/PERFORMANCE.md has the measured cost.
+"""
+from __future__ import annotations
+
+from adapter.hw import ptrace as pt
+from pt_decoder.python_frames import NO_FRAME, CodeInfo, encode_sample
+
+from .cpython_layout import FRAME_OWNED_BY_CSTACK, CPythonLayout, PythonImage, find_python
+
+MAX_STRING = 4096
+MAX_LINETABLE = 1 << 20
+RELOOK_EVERY = 64
+"""Stops between two walks of the thread list while the thread has no thread state yet."""
+
+
+class PythonFrameProbe:
+    """`probe(regs) -> sample | None` for the threads of process `pid` (the registers say which
+    thread: fs_base is its pthread_self); None where the thread has no Python thread state (yet)
+    or the memory cannot be read. `codes` collects what was read of each code object met."""
+
+    def __init__(self, pid: int, image: PythonImage, memory: pt.Memory | None = None):
+        self.pid = pid
+        self.image = image
+        self.layout: CPythonLayout = image.layout
+        self.memory = memory or pt.Memory(pid)
+        self._own_memory = memory is None
+        self._tstates: dict[int, int] = {}
+        self._misses: dict[int, int] = {}
+        self.codes: dict[int, CodeInfo] = {}
+        self.unreadable_codes: set[int] = set()
+        self.reads = 0
+        """How many times the probe ran."""
+        lay = self.layout
+        self._frame_size = lay.frame_read_size
+        self._owner = lay.frame_owner
+
+    # -- thread state -----------------------------------------------------------------------
+
+    def _find_tstate(self, thread_id: int) -> int | None:
+        lay = self.layout
+        read = self.memory.read_u64
+        interp = read(self.image.runtime + lay.runtime_interpreters_head)
+        seen = 0
+        while interp and seen < 64:
+            tstate = read(interp + lay.interp_threads_head)
+            count = 0
+            while tstate and count < 10_000:
+                if read(tstate + lay.tstate_thread_id) == thread_id:
+                    return tstate
+                tstate = read(tstate + lay.tstate_next)
+                count += 1
+            interp = read(interp)  # PyInterpreterState.next is its first field (3.10-3.13)
+            seen += 1
+        return None
+
+    def tstate_of(self, thread_id: int) -> int | None:
+        """The PyThreadState* of the thread whose pthread_self() is `thread_id`, or None."""
+        tstate = self._tstates.get(thread_id)
+        if tstate is not None:
+            return tstate
+        misses = self._misses.get(thread_id, 0)
+        self._misses[thread_id] = misses + 1
+        if misses % RELOOK_EVERY:
+            return None
+        try:
+            tstate = self._find_tstate(thread_id)
+        except OSError:
+            return None
+        if tstate is not None:
+            self._tstates[thread_id] = tstate
+        return tstate
+
+    # -- the frame --------------------------------------------------------------------------
+
+    def current_frame(self, tstate: int) -> int:
+        lay = self.layout
+        read = self.memory.read_u64
+        if lay.tstate_cframe is not None:
+            cframe = read(tstate + lay.tstate_cframe)
+            return read(cframe + lay.cframe_current_frame) if cframe else 0
+        return read(tstate + lay.tstate_frame)
+
+    def __call__(self, regs) -> int | None:
+        self.reads += 1
+        tstate = self.tstate_of(regs.fs_base)
+        if tstate is None:
+            return None
+        lay = self.layout
+        try:
+            frame = self.current_frame(tstate)
+            if not frame:
+                return NO_FRAME
+            data = self.memory.read(frame, self._frame_size)
+            if self._owner is not None and data[self._owner] == FRAME_OWNED_BY_CSTACK:
+                # an entry shim (3.12+): the Python frame is the one it was pushed over
+                frame = int.from_bytes(data[lay.frame_previous:lay.frame_previous + 8], "little")
+                if not frame:
+                    return NO_FRAME
+                data = self.memory.read(frame, self._frame_size)
+        except OSError:
+            return None
+        code = int.from_bytes(data[lay.frame_code:lay.frame_code + 8], "little")
+        if lay.instr_kind == "lasti":
+            index = int.from_bytes(data[lay.frame_instr:lay.frame_instr + 4], "little",
+                                   signed=True)
+        else:
+            instr = int.from_bytes(data[lay.frame_instr:lay.frame_instr + 8], "little")
+            index = (instr - (code + lay.code_adaptive)) // 2
+        if code not in self.codes and code not in self.unreadable_codes:
+            self._read_code(code)
+        return encode_sample(code, index)
+
+    # -- code objects -----------------------------------------------------------------------
+
+    def _read_code(self, code: int) -> None:
+        lay = self.layout
+        read = self.memory.read_u64
+        try:
+            qualname = self.read_str(read(code + lay.code_qualname))
+            filename = self.read_str(read(code + lay.code_filename))
+            first = int.from_bytes(self.memory.read(code + lay.code_firstlineno, 4), "little",
+                                   signed=True)
+            linetable = self.read_bytes(read(code + lay.code_linetable))
+        except (OSError, ValueError):
+            self.unreadable_codes.add(code)
+            return
+        self.codes[code] = CodeInfo(qualname, filename, first, linetable, lay.linetable_format)
+
+    def read_str(self, obj: int) -> str:
+        """A compact str object's text. Raises ValueError for what is not one."""
+        lay = self.layout
+        if not obj:
+            raise ValueError("NULL str")
+        length = self.memory.read_u64(obj + lay.unicode_length)
+        state = int.from_bytes(self.memory.read(obj + lay.unicode_state, 4), "little")
+        kind = (state >> 2) & 7       # interned:2, kind:3, compact:1, ascii:1 (Include/cpython/
+        compact = (state >> 5) & 1    # unicodeobject.h, PyASCIIObject.state, 3.10-3.13)
+        ascii_ = (state >> 6) & 1
+        if not compact or kind not in (1, 2, 4) or length > MAX_STRING:
+            raise ValueError("not a compact str")
+        start = obj + (lay.unicode_ascii_header if ascii_ else lay.unicode_compact_header)
+        raw = self.memory.read(start, length * kind)
+        codec = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
+        return raw.decode(codec)
+
+    def read_bytes(self, obj: int) -> bytes:
+        lay = self.layout
+        if not obj:
+            raise ValueError("NULL bytes")
+        size = self.memory.read_u64(obj + lay.bytes_size)
+        if size > MAX_LINETABLE:
+            raise ValueError("bytes object too large")
+        return self.memory.read(obj + lay.bytes_data, size)
+
+    def manifest_entry(self) -> dict:
+        """The bundle manifest's "python" entry: what decoding needs to name the samples."""
+        lay = self.layout
+        return {"version": ".".join(map(str, lay.version)), "layout": lay.source,
+                "interpreter": self.image.path, "linetable_format": lay.linetable_format,
+                "sample_encoding": "pt_decoder/python_frames.py",
+                "codes": {f"{addr:x}": info.to_json() for addr, info in self.codes.items()}}
+
+    def close(self) -> None:
+        if self._own_memory:
+            self.memory.close()
+
+
+def probe_for(pid: int) -> PythonFrameProbe:
+    """The probe for a process that runs CPython. Raises cpython_layout.LayoutError."""
+    return PythonFrameProbe(pid, find_python(pid))

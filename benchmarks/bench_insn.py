@@ -89,7 +89,6 @@ def _best(fn, repeats: int) -> tuple[float, int]:
 def history_bytes_per_insn(data: bytes, image, limit_bytes: int = 1 << 20) -> dict:
     """Decode the first `limit_bytes` (cut at a PSB) into a History; its size per instruction."""
     from pt_decoder.insn import InsnDecoder
-
     from pt_decoder.parallel import psb_offsets
     cut = max([p for p in psb_offsets(data[:limit_bytes + 16]) if p <= limit_bytes] or [len(data)])
     flow = InsnDecoder(data[:cut], image, **_options()).decode()
@@ -105,9 +104,8 @@ def history_bytes_per_insn(data: bytes, image, limit_bytes: int = 1 << 20) -> di
 
 
 def run(quick: bool = False) -> dict:
-    from pt_decoder.insn import InsnDecoder
-
     from pt_decoder.image import Image
+    from pt_decoder.insn import InsnDecoder
     from pt_decoder.parallel import decode_parallel
     size_mb = 2.0 if quick else 8.0
     rounds = 2 if quick else 3

@@ -476,7 +476,7 @@ class _Run:
     def _finish(self, cls: int, fall: int, target: int, end_ip: int | None) -> None:
         """The last instruction: its outcome towards end_ip (if known), then disable."""
         enc = self.enc
-        if end_ip is not None and cls in (IJMP, ICALL) or (
+        if (end_ip is not None and cls in (IJMP, ICALL)) or (
                 cls == RET and end_ip is not None and not (
                     self.fe.return_compression and self.stack and self.stack[-1] == end_ip)):
             self.flush()

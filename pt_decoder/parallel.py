@@ -118,7 +118,7 @@ def decode_parallel(data, image, workers: int | None = None, mode: str = "proces
     from pt_decoder.insn import InsnDecoder
     workers = workers or os.cpu_count() or 1
     cuts = split_points(data, pieces or workers)
-    if len(cuts) <= 1 or workers == 1 and pieces is None:
+    if len(cuts) <= 1 or (workers == 1 and pieces is None):
         dec = InsnDecoder(data, image, **opts)
         return dec.count()[0] if count_only else dec.decode()
     # Each piece but the first warms its timing up from the PSB two before its

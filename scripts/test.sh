@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: sets itself up, then runs pytest.
+# The whole test suite on a fresh machine: sets itself up, lints (ruff), then runs pytest.
 # Extra arguments go to pytest (e.g. scripts/test.sh -k packet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PATH="$(go env GOPATH 2>/dev/null || echo /nonexistent)/bin:$PATH"
+# Lint first (a second, the rules are [tool.ruff.lint] in pyproject.toml): a failure stops here.
+echo "test: ruff check"
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -73,11 +73,10 @@ def index_bundle(path: str | os.PathLike,
     """Decode the bundle and index each thread (only the streams numbered in `streams`, in
     manifest order, when given). Raises GoroutineHistoryError naming the bundle and what is
     wrong; the Go binary is looked for before anything is decoded."""
-    from pt_decoder.insn import InsnDecoder
-
     from adapter.export.trace import _decoder_options
     from pt_decoder.errors import PtError
     from pt_decoder.image import Image
+    from pt_decoder.insn import InsnDecoder
     try:
         bundle = Bundle.open(path)
     except BundleError as exc:

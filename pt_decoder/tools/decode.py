@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("ptdebug decode: %s\n" % reason)
         return 2
     from pt_decoder.tools.progress import Progress
-    from pt_decoder.tools.text_out import TextSink
     from pt_decoder.tools.ptxed_format import stat_line, stream_header
+    from pt_decoder.tools.text_out import TextSink
     sink = TextSink(out)
     total = 0
     started = _time.perf_counter()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture
-def target(watch_threads):  # noqa: F811
+def target(watch_threads):
     t = Target(watch_threads, 1, 0, 3, 1000)
     yield t
     if t.proc.poll() is None:

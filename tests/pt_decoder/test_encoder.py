@@ -203,7 +203,7 @@ def test_encode_rejects_unknown_kinds():
 
 
 # ---- property: any valid sequence, including packets newer than libipt 2.0.5 ----------
-_U = lambda bits: st.integers(0, (1 << bits) - 1)  # noqa: E731
+_U = lambda bits: st.integers(0, (1 << bits) - 1)
 _CALLS = st.one_of(
     st.tuples(st.just("tnt8"), st.integers(1, 6)).map(lambda t: (t[0], ((1 << t[1]) - 1, t[1]))),
     st.tuples(st.just("tnt64"), st.integers(1, 47)).map(lambda t: (t[0], (1, t[1]))),

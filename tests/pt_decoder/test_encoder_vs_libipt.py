@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from oracle import libipt
 from oracle.compare import decode_ours_as_libipt
+
 from pt_decoder.encoder import Encoder
 
 libipt.require()          # fails loudly where libipt is missing; bootstrap installs it
 
-U = lambda bits: st.integers(0, (1 << bits) - 1)  # noqa: E731
+U = lambda bits: st.integers(0, (1 << bits) - 1)
 IPCS = {0: 0, 1: 16, 2: 32, 3: 48, 4: 48, 6: 64}
 
 
@@ -156,7 +156,7 @@ def test_auto_ip_compression_is_smallest_and_libipt_reads_it(calls):
         written = enc.getvalue()[start:]
         ipc = written[0] >> 5
         for smaller, nbytes in sizes.items():
-            if smaller == 0 or nbytes >= sizes[ipc] or last is None and smaller in (1, 2, 4):
+            if smaller == 0 or nbytes >= sizes[ipc] or (last is None and smaller in (1, 2, 4)):
                 continue
             payload = ip & ((1 << 8 * nbytes) - 1)
             from pt_decoder.encoder import reconstruct_ip

@@ -14,11 +14,11 @@ import os
 import pathlib
 
 import pytest
-from pt_decoder.event import EventDecoder, cpu_errata
-from pt_decoder.insn import InsnDecoder
 
 from pt_decoder.errors import ErrorCode, PtError
+from pt_decoder.event import EventDecoder, cpu_errata
 from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 PTT = pathlib.Path(os.environ.get("PTDEBUG_SHARED", _ROOT.parent / "shared")) / "traces" / "libipt-2.0.5-ptt"

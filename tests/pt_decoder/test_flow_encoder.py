@@ -12,8 +12,8 @@ import json
 import random
 
 import pytest
-
 from oracle import libipt
+
 from pt_decoder.flow_encoder import COND, FAR, ICALL, OTHER, RET, FlowEncoder
 from pt_decoder.image import Image
 

@@ -15,12 +15,12 @@ import subprocess
 
 import pytest
 from fixture_builds import PROGRAMS
-from pt_decoder.insn import InsnDecoder
 from ptrace_path import record
 
 from pt_decoder import insn_flags as F
 from pt_decoder.flow_encoder import FlowEncoder
 from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
 
 TIMING = dict(mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2, cpuid_0x15_ebx=300)
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from pt_decoder.event import cpu_errata
-from pt_decoder.insn import InsnDecoder, ild_probe
 
 from pt_decoder import insn_flags as F
+from pt_decoder.event import cpu_errata
 from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder, ild_probe
 
 GLIBC = "dynamorio-drpt2trace/test_simple.tracedir-2022-06-22-static-glibc-hello"
 

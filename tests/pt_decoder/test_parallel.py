@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from pt_decoder.event import cpu_errata
-from pt_decoder.insn import InsnDecoder
 
 from pt_decoder import parallel
+from pt_decoder.event import cpu_errata
 from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
 
 OPTS = dict(mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2, cpuid_0x15_ebx=300)
 

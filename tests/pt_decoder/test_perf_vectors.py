@@ -19,8 +19,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from oracle import libipt
+
 from pt_decoder.encoder import Encoder
 from pt_decoder.errors import PtError
 from pt_decoder.packet import Kind, PacketDecoder

@@ -17,10 +17,10 @@ import io
 import re
 
 import pytest
-from pt_decoder.event import cpu_errata
-from pt_decoder.insn import InsnDecoder
 
+from pt_decoder.event import cpu_errata
 from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
 from pt_decoder.tools import decode
 
 DR = "dynamorio-drpt2trace"

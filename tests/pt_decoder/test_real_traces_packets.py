@@ -5,9 +5,9 @@ same PSBs forwards and backwards, and rebuilds the same IPs from last-IP compres
 from __future__ import annotations
 
 import pytest
-
 from oracle import libipt
 from oracle.compare import decode_ours, decode_ours_as_libipt, packet_module
+
 from pt_decoder.encoder import reconstruct_ip
 
 libipt.require()          # fails loudly where libipt is missing; bootstrap installs it

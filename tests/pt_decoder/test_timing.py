@@ -15,10 +15,10 @@ import random
 from itertools import accumulate
 
 import pytest
-from pt_decoder.insn import InsnDecoder
 
 from pt_decoder.flow_encoder import FlowEncoder
 from pt_decoder.image import Image
+from pt_decoder.insn import InsnDecoder
 
 GLIBC = "dynamorio-drpt2trace/test_simple.tracedir-2022-06-22-static-glibc-hello"
 

@@ -94,7 +94,7 @@ def test_copying_in_the_images_the_trace_ran_makes_the_bundle_self_contained(
     (again / "manifest.json").write_text(json.dumps(before))
     shutil.rmtree(again / "images")
     copy_images_in(again, used, copies)
-    copied = [i["file"] for i in after["images"] if i["path"] == str(program)][0]
+    copied = next(i["file"] for i in after["images"] if i["path"] == str(program))
     assert os.stat(again / copied).st_ino == os.stat(bundle / copied).st_ino
     # moved, program gone: the same path
     moved = tmp_path / "moved"

@@ -8,8 +8,17 @@ from __future__ import annotations
 import pytest
 
 from adapter.hw.debugregs import (
-    Access, DebugRegisterError, Slot, aligned_pieces, check_breakpoint, clear_dr7_slot,
-    decode_dr7, dr6_single_step, dr6_triggered, dr7_with_slot, encode_dr7,
+    Access,
+    DebugRegisterError,
+    Slot,
+    aligned_pieces,
+    check_breakpoint,
+    clear_dr7_slot,
+    decode_dr7,
+    dr6_single_step,
+    dr6_triggered,
+    dr7_with_slot,
+    encode_dr7,
 )
 
 # (slots, DR7) -- each row checked by hand against SDM Figure 17-2.

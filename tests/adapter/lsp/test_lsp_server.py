@@ -17,7 +17,7 @@ from pt_decoder import insn_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "adapter" / "export"))
-from recorded_bundles import (  # noqa: F401
+from recorded_bundles import (  # noqa: E402, F401 - after the sys.path entry that finds it
     PROGRAMS,
     REQUESTS,
     c_bundle,

@@ -122,8 +122,7 @@ def _bundle(traces_dir, tmp_path):
                 "cpu": {"vendor": "GenuineIntel", "family": 6, "model": 85, "stepping": 4},
                 "timing": {"mtc_freq": 3, "nom_freq": 37, "cpuid_0x15_eax": 2, "cpuid_0x15_ebx": 308},
                 "streams": [{"tid": 1, "pid": 1, "cpu": None, "file": "streams/1.pt", "size": len(data)},
-                            {"tid": 2, "pid": 1, "cpu": None, "file": str(bundle / "streams" / "2.pt"),
-                             "size": len(data)}],
+                            {"tid": 2, "pid": 1, "cpu": None, "file": "streams/2.pt", "size": len(data)}],
                 "images": []}
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     return bundle, folder / "pt.bin"

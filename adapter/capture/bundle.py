@@ -6,6 +6,10 @@ decode`, the DAP recorder) opens one with `read_manifest` / `Bundle.open`.
 This module knows the file layout only: not how a trace was made, nor how
 PT is decoded.
 
+Reading is checked in one place, pt_decoder/bundle_reader.py: the manifest's fields have
+their types checked, and its files stay inside the bundle (an image may be referenced at its
+recorded absolute path), are regular files, and are read without blocking and up to a bound.
+
 Directory layout::
 
     BUNDLE/
@@ -60,6 +64,8 @@ import os
 import pathlib
 import shutil
 
+from pt_decoder import bundle_reader
+
 FORMAT = "ptdebug-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
@@ -69,28 +75,26 @@ class BundleError(Exception):
     """A bundle is missing, unreadable or inconsistent; the text says which part."""
 
 
+class BundleFileError(BundleError, OSError):
+    """A file a manifest names is refused (outside the bundle, not a regular file, too large)
+    or unreadable. An OSError too, so a reader's handling of unreadable files covers it."""
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-    """The manifest of the bundle at `path`; raises BundleError naming what is wrong."""
+    """The manifest of the bundle at `path`, every field a reader uses checked (the checks
+    live in pt_decoder.bundle_reader, shared with `ptdebug decode`: a bundle is untrusted
+    input). Raises BundleError naming the field that is wrong, on one line."""
     root = pathlib.Path(path)
-    mpath = root / MANIFEST
-    if not root.is_dir():
-        raise BundleError(f"{root}: not a bundle directory")
     try:
-        manifest = json.loads(mpath.read_text())
+        return bundle_reader.read_manifest(root)
     except FileNotFoundError:
         raise BundleError(f"{root}: no {MANIFEST}") from None
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"{mpath}: unreadable: {exc}") from None
-    if manifest.get("format") != FORMAT:
-        raise BundleError(f"{mpath}: not a ptdebug bundle (format={manifest.get('format')!r})")
-    if manifest.get("version") != VERSION:
-        raise BundleError(f"{mpath}: bundle version {manifest.get('version')} is not "
-                          f"supported (this ptdebug reads version {VERSION})")
-    return manifest
+    except bundle_reader.ManifestError as exc:
+        raise BundleError(str(exc)) from None
 
 
 def validate(path: str | os.PathLike) -> list[str]:
@@ -158,10 +162,28 @@ class Bundle:
         return list(self.manifest.get("images", []))
 
     def stream_bytes(self, stream: dict) -> bytes:
-        return resolve(self.root, stream["file"]).read_bytes()
+        """The bytes of a stream entry: a regular file inside the bundle, read up to a bound.
+        Raises BundleFileError naming the entry."""
+        try:
+            return bundle_reader.stream_bytes(self.root, stream,
+                                              self._where("streams", stream))
+        except bundle_reader.ManifestError as exc:
+            raise BundleFileError(str(exc)) from None
 
     def image_path(self, image: dict) -> pathlib.Path:
-        return resolve(self.root, image["file"])
+        """The file of an image entry: a regular file inside the bundle, or the recorded
+        path of an image referenced there. Raises BundleFileError naming the entry."""
+        try:
+            return pathlib.Path(bundle_reader.image_file(self.root, image,
+                                                         self._where("images", image)))
+        except bundle_reader.ManifestError as exc:
+            raise BundleFileError(str(exc)) from None
+
+    def _where(self, key: str, entry: dict) -> str:
+        for index, candidate in enumerate(self.manifest.get(key) or ()):
+            if candidate is entry:
+                return f"{key}[{index}]"
+        return key
 
 
 class BundleWriter:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
 import struct
 
 MAGIC = b"PERFILE2"
@@ -195,16 +194,23 @@ class PerfEventAttr:
         return bool(self.flags >> 18 & 1)
 
 
+MAX_PERF_DATA_BYTES = 1 << 36
+"""Largest perf.data read into memory (64 GiB: beyond any recording this machine could hold)."""
+
+
 class PerfData:
     """A perf.data file read into memory: attrs, records (with AUX payloads
     split out), feature sections."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = str(path)
+        from pt_decoder.bundle_reader import ManifestError, read_regular_file
         try:
-            self.raw = pathlib.Path(path).read_bytes()
-        except OSError as exc:
-            raise PerfDataError(f"cannot read {path}: {exc.strerror}") from None
+            # a regular file only, opened without blocking: /dev/zero ran `import` out of
+            # memory and a FIFO hung it (issue 17)
+            self.raw = read_regular_file(path, "perf.data", MAX_PERF_DATA_BYTES)
+        except ManifestError as exc:
+            raise PerfDataError(str(exc)) from None
         if len(self.raw) < HEADER.size or self.raw[:8] != MAGIC:
             what = "an old-format (PERFFILE) or piped" if self.raw[:8] == b"PERFFILE" \
                 else "not a"

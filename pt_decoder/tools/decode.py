@@ -18,11 +18,11 @@ never imports adapter: a bundle directory is read through its manifest.json
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time as _time
 
+from pt_decoder import bundle_reader
 from pt_decoder.errors import PtError, errstr
 
 FORMATS = ("ptxed", "ips", "jsonl")
@@ -180,18 +180,17 @@ def write_stream(data, image, opts: dict, args, sink, on_progress=None) -> int:
 
 
 def read_bundle_manifest(root: str) -> dict:
-    """The manifest.json of a bundle directory (also `ptdebug dump`'s way in).
-    Raises OSError, or ValueError if it is not a ptdebug bundle."""
-    with open(os.path.join(root, "manifest.json")) as f:
-        manifest = json.load(f)
-    if manifest.get("format") != "ptdebug-bundle":
-        raise ValueError(f"{root}: not a ptdebug bundle (format={manifest.get('format')!r})")
-    return manifest
+    """The checked manifest.json of a bundle directory (also `ptdebug dump`'s way in;
+    pt_decoder/bundle_reader.py checks it). Raises OSError, or ValueError naming the field."""
+    return bundle_reader.read_manifest(root)
 
 
-def bundle_path(root: str, entry: dict) -> str:
-    """The file a manifest entry (stream or image) names, relative to the bundle."""
-    return entry["file"] if os.path.isabs(entry["file"]) else os.path.join(root, entry["file"])
+def bundle_path(root: str, entry: dict, image: bool = False) -> str:
+    """The file a manifest entry (stream, or `image`) names: a regular file inside the bundle
+    (an image may be referenced at its recorded path). Raises ValueError naming it."""
+    if image:
+        return bundle_reader.image_file(root, entry)
+    return bundle_reader.stream_file(root, entry)
 
 
 def bundle_cpu(manifest: dict) -> str | None:
@@ -208,12 +207,11 @@ def _bundle_streams(root: str, args):
     manifest = read_bundle_manifest(root)
     image = Image()
     for entry in manifest.get("images", []):
-        image.add_raw(bundle_path(root, entry), entry["load_address"], entry.get("offset", 0), entry.get("size"))
+        image.add_raw(bundle_path(root, entry, image=True), entry["load_address"], entry.get("offset", 0), entry.get("size"))
     cpu_text = bundle_cpu(manifest)
     timing = manifest.get("timing") or {}
     for stream in manifest.get("streams", []):
-        with open(bundle_path(root, stream), "rb") as f:
-            yield stream.get("tid"), f.read(), image, cpu_text, timing
+        yield stream.get("tid"), bundle_reader.stream_bytes(root, stream), image, cpu_text, timing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
                     if getattr(args, name) is None and timing.get(key) is not None:
                         setattr(args, name, timing[key])
         else:
-            with open(args.trace, "rb") as f:
-                data = f.read()
+            # a regular file only, opened without blocking (/dev/zero, a FIFO: issue 17)
+            data = bundle_reader.read_regular_file(args.trace, "trace", bundle_reader.MAX_STREAM_BYTES)
+            if not data:
+                raise ValueError(f"{args.trace} is empty")
             jobs = [(None, data, build_image(args.elf, args.raw), args.cpu, {})]
     except (OSError, ValueError, PtError) as e:
         # bad input (exit 2), said in one line: "PATH: No such file or directory", not "[Errno 2]"
@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stat or args.stat_insn:
             sink.write(stat_line(args.format, total) + "\n")
         sink.flush()
+        if total == 0:  # as ptxed, exit 0; unlike it, say so
+            sys.stderr.write("ptdebug decode: no instruction decoded from %d bytes of trace (no "
+                             "PSB to start at, or no code mapped at its addresses)\n" % done_before)
     except BrokenPipeError:
         # The reader went away (`| head`): not an error; stdout is closed quietly.
         progress.close()

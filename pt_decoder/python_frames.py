@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = ["PYTHON_SAMPLE", "CodeInfo", "PyFrame", "PythonFrames", "decode_sample",
-           "encode_sample", "line_ranges"]
+           "encode_sample", "line_ranges", "samples_from_flow"]
 
 PYTHON_SAMPLE = 1 << 63
 _INDEX_SHIFT = 44
@@ -62,6 +62,24 @@ def decode_sample(value: int) -> tuple[int, int] | None:
     if code == 0:
         return 0, -1
     return code, ((value >> _INDEX_SHIFT) & ((1 << _INDEX_BITS) - 1)) - 1
+
+
+def samples_from_flow(items, ips) -> list[tuple[int, int]]:
+    """(position, value) of the Python samples among a decoded flow's PTWRITE events
+    (FlowResult.items, .ip). A PTWRITE bound to an FUP is reported after the instruction at
+    that IP, the PTWRITE itself (Intel PT) or the instruction the stepper stopped before:
+    the sample is placed on that instruction (as adapter/golang/goroutine_index.py does)."""
+    out = []
+    for kind, pos, _off, _ip, _code, ev in items:
+        if kind != "event" or not ev or ev.get("type") != "ptwrite":
+            continue
+        if decode_sample(ev["payload"]) is None:
+            continue
+        ip = ev.get("ip")
+        if ip is not None and pos > 0 and ips[pos - 1] == ip:
+            pos -= 1
+        out.append((pos, ev["payload"]))
+    return out
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:

@@ -11,8 +11,7 @@ import os
 from dataclasses import dataclass
 
 from adapter.capture.bundle import Bundle, BundleError
-from adapter.golang.goroutine_index import ptwrite_samples
-from pt_decoder.python_frames import PythonFrames, decode_sample
+from pt_decoder.python_frames import PythonFrames, samples_from_flow
 
 
 class PythonHistoryError(Exception):
@@ -61,8 +60,7 @@ def python_histories(path: str | os.PathLike,
             flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
         except (PtError, OSError) as exc:
             raise PythonHistoryError(f"{path}: stream {stream.get('file')}: {exc}") from None
-        samples = [s for s in ptwrite_samples(flow.items, flow.ip)
-                   if decode_sample(s[1]) is not None]
+        samples = samples_from_flow(flow.items, flow.ip)
         tid = int(stream.get("tid") or 0)
         history = flow.to_history({"tid": tid})
         try:

@@ -1,0 +1,105 @@
+"""Python attribution of a real recording (issue 13): the stepper records `score()` of
+tests/fixtures/programs/py_attribution.py in a real CPython of each installed version
+(3.10-3.13), from os.getppid() (--from getppid) to before os.getpgrp() (--until getpgrp), with
+the Python frame probe on. The (function, line) sequence found in the decoded history equals
+the one sys.settrace reports for the same call in a separate run; stepping back by Python
+line walks it exactly in reverse; the native code under a line is attributed to that line."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from python_interpreters import VERSIONS, interpreter
+from stepper_support import PROGRAMS, PTDEBUG
+
+from adapter.capture import record, stepper
+from adapter.python.bundle_frames import PythonHistoryError, python_histories
+
+pytestmark = pytest.mark.live
+FIXTURE = PROGRAMS / "py_attribution.py"
+
+
+def markers() -> dict[str, int]:
+    lines = FIXTURE.read_text().splitlines()
+    return {m.group(1): n for n, text in enumerate(lines, 1)
+            for m in [re.search(r"# @(\w+)", text)] if m}
+
+
+def settrace_states(exe: str) -> list[tuple[str, int]]:
+    """What sys.settrace reports in a separate run, from the @before line to the @after one."""
+    out = subprocess.run([exe, str(FIXTURE), "settrace"], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    states = [tuple(s) for s in json.loads(out)]
+    mark = markers()
+    first = states.index(("main", mark["before"]))
+    last = states.index(("main", mark["after"]))
+    return states[first:last + 1]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_python_lines_of_a_recording_equal_settrace(version, tmp_path):
+    exe = interpreter(version)
+    if exe is None:
+        pytest.skip(f"no CPython {version} on this machine")
+    expected = settrace_states(exe)
+    out = tmp_path / "py.bundle"
+    result = record.record_stepper(str(out), command=[exe, str(FIXTURE)], start="getppid",
+                                   end=stepper.EndCondition(until_spec="getpgrp"),
+                                   python="on", trigger_timeout=60)
+    manifest = result.manifest
+    assert manifest["status"] == "complete", manifest["partial_reason"]
+    assert result.target_exit == 0
+    table = manifest["python"]
+    assert table["version"].startswith(version + ".")
+    assert {c["qualname"] for c in table["codes"].values()} >= {"main", "score", "weight",
+                                                                 "clamp"}
+    (thread,) = python_histories(out)
+    hist = thread.history
+    assert len(hist) == manifest["stats"]["instructions"] > 1000
+    runs = hist.python.line_sequence()
+    found = [(f.qualname, f.line) for _, f in runs]
+    assert found == expected
+    assert {f.filename for _, f in runs} == {str(FIXTURE)}
+    mark = markers()
+    # the window opens inside getppid (libc): its instructions belong to the line that called it
+    first = hist.python_frame(0)
+    assert (first.qualname, first.line) == ("main", mark["before"])
+    # the branch of clamp() ran both ways, and the native work under each line is there
+    assert ("clamp", mark["clamp_hi"]) in found and ("clamp", mark["clamp_x"]) in found
+    # stepping back by Python line from the end walks the same sequence in reverse
+    pos = len(hist) - 1
+    walked = [(hist.python_frame(pos).qualname, hist.python_frame(pos).line)]
+    while True:
+        step = hist.prev_python_line(pos)
+        if step.reason != "found":
+            assert step.reason == "start"
+            break
+        pos = step.position
+        frame = hist.python_frame(pos)
+        walked.append((frame.qualname, frame.line))
+        assert hist.python_line_change_before(pos) in (None, pos - 1)
+    assert walked == expected[::-1]
+    assert pos == 0
+
+
+def test_python_on_for_a_program_without_python_is_refused(tmp_path):
+    out = tmp_path / "c.bundle"
+    proc = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--python", "on",
+                                     "--count", "100", "-o", str(out), "--", "/bin/true"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert re.search(r"no Python attribution: process \d+ runs no CPython", proc.stderr)
+    with pytest.raises(PythonHistoryError, match="no Python attribution"):
+        python_histories(out)
+
+
+def test_python_auto_records_a_program_without_python_plainly(tmp_path):
+    out = tmp_path / "c.bundle"
+    proc = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--count", "100",
+                                     "-o", str(out), "--", "/bin/true"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "python" not in json.loads((out / "manifest.json").read_text())
+    assert "no Python attribution: process" in proc.stderr   # said, not an error

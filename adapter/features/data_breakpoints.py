@@ -30,6 +30,11 @@ the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pau
   where the module has one, presentationHint `subtle`), then debugpy's Python frames; they show
   the moment of the write, not where the thread now waits. Their `scopes` are the sample's
   registers; `evaluate` in them is refused. They are dropped when the program continues.
+- Latency (docs/PERFORMANCE.md): the stop of a held writer is made from what is at hand, with
+  no round trip to debugpy: the perf sample, the watched bytes, the symbols of
+  features.native_frames.ProcessSymbols (kept across hits, re-read only when the process's
+  maps change, read ahead in a thread when a watch is first set), the thread name from the
+  client's last `threads`. The native frames are symbolised on the first `stackTrace`.
 """
 from __future__ import annotations
 
@@ -49,7 +54,12 @@ from adapter.features.buffer_probe import (
     probe_expression,
     watch_range,
 )
-from adapter.features.native_frames import NativeFrameMaker, NativeStack, call_chain
+from adapter.features.native_frames import (
+    NativeFrameMaker,
+    NativeStack,
+    ProcessSymbols,
+    call_chain,
+)
 from adapter.features.writer_trap import (
     ERRORS_EXPRESSION,
     UNINSTALL_EXPRESSION,
@@ -132,6 +142,12 @@ class DataBreakpoints:
         self.native: NativeStack | None = None
         """The native frames of the last data-breakpoint stop, until the program continues."""
         self._frame_maker = NativeFrameMaker()
+        self.symbols = ProcessSymbols(watcher.pid)
+        """The debuggee's modules and symbols, kept across hits (re-read when its maps change)."""
+        self._warmed = False
+        self.thread_names: dict[int, str] = {}
+        """debugpy thread id -> name, from the `threads` responses the client gets."""
+        session.response_observers.setdefault("threads", self._observe_threads)
         self._stack_pages: dict[object, tuple[list[dict], int, bool]] = {}
         """client request seq -> (native frames shown, native frame count, drop debugpy's)."""
         interceptors = session.request_interceptors
@@ -245,6 +261,11 @@ class DataBreakpoints:
                 done[key] = results[index]
             if not self.armed:
                 self._uninstall_trap()
+        if self.armed and not self._warmed:
+            self._warmed = True
+            addresses = [a.target.address for a in self.armed.values()]
+            threading.Thread(target=self._warm, args=(addresses,), name="ptdebug-symbols",
+                             daemon=True).start()
         if self.armed and self._poller is None:
             self._poller = threading.Thread(target=self._poll_loop, name="ptdebug-watch",
                                             daemon=True)
@@ -423,6 +444,10 @@ class DataBreakpoints:
             self.session.client.send_event("stopped", body)
 
     def _stop_held(self, hit, armed: Armed, raw: dict) -> None:
+        """The stop of a thread held at its write. Everything here is local and cached (no
+        round trip to debugpy, no file read unless the maps changed): the write -> `stopped`
+        time is what a user waits (docs/PERFORMANCE.md)."""
+        started = time.monotonic_ns()
         body = dict(raw.get("body") or {})
         thread_id = body.get("threadId")
         new = self.watcher.read_now(armed.watch)  # the writer is held: this is its write
@@ -430,21 +455,26 @@ class DataBreakpoints:
         new_text = decode_value(new if new is not None else hit.new, armed.target.format)
         image = self._image()
         text = (f"{armed.target.label} changed from {old} to {new_text}: written by thread "
-                f"{self._thread_name(thread_id)!r} (tid {hit.tid}) in "
+                f"{self._thread_name(thread_id, hit.tid)!r} (tid {hit.tid}) in "
                 f"{self._symbol(hit.ip, image)}; the thread is held at the write")
         stop_all = self.session.launch_arguments.get("stopAllThreadsOnSuspend", True)
         body.update({"reason": "data breakpoint", "description": text, "text": text,
                      "hitBreakpointIds": [armed.id], "preserveFocusHint": False,
                      "allThreadsStopped": stop_all is not False})
         self._show_stop(hit, thread_id, image, body)
+        log.debug("data breakpoint stop: write sampled %.1f ms before the handler's stop "
+                  "came, stop sent %.1f ms after it", (started - hit.time_ns) / 1e6,
+                  (time.monotonic_ns() - started) / 1e6)
 
     def _show_stop(self, hit, thread_id, image, body: dict) -> None:
         self.paused = True
         self._resumed.clear()
         if thread_id is not None and not isinstance(image, str):
-            frames = self._frame_maker.frames(image, call_chain(hit.ip, hit.callchain),
-                                              "at the write")
-            self.native = NativeStack(thread_id, frames, dict(hit.regs), "at the write")
+            chain = call_chain(hit.ip, hit.callchain)
+            maker = self._frame_maker
+            # Built on the first stackTrace, not before the `stopped` goes out.
+            self.native = NativeStack(thread_id, None, dict(hit.regs), "at the write",
+                                      make=lambda: maker.frames(image, chain, "at the write"))
             # Only while there are native frames: an observed response is re-encoded, an
             # unobserved one is relayed as debugpy sent it (the fast path of every stackTrace).
             self.session.response_observers["stackTrace"] = self._observe_stack
@@ -566,9 +596,10 @@ class DataBreakpoints:
         if (native is None or arguments.get("threadId") != native.thread_id
                 or (reverse is not None and native.thread_id in reverse.replays)):
             return None
-        count = len(native.frames)
+        frames = native.get_frames()
+        count = len(frames)
         start, levels = arguments.get("startFrame") or 0, arguments.get("levels") or 0
-        shown = native.frames[start:start + levels] if levels else native.frames[start:]
+        shown = frames[start:start + levels] if levels else frames[start:]
         forwarded = dict(arguments, startFrame=max(0, start - count))
         drop = False
         if levels:
@@ -626,11 +657,21 @@ class DataBreakpoints:
             raise AdapterError(f"pydevd could not suspend thread tid {tid}: "
                                f"{response.error_text.strip()}")
 
-    def _thread_name(self, thread_id: int | None) -> str:
+    def _observe_threads(self, request: dict, response: dict) -> None:
+        for thread in (response.get("body") or {}).get("threads") or ():
+            if isinstance(thread, dict) and type(thread.get("id")) is int:
+                self.thread_names[thread["id"]] = str(thread.get("name", ""))
+
+    def _thread_name(self, thread_id: int | None, tid: int | None = None) -> str:
+        """The name debugpy gives the thread: remembered from the client's `threads`, else
+        asked (a round trip of a few ms, once per thread)."""
+        if thread_id in self.thread_names:
+            return self.thread_names[thread_id]
         threads = self.session.backend.request("threads", {}, timeout=10).raw.get(
             "body", {}).get("threads", [])
-        return next((t.get("name", "") for t in threads if t["id"] == thread_id),
-                    f"thread {thread_id}")
+        for thread in threads:
+            self.thread_names[thread["id"]] = thread.get("name", "")
+        return self.thread_names.get(thread_id, f"tid {tid}" if tid else f"thread {thread_id}")
 
     def _dap_thread_of(self, tid: int) -> tuple[int | None, str]:
         """debugpy's thread id and name for OS thread `tid` (asked of each stopped thread)."""
@@ -650,13 +691,20 @@ class DataBreakpoints:
         return None, f"tid {tid}"
 
     def _image(self):
-        """pt_decoder Image of the debuggee's code now, or the reason it cannot be read."""
-        from pt_decoder.errors import PtError
-        from pt_decoder.image import Image
+        """The debuggee's modules and symbols now (ProcessSymbols: the maps re-read, the
+        symbol tables kept), or the reason they cannot be read."""
         try:
-            return Image.from_process(self.watcher.pid)
-        except (PtError, OSError) as exc:  # a vanished process or unreadable mapping: say so
-            return str(exc)
+            self.symbols.refresh()
+        except OSError as exc:  # a vanished process: say so
+            return f"cannot read /proc/{self.watcher.pid}/maps: {exc.strerror or exc}"
+        return self.symbols
+
+    def _warm(self, addresses: list[int]) -> None:
+        """Read the symbols a first hit needs while nothing waits for them."""
+        try:
+            self.symbols.warm(addresses)
+        except OSError as exc:
+            log.info("data breakpoints: symbols not read ahead: %s", exc)
 
     def _symbol(self, ip: int, image=None) -> str:
         image = self._image() if image is None else image

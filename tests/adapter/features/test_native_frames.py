@@ -4,14 +4,19 @@ module maps; frame ids stay in their reserved range."""
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import re
+
+import pytest
 
 from adapter.features import native_frames
 from adapter.features.native_frames import (
     NATIVE_FRAME_ID_BASE,
     NATIVE_FRAME_ID_END,
     NativeFrameMaker,
+    ProcessSymbols,
+    _debug_file,
     call_chain,
 )
 from pt_decoder.image import Image
@@ -47,3 +52,60 @@ def test_frame_ids_wrap_inside_their_range(monkeypatch):
     ids = [maker._frame_id() for _ in range(3)]
     assert ids == [NATIVE_FRAME_ID_END - 1, NATIVE_FRAME_ID_BASE + 1, NATIVE_FRAME_ID_BASE + 2]
     assert native_frames.MAX_NATIVE_FRAMES == 16
+
+
+def test_process_symbols_name_what_image_names_and_libc_internals():
+    """ProcessSymbols (no code bytes read) agrees with Image.from_process on libc's exported
+    functions; the implementation behind memset (an IFUNC) is named from libc's separate
+    debug file where one is installed (before: `in 0x7f...`)."""
+    libc = ctypes.CDLL(None)
+    symbols = ProcessSymbols(os.getpid())
+    symbols.refresh()
+    image = Image.from_process(os.getpid())
+    for name in ("getpid", "write", "read", "malloc"):
+        address = ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+        ours, theirs = symbols.symbolize(address + 1), image.symbolize(address + 1)
+        assert theirs is not None and ours is not None, name
+        assert (ours.name, ours.offset, ours.module) == (theirs.name, theirs.offset,
+                                                          theirs.module), name
+        assert symbols.module_at(address).path == image.module_at(address).path
+    memset = ctypes.cast(libc.memset, ctypes.c_void_p).value  # dlsym resolves the IFUNC
+    module = symbols.module_at(memset)
+    if _debug_file(module.build_id) is None:
+        pytest.skip(f"no separate debug file for {module.path}: its local symbols are absent")
+    found = symbols.symbolize(memset + 3)
+    assert found is not None and "memset" in found.name and "@" not in found.name, found
+    assert found.offset == 3
+
+
+def test_process_symbols_are_kept_until_the_maps_change(tmp_path):
+    symbols = ProcessSymbols(os.getpid())
+    assert symbols.refresh() is True
+    write = ctypes.cast(ctypes.CDLL(None).write, ctypes.c_void_p).value
+    table = symbols.table(symbols.module_at(write))
+    assert symbols.refresh() is False  # nothing mapped or unmapped: nothing re-read
+    region = mmap.mmap(-1, 3 * mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    try:
+        assert symbols.refresh() is True
+        assert symbols.table(symbols.module_at(write)) is table  # same file, same bias: kept
+    finally:
+        region.close()
+
+
+def test_process_symbols_read_the_perf_map_and_its_changes():
+    jit = mmap.mmap(-1, mmap.PAGESIZE)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(jit))
+    path = f"/tmp/perf-{os.getpid()}.map"
+    symbols = ProcessSymbols(os.getpid())
+    try:
+        with open(path, "w") as f:
+            f.write(f"{address:x} 40 py::hot_loop:/srv/app.py\n")
+        symbols.refresh()
+        assert symbols.symbolize(address + 0x10).name == "py::hot_loop:/srv/app.py"
+        with open(path, "a") as f:  # a JIT that recompiles appends: the later line wins
+            f.write(f"{address:x} 40 py::hot_loop_v2:/srv/app.py\n")
+        assert symbols.symbolize(address + 0x10).name == "py::hot_loop_v2:/srv/app.py"
+    finally:
+        os.unlink(path)
+        del address
+        jit.close()

@@ -14,14 +14,16 @@ TRACES = SHARED / "traces"
 
 @pytest.fixture(scope="session")
 def shared_dir() -> pathlib.Path:
-    if not SHARED.is_dir():
+    if not SHARED.is_dir() or not any(SHARED.iterdir()):
         pytest.skip(f"shared data not found at {SHARED} (set PTDEBUG_SHARED)")
     return SHARED
 
 
 @pytest.fixture(scope="session")
 def traces_dir(shared_dir) -> pathlib.Path:
-    return shared_dir / "traces"
+    if not TRACES.is_dir():
+        pytest.skip(f"the recorded traces are not at {TRACES} (set PTDEBUG_SHARED)")
+    return TRACES
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -47,6 +47,8 @@ def _supported(test: dict) -> bool:
 
 
 ALL_RUNS = _runs()
+NO_CORPUS = pytest.param(*[None] * 4, id="no-corpus", marks=pytest.mark.skip(
+    reason=f"the libipt ptt corpus is not at {PTT} (set PTDEBUG_SHARED)"))
 # Runs whose options select the block decoder's own output have no ptdebug counterpart; they
 # are left out of the parametrisation (not skipped) and counted below so none slips away.
 RUNS = [r for r in ALL_RUNS if _supported(r.values[1])]
@@ -75,7 +77,7 @@ def _argv(name: str, test: dict, run: dict) -> list[str]:
     return argv + opts
 
 
-@pytest.mark.parametrize("name,test,run,exp", RUNS)
+@pytest.mark.parametrize("name,test,run,exp", RUNS or [NO_CORPUS])
 def test_ptxed_expectation(traces_dir, name, test, run, exp, monkeypatch):
     from pt_decoder.tools import decode
     directory = PTT / run["dir"]

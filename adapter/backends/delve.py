@@ -529,6 +529,25 @@ class DelveBackend(Backend):
             return None, None
         return fs_base, layout
 
+    def window_stops(self, goroutine: int, start_pc: int,
+                     record_lines: set[tuple[str, int]]) -> tuple[dict, dict]:
+        """(watched, unwatched) address -> adapter.golang.window_stops.WindowStop: where a
+        recording of `goroutine` that starts at `start_pc` must close so that Delve, back,
+        stops at the user's breakpoint; conditions are evaluated in the goroutine now."""
+        from adapter.golang.window_stops import window_stops
+        rpc = self.rpc
+        listed = rpc.call("ListBreakpoints", All=False).get("Breakpoints") or []
+
+        def holds(condition: str) -> bool | None:
+            try:
+                value = rpc.eval(condition, goroutine).get("value")
+            except BackendError as exc:
+                log.info("condition %r in goroutine %d: %s", condition, goroutine, exc.message)
+                return None
+            return {"true": True, "false": False}.get(value)
+
+        return window_stops(listed, start_pc, record_lines, holds)
+
     def thread_of(self, goroutine: int) -> tuple[int, int]:
         """(OS thread id, pc) of a goroutine stopped on a thread; AdapterError if it is not
         on one (a parked goroutine has no thread to record)."""

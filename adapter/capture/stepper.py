@@ -59,6 +59,7 @@ class EndCondition:
     until_spec: str | None = None     # a symbol or address text for `until`, resolved in the target
     until_return: bool = False        # when the trigger function returns
     duration_ms: float | None = None  # after this long (checked at stops and by a watchdog)
+    stop_at: frozenset = frozenset()  # before executing any of these (a debugger's breakpoints)
 
 
 @dataclasses.dataclass
@@ -425,6 +426,8 @@ class ThreadRecorder:
                                     f"stopped at the limit of {self.budget_total} instructions")
             if end.until is not None and pos == end.until:
                 return self._finish(f"reached {pos:#x}", pos)
+            if pos in end.stop_at:
+                return self._finish(f"reached the breakpoint at {pos:#x}", pos)
             if deadline is not None and time.monotonic_ns() >= deadline:
                 return self._finish(f"recorded for {end.duration_ms:g} ms", pos)
             self._stamp(regs)
@@ -479,6 +482,8 @@ class ThreadRecorder:
                 saved_shadow = list(shadow)
                 origin = (start, regs.rsp, regs.rbp)
                 armed = self.bp.armed if kind != Kind.PLAIN else set(self.bp.armed) - {pos}
+                if end.stop_at:  # the walk ends before one (pos is not one: checked above)
+                    armed = set(armed) | end.stop_at
                 budget = self.budget_total - len(ips) - (kind == Kind.SYSCALL)
                 walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, armed,
                                         min(budget, MAX_WALK))

@@ -466,6 +466,10 @@ class RecordBreakpoints:
         """Where the recorder left it spinning when the window closed (Go)."""
         handed_over = False
         kept = False
+        stops: dict = {}
+        """Go: address -> WindowStop, the user's breakpoints that close the window."""
+        unwatched: dict = {}
+        """Go: those whose condition was false when the window opened (told if passed)."""
 
         def release() -> None:
             if not released.is_set() and not parked:
@@ -487,6 +491,17 @@ class RecordBreakpoints:
                 # go of it for the window and comes back after (DelveBackend.hand_over)
                 tid, pc = backend.thread_of(thread_id)
                 window = dataclasses.replace(window, until=self._native_position(window))
+                # the user's breakpoints the thread may reach in the window: it closes there
+                # and the Delve that comes back stops at it (adapter/golang/window_stops.py)
+                stops, unwatched = backend.window_stops(thread_id, pc, self._record_lines())
+                log.info("record breakpoint: the window closes at %s",
+                         ", ".join(f"{s.where} ({a:#x})" for a, s in stops.items()) or "no "
+                         "breakpoint")
+                if any(stop.breakpoint_id > 0 for stop in stops.values()):
+                    self.session.client.send_event("output", {"category": "console", "output":
+                        f"ptdebug: recording goroutine {thread_id}: Delve lets go of the "
+                        "program until the window closes; other goroutines pass breakpoints "
+                        "without stopping meanwhile\n"})
                 clock = [time.monotonic()]
                 parked.append(backend.hand_over(tid, pc))
                 handed_over = True  # from here the program runs on when Delve is back
@@ -517,7 +532,8 @@ class RecordBreakpoints:
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release,
                                    parked=parked[0] if parked else None,
                                    parked_at_end=parked_at_end,
-                                   recorded=take_back if parked else None)
+                                   recorded=take_back if parked else None, stop_at=stops)
+            self._tell_unwatched(capture, unwatched)
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
             self._keep(capture)
@@ -556,6 +572,24 @@ class RecordBreakpoints:
                     continue
                 self.session.backend_event(Event(raw), observed=True)
             self.session.run_control.done()  # stops features queued meanwhile go out now
+
+    def _tell_unwatched(self, capture: Capture, unwatched: dict) -> None:
+        """Go: say which conditional breakpoints the recorded thread passed in the window
+        without a stop (their condition was false when it opened; nobody could evaluate it
+        while Delve was away)."""
+        ips = capture.history.distinct_ips if unwatched else ()
+        for address, stop in sorted(unwatched.items()):
+            if _any_between(ips, address, address + 1):
+                self.session.client.send_event("output", {"category": "important", "output":
+                    f"ptdebug: in capture {capture.id} the recorded thread passed the "
+                    f"breakpoint at {stop.where} without stopping: its condition "
+                    f"`{stop.condition}` was false when the window opened, and no debugger "
+                    "can evaluate it while Delve is away\n"})
+
+    def _record_lines(self) -> set[tuple[str, int]]:
+        """(path, line) of every record breakpoint the client set."""
+        return {(path, bp.get("line")) for path, entry in self.sources.items()
+                for bp in entry.record_ids.values()}
 
     def _native_position(self, window: RecordWindow) -> str | None:
         """`window.until` as the recorder takes it: FILE:LINE of native code (a second
@@ -603,19 +637,22 @@ class RecordBreakpoints:
 
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
                 release, parked: Parked | None = None,
-                parked_at_end: list | None = None, recorded=None) -> Capture:
+                parked_at_end: list | None = None, recorded=None,
+                stop_at: dict | None = None) -> Capture:
         """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
         Python runs only on a main thread); `release()` once the child holds the thread.
         With `parked` (Go: no debugger holds the program), the child unparks the thread when it
         holds it and parks it again where the window closed: that Parked goes into
-        `parked_at_end`. `recorded()` runs once the child has ended, before the decoding."""
+        `parked_at_end`. `recorded()` runs once the child has ended, before the decoding.
+        `stop_at` (Go): address -> WindowStop where the window closes before its end."""
         from adapter.export.trace import DecodedBundle, TraceError
         number = len(self.captures) + 1
         output = str(self._new_bundle_directory(number))
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
                 "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
                 else None,
-                "parked": parked.to_json() if parked else None}
+                "parked": parked.to_json() if parked else None,
+                "stop_at": sorted(stop_at or ())}
         # not `python -m`: the workspace is our cwd, and its own `adapter/` would be imported
         child = subprocess.Popen(module_command("adapter.features.record_breakpoints",
                                                 json.dumps(spec)), stdout=subprocess.PIPE,
@@ -656,8 +693,17 @@ class RecordBreakpoints:
             raise AdapterError(f"the window recorded no instructions "
                                f"({result.get('partial_reason') or 'empty'})")
         self._make_self_contained(output, trace)
-        return Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
-                       result.get("end_reason", ""), result.get("partial_reason"))
+        capture = Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
+                          result.get("end_reason", ""), result.get("partial_reason"))
+        stop = (stop_at or {}).get(result.get("stopped_at"))
+        if stop is not None:
+            capture.end_reason = f"the thread reached the breakpoint at {stop.where}"
+            self.session.client.send_event("output", {"category": "console", "output":
+                f"ptdebug: capture {number} closed early at the breakpoint at {stop.where}, "
+                "which the recorded thread reached in the window"
+                + (f"; Delve stops there if `{stop.condition}` holds" if stop.condition
+                   else "") + "\n"})
+        return capture
 
     def _goid_offsets(self) -> dict:
         """Where the recorder finds a thread's goroutine id (the runtime layout is read once
@@ -792,14 +838,20 @@ def _record_worker(spec_text: str) -> int:
             unpark(Parked.from_json(spec["parked"]))
         print("attached", flush=True)
 
+    stop_at = frozenset(spec.get("stop_at") or ())
+    stopped_at = []
+
     def before_release(thread: int, ip: int) -> None:
+        if ip in stop_at:
+            stopped_at.append(ip)
         if spec.get("parked"):
             # held where the window closed until the debugger is back (_capture unparks it)
             print("parked", json.dumps(park(_tgid(thread), ip).to_json()), flush=True)
 
     try:
         result = record_stepper(spec["output"], tid=tid, start=window.function,
-                                end=window.end_condition(), trigger_timeout=window.timeout,
+                                end=dataclasses.replace(window.end_condition(), stop_at=stop_at),
+                                trigger_timeout=window.timeout,
                                 copy_images=False, breakpoints="dr", ptw_probe=probe,
                                 on_attached=attached, before_release=before_release)
     except RecordFailed as exc:
@@ -807,7 +859,8 @@ def _record_worker(spec_text: str) -> int:
         return 1
     stats = result.manifest.get("stats") or {}
     print(json.dumps({"end_reason": stats.get("end_reason", ""),
-                      "partial_reason": result.manifest.get("partial_reason")}), flush=True)
+                      "partial_reason": result.manifest.get("partial_reason"),
+                      "stopped_at": stopped_at[0] if stopped_at else None}), flush=True)
     return 0
 
 

@@ -142,3 +142,44 @@ def test_data_breakpoint_then_record_breakpoint_then_data_breakpoint(
     assert service.wait(service.get("usr-7a9f")) == reference  # no tag: no breakpoint at all
     assert "did not record" not in output_text(client), output_text(client)
     client.call("disconnect", {"terminateDebuggee": True})
+
+
+def test_normal_breakpoint_inside_a_record_window_stops(gonum_downloaded, start_adapter,
+                                                        tmp_path):
+    """Issue 14, build 2: a record breakpoint at the top of the worker's job and a normal
+    breakpoint a few lines later with the same condition. The recorded thread reaches the
+    normal one inside the window: the window closes there, Delve takes the program back and
+    the user gets that stop (it was passed over while Delve was away); the capture ends at the
+    stop, so stepBack at once walks back to the record breakpoint's line."""
+    run, source, service = _launch(start_adapter, tmp_path, {"instructions": 400_000}, {
+        "record_here": {"mode": "record", "condition": RECORDED},
+        "norm": {"condition": RECORDED}})
+    client = run.client
+    reference = service.wait(service.get("usr-7a9f"))  # no tag: nothing stops, nothing records
+    recorded = service.get("usr-7a9f", "rec")
+    try:
+        capture = client.expect_event("ptdebug/capture", timeout=120)["body"]
+        stopped = client.expect_stopped("breakpoint", timeout=60)
+    except TimeoutError:
+        raise AssertionError(output_text(client)[-2000:] + run.log()[-3000:]) from None
+    assert "breakpoint at main.go:" in capture["endReason"], capture
+    assert stopped["threadId"] == capture["threadId"]
+    top = top_frame(client, stopped["threadId"])
+    assert top["line"] == go_marker(source, "norm"), top
+    assert "closed early at the breakpoint at main.go" in output_text(client)
+
+    lines = []
+    for _ in range(40):
+        client.call("stepBack", {"threadId": stopped["threadId"], "granularity": "line"})
+        back = client.expect_stopped("step", timeout=30)
+        frame = top_frame(client, stopped["threadId"])
+        if frame.get("source", {}).get("path") == str(source):
+            lines.append(frame["line"])
+        if "start of the recorded history" in back["description"]:
+            break
+    assert lines[0] == go_marker(source, "product"), lines
+    assert lines[-1] == go_marker(source, "record_here"), lines
+
+    client.call("continue", {"threadId": stopped["threadId"]})
+    assert service.wait(recorded) == reference
+    client.call("disconnect", {"terminateDebuggee": True})

@@ -22,10 +22,27 @@ The model:
   `continued` (with `allThreadsContinued`, every thread), `thread` exited; a successful
   `continue`/step response marks the program running unless a `stopped` came meanwhile (pydevd
   sends the response and the events on different threads, so they may cross).
-- While ptdebug holds a hidden stop (`hold` .. `release`), the user's `continue`, `next`,
-  `stepIn`, `stepOut` and `pause` wait, in order; after the release they are decided against
-  the state then (a `continue` of a program that runs is answered `allThreadsContinued`, as
-  debugpy answers a real one).
+- The user's `continue`, `next`, `stepIn`, `stepOut` and `pause` go through one queue, in
+  their order, and each is decided against the state once the one before it is settled: a
+  resume request (`continue`, a step) is forwarded only when no other resume request is
+  waiting for debugpy's answer. Two resumes in flight at once were the wedge the fuzzer found
+  (seed 17): both were decided while the program was stopped, the first resumed it, and
+  debugpy's adapter, serving one request at a time, handed pydevd the second while the program
+  ran; it was never answered and nothing after it was either.
+- While ptdebug holds a hidden stop (`hold` .. `release`), the queue waits; after the release
+  the requests are decided against the state then (a `continue` of a program that runs is
+  answered `allThreadsContinued`, as debugpy answers a real one).
+- A `continued` that no resume request explains (none was sent or unanswered since the last
+  `stopped`) is pydevd's stale resume notification: a thread resuming late from an earlier
+  suspension, after a new stop was announced, makes pydevd send `continued` for the new stop
+  (ThreadsSuspendedSingleNotification.on_thread_resume) although every thread is suspended
+  again; pydevd then answers no `continue` until its next stop, and debugpy's adapter, waiting
+  for that answer, nothing at all (found under load with a data breakpoint and a record
+  breakpoint armed). Such an event is dropped (the program stays stopped, as the client was
+  told), and before the next resume ptdebug sends `pause`: pydevd re-announces the suspended
+  threads half a second later (a `stopped` ptdebug consumes), after which a `continue` is
+  answered again. A resume is also sent no sooner than SETTLE after a `stopped`, so that a
+  stale `continued` has arrived before it is decided.
 - A feature that must show a stop (a data-breakpoint hit) while a hidden stop is in progress
   queues it with `after_hidden_stop`: it runs once the hidden operation is over and the program
   runs again, so the stop is delivered instead of being lost in ptdebug's own pause.
@@ -34,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -51,9 +69,18 @@ RUN_CONTROL = ("continue", "next", "stepIn", "stepOut", "pause")
 STEPS = ("next", "stepIn", "stepOut")
 RELEASE_TIMEOUT = 10.0
 """Seconds debugpy gets to answer ptdebug's own `continue`."""
-IN_FLIGHT_WAIT = 5.0
-"""Seconds a release waits for the user's resume requests still in flight: debugpy's adapter
-serves one at a time, and a release queued behind one it cannot answer would never be sent."""
+SETTLE = 0.05
+"""Seconds after a `stopped` before a resume is sent: a stale `continued` of pydevd (a thread
+resuming late from the suspension before) follows the stop within milliseconds, and a
+`continue` sent before it arrives would be taken as answered by it... or never answered."""
+RESYNC_WAIT = 5.0
+"""Seconds to wait for pydevd's `stopped` after ptdebug's `pause` of a program whose threads
+are suspended (pydevd re-announces them after 0.5 s, NOTIFY_OF_PAUSE_TIMEOUT)."""
+IN_FLIGHT_WAIT = 40.0
+"""Seconds a release waits for the user's resume request still in flight (one at most): its
+answer says whether the program still needs the release, and a release sent beside it is the
+second continue debugpy never answers. Past the backend's own limit on the request (30 s), so
+that the request has been answered or has timed out by then."""
 
 
 class RunControl:
@@ -75,14 +102,34 @@ class RunControl:
         self._hidden = False
         """A hidden operation is in progress (hold .. done): a stop a feature must show waits."""
         self._waiting: list[Request] = []
-        """User requests that came while ptdebug held the program, in their order."""
+        """User run-control requests not decided yet, in their order: they wait for ptdebug's
+        hidden stop to end and for the resume request before them to be answered."""
+        self._worker: threading.Thread | None = None
+        """Decides the waiting requests, one at a time, in their order (started on first use):
+        never the backend's reader thread, which must go on reading the events a decision
+        may wait for."""
+        self._resume_sent = True
+        """A resume request (the user's or a release) was sent, or was unanswered, since the
+        last `stopped`: a `continued` now is its."""
+        self._stale_resume = False
+        """pydevd sent a `continued` no resume explains: its threads are suspended but it
+        answers no `continue` until it announces a stop again (`_resync`)."""
+        self._stale_event: dict | None = None
+        """That `continued` event, consumed by `_filter_event`."""
+        self._resyncing = False
+        """ptdebug's `pause` of `_resync` is out: the `stopped` it brings is consumed."""
+        self._last_stop_at = 0.0
+        """monotonic() of the last `stopped`."""
+        self._releasing = False
+        """ptdebug's own `continue` (release) is out."""
         self._after: list[Callable[[], None]] = []
         """Feature stops queued during a hidden operation (after_hidden_stop)."""
         self._in_flight = 0
-        """User resume requests forwarded to debugpy and not answered yet."""
+        """User resume requests forwarded to debugpy and not answered yet (0 or 1)."""
         for command in RUN_CONTROL:
             # after the thread guard and the replay (a replaying thread never moves the program)
             session.request_interceptors.setdefault(command, []).append(self._intercept)
+        session.event_filters.insert(0, self._filter_event)
 
     def _active(self) -> bool:
         backend = self.session.backend
@@ -103,10 +150,20 @@ class RunControl:
         with self._cond:
             if name == "stopped":
                 self._stops_seen += 1
+                self._last_stop_at = time.monotonic()
+                self._stale_resume = False  # pydevd announced a stop: it answers a resume
+                self._resume_sent = bool(self._in_flight or self._releasing)
                 if body.get("allThreadsStopped"):
                     self.all_stopped = True
                 if type(thread_id) is int:
                     self.stopped.add(thread_id)
+            elif name == "continued" and not self._resume_sent and self._active() and (
+                    self.stopped or self.all_stopped):
+                log.info("run control: pydevd sent 'continued' (thread %s) that no resume "
+                         "explains; its threads are stopped: dropped, pause before the next "
+                         "resume", thread_id)
+                self._stale_resume = True
+                self._stale_event = raw
             elif name == "continued":
                 if body.get("allThreadsContinued", True):
                     self._running()
@@ -119,6 +176,19 @@ class RunControl:
             elif name in ("exited", "terminated"):
                 self._running()
             self._cond.notify_all()
+
+    def _filter_event(self, raw: dict) -> bool:
+        """Consumes pydevd's stale `continued` and the `stopped` that `_resync` brings: the
+        client was told the program is stopped, and it still is."""
+        with self._cond:
+            if raw is self._stale_event:
+                self._stale_event = None
+                self.session.paused = True  # as it was: Session saw the event before us
+                return True
+            if self._resyncing and raw.get("event") == "stopped":
+                log.debug("run control: pydevd announced the stop again; not shown")
+                return True
+        return False
 
     def _running(self) -> None:
         self.stopped.clear()
@@ -154,13 +224,38 @@ class RunControl:
             if self._holder is not None:
                 log.debug("run control: %s waits for ptdebug's %s", request.command,
                           self._holder)
-                self._waiting.append(request)
-                return DEFERRED
-        return self._decide(request)
+            elif self._in_flight:
+                log.debug("run control: %s waits for the resume request before it",
+                          request.command)
+            self._waiting.append(request)
+        self._pump()
+        return DEFERRED
+
+    def _pump(self) -> None:
+        """Wake the worker: the waiting requests may be decided now."""
+        with self._cond:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, daemon=True,
+                                                name="ptdebug-run-control")
+                self._worker.start()
+            self._cond.notify_all()
+
+    def _work(self) -> None:
+        """Decide the waiting requests, in their order, while nothing holds them back: no
+        hidden stop, and no resume request of the user's still waiting for debugpy's answer
+        (the answer moves the state the next one is decided against)."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting and self._holder is None
+                                    and not self._in_flight)
+                request = self._waiting.pop(0)
+            self._serve(request)
 
     def _decide(self, request: Request) -> object:
         command = request.command
         thread_id = (request.raw.get("arguments") or {}).get("threadId")
+        if command != "pause":
+            self._ready_to_resume(thread_id)
         with self._cond:
             runs = not self.stopped and not self.all_stopped
             if command == "continue" and runs:
@@ -170,11 +265,14 @@ class RunControl:
             if command in STEPS and not (self.all_stopped or thread_id in self.stopped):
                 raise InvalidRequest(f"thread {thread_id} is running: {command!r} steps a "
                                      "stopped thread (pause the program first)")
-            if command == "pause":  # debugpy answers a pause in every state
-                self.session.backend.forward(request)
-                return DEFERRED
-            self._in_flight += 1
+            pause = command == "pause"  # debugpy answers a pause in every state
+            if not pause:
+                self._in_flight += 1
+                self._resume_sent = True
             stops_before = self._stops_seen
+        if pause:  # sent outside the lock: a write to debugpy may block for a while
+            self.session.backend.forward(request)
+            return DEFERRED
 
         def answered(response: dict) -> None:
             with self._cond:
@@ -187,9 +285,51 @@ class RunControl:
                         self.all_stopped = False
                         self._resumes_seen += 1
                 self._cond.notify_all()
+            self._pump()  # the next waiting request is decided against the state now
 
-        self.session.backend.forward(request, answered)
+        try:
+            self.session.backend.forward(request, answered)
+        except BaseException:
+            with self._cond:  # never sent: it holds nothing back
+                self._in_flight -= 1
+                self._cond.notify_all()
+            raise
         return DEFERRED
+
+    def _ready_to_resume(self, thread_id) -> None:
+        """Before a resume of a stopped program: let a stale `continued` arrive (SETTLE), and
+        if one came, have pydevd announce its stop again (`_resync`). Not on the backend's
+        reader thread (it waits for events)."""
+        with self._cond:
+            if not (self.stopped or self.all_stopped):
+                return
+            while True:
+                left = self._last_stop_at + SETTLE - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            stale = self._stale_resume
+        if stale:
+            self._resync(thread_id)
+
+    def _resync(self, thread_id) -> None:
+        """pydevd believes it announced the resume of threads that are suspended: it answers
+        no `continue` now. A `pause` makes it announce the suspended threads again (after
+        0.5 s); that `stopped` is consumed, and a `continue` is answered after it."""
+        log.info("run control: pausing first, so that pydevd answers the resume")
+        with self._cond:
+            stops = self._stops_seen
+            self._resyncing = True
+        try:
+            self.session.backend.request("pause", {"threadId": thread_id if type(thread_id)
+                                                   is int else 1}, timeout=RESYNC_WAIT)
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._stops_seen != stops, RESYNC_WAIT):
+                    log.warning("run control: pydevd did not announce its stop again within "
+                                "%g s", RESYNC_WAIT)
+        finally:
+            with self._cond:
+                self._resyncing = False
 
     # --- ptdebug's hidden stops -----------------------------------------------------------
     def hold(self, what: str) -> None:
@@ -222,16 +362,27 @@ class RunControl:
             return
         try:
             with self._cond:
-                # debugpy's adapter serves one request at a time: a user's resume it has not
-                # answered yet would keep the release from ever reaching pydevd
-                self._cond.wait_for(lambda: self._in_flight == 0, IN_FLIGHT_WAIT)
+                # a user's resume debugpy has not answered yet may resume the program itself:
+                # a release sent beside it would be the second continue, never answered
+                if not self._cond.wait_for(lambda: self._in_flight == 0, IN_FLIGHT_WAIT):
+                    log.warning("run control: the user's resume request is still unanswered "
+                                "after %g s; no release sent", IN_FLIGHT_WAIT)
+                    return
                 runs = not self.stopped and not self.all_stopped
                 stops_before = self._stops_seen
             if runs:
                 log.info("run control: the program already runs; no release sent")
                 return
-            response = backend.request("continue", {"threadId": thread_id},
-                                       timeout=RELEASE_TIMEOUT)
+            self._ready_to_resume(thread_id)
+            with self._cond:
+                stops_before = self._stops_seen
+                self._releasing = self._resume_sent = True
+            try:
+                response = backend.request("continue", {"threadId": thread_id},
+                                           timeout=RELEASE_TIMEOUT)
+            finally:
+                with self._cond:
+                    self._releasing = False
             with self._cond:
                 if response.success and self._stops_seen == stops_before:
                     self._running()
@@ -241,9 +392,7 @@ class RunControl:
     def _let_go(self) -> None:
         with self._cond:
             self._holder = None
-            waiting, self._waiting = self._waiting, []
-        for request in waiting:
-            self._serve(request)
+        self._pump()
 
     def done(self) -> None:
         """The hidden operation is over (the capture kept or given up): stops features queued

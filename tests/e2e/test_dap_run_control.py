@@ -146,6 +146,50 @@ def test_continue_sent_with_capture_now(start_adapter):
     _end(run)
 
 
+def test_resume_requests_sent_together_are_decided_one_after_another(start_adapter):
+    """The wedge the DAP fuzzer found (seed 17): several resume requests sent together while
+    the program is stopped were all decided against that stopped state and all forwarded; the
+    first resumed the program and debugpy never answered the second (nor anything after it).
+    Each is now decided once the one before it is answered: the second `continue` is answered
+    by ptdebug (the program runs), the `next` of a running thread is refused."""
+    run = start_adapter()
+    client = run.client
+    thread = _session(run)
+    client.call("setBreakpoints", {"source": SOURCE, "breakpoints": []})
+    burst = [("continue", {"threadId": thread}), ("continue", {"threadId": thread}),
+             ("next", {"threadId": thread}), ("continue", {"threadId": thread}),
+             ("threads", None)]
+    seqs = [client.send_request(command, arguments) for command, arguments in burst]
+    answers = [client.expect_response(seq, timeout=10) for seq in seqs]
+    assert [a["success"] for a in answers] == [True, True, False, True, True], answers
+    assert answers[1]["body"] == {"allThreadsContinued": True}
+    assert f"thread {thread} is running" in answers[2]["message"]
+    _still_serves(client)
+    _end(run)
+
+
+def test_resume_requests_queued_behind_a_failed_capture_now(start_adapter):
+    """Requests that waited for a hidden stop are let go together when it ends: a
+    `ptdebug/captureNow` that fails leaves the program paused, and the `continue`, `continue`,
+    `next` queued behind it are decided one after another against that state, as they would
+    have been without the capture (the first resumes the program)."""
+    run = start_adapter()
+    client = run.client
+    thread = _session(run)
+    client.call("setBreakpoints", {"source": SOURCE, "breakpoints": []})
+    capture = client.send_request("ptdebug/captureNow", {"threadId": 999999})
+    seqs = [client.send_request(command, {"threadId": thread})
+            for command in ("continue", "continue", "next")]
+    threads = client.send_request("threads")
+    failed = client.expect_response(capture, timeout=20)
+    assert failed["success"] is False, failed
+    answers = [client.expect_response(seq, timeout=10) for seq in seqs]
+    assert [a["success"] for a in answers] == [True, True, False], answers
+    assert client.expect_response(threads, timeout=10)["success"]
+    _still_serves(client)
+    _end(run)
+
+
 def test_a_step_of_a_running_thread_is_refused(start_adapter):
     """`next` / `stepIn` / `stepOut` of a thread that runs: a clear error naming the thread,
     and the session goes on; a `continue` right behind a step (the program runs once the step

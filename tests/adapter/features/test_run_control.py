@@ -1,0 +1,168 @@
+"""features/run_control.py alone (issue 17): the order in which the user's run-control requests
+reach debugpy, and what ptdebug does with pydevd's stale `continued`. The session is real (on a
+socket pair); the backend is a stand-in that records what reaches it, and the test plays
+debugpy's events and answers, so that the interleavings the DAP fuzzer and the load test met
+by chance are played every time. tests/e2e/test_dap_run_control.py checks the same against
+real debugpy."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from adapter.features import run_control
+from adapter.protocol.messages import Event, Request, Response
+from adapter.session import Session
+
+
+class _DebugpyLike:
+    """Records forwarded requests (with their observers) and ptdebug's own requests."""
+    name = "debugpy"
+
+    def __init__(self):
+        self.sent: list[str] = []
+        self.observers: list = []
+        self.on_request = None
+        self._lock = threading.Lock()
+
+    def relays_untouched(self, command: str) -> bool:
+        return False
+
+    def forward(self, request, observe=None) -> None:
+        with self._lock:
+            self.sent.append(request.command)
+            self.observers.append((request, observe))
+
+    def request(self, command, arguments=None, timeout=10.0) -> Response:
+        with self._lock:
+            self.sent.append(f"ptdebug:{command}")
+        if self.on_request is not None:
+            self.on_request(command)
+        return Response({"type": "response", "seq": 1, "request_seq": 1, "command": command,
+                         "success": True})
+
+
+class _Client:
+    """Where the session's answers and events to the client go."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+
+    def send(self, message: dict) -> None:
+        self.messages.append(message)
+
+    def events(self, name: str) -> list[dict]:
+        return [m for m in self.messages if m.get("type") == "event" and m["event"] == name]
+
+    def response(self, seq: int) -> dict | None:
+        return next((m for m in self.messages if m.get("type") == "response"
+                     and m["request_seq"] == seq), None)
+
+
+@pytest.fixture
+def session():
+    ours, theirs = socket.socketpair()
+    session = Session(ours.makefile("rb"), ours.makefile("wb"))
+    session.backend = _DebugpyLike()
+    client = _Client()
+    session.client.send = client.send
+    session.test_client = client
+    yield session
+    ours.close()
+    theirs.close()
+
+
+_seq = iter(range(100, 10 ** 6))
+
+
+def _event(session, name: str, **body) -> None:
+    session.backend_event(Event({"seq": next(_seq), "type": "event", "event": name,
+                                 "body": body}))
+
+
+def _ask(session, command: str, thread_id: int = 1) -> Request:
+    request = Request({"seq": next(_seq), "type": "request", "command": command,
+                       "arguments": {"threadId": thread_id}}, session.test_client)
+    session.run_control._intercept(request)
+    return request
+
+
+def _until(predicate, seconds: float = 3.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.005)
+
+
+def _answer(session, index: int, success: bool = True) -> None:
+    """debugpy answers the forwarded request number `index` (a resume: `continued` first)."""
+    request, observe = session.backend.observers[index]
+    response = {"type": "response", "seq": next(_seq), "request_seq": request.seq,
+                "command": request.command, "success": success}
+    if success:
+        _event(session, "continued", threadId=1, allThreadsContinued=True)
+    observe(response)
+    request.respond_like(response)
+
+
+def test_resume_requests_are_forwarded_one_at_a_time(session):
+    """continue, continue, next sent together to a stopped program (the fuzzer's seed 17):
+    only the first reaches debugpy until it is answered; then the program runs, so the second
+    continue is answered by ptdebug and the next refused. Before, all three were forwarded and
+    debugpy never answered the second."""
+    _event(session, "stopped", reason="breakpoint", threadId=1, allThreadsStopped=True)
+    time.sleep(run_control.SETTLE)
+    first, second, step = (_ask(session, c) for c in ("continue", "continue", "next"))
+    _until(lambda: session.backend.sent == ["continue"])
+    time.sleep(0.2)
+    assert session.backend.sent == ["continue"]  # the others wait for its answer
+    assert not second.answered and not step.answered
+    _answer(session, 0)
+    _until(lambda: step.answered)
+    client = session.test_client
+    assert client.response(first.seq)["success"]
+    assert client.response(second.seq)["body"] == {"allThreadsContinued": True}
+    refused = client.response(step.seq)
+    assert refused["success"] is False and "thread 1 is running" in refused["message"]
+    assert session.backend.sent == ["continue"]
+
+
+def test_a_stale_continued_is_dropped_and_pydevd_resynced_before_the_next_resume(session):
+    """pydevd's stale `continued` (a thread resuming late from the suspension before, after
+    the next stop was announced) leaves the program stopped: the client is not told it runs,
+    and the user's `continue` is sent only after a `pause` made pydevd announce the stop again
+    (that `stopped` is not shown either). Sent as it was, pydevd never answered it."""
+    backend = session.backend
+    client = session.test_client
+    _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
+    _event(session, "continued", threadId=3, allThreadsContinued=True)  # no resume was sent
+    assert client.events("continued") == []
+    assert session.run_control.thread_stopped(2) and session.paused
+
+    def pydevd(command: str) -> None:  # the pause's re-announcement, half a second later
+        if command == "pause":
+            threading.Timer(0.1, _event, (session, "stopped"), {
+                "reason": "pause", "threadId": 2, "allThreadsStopped": True}).start()
+    backend.on_request = pydevd
+    resumed = _ask(session, "continue", 2)
+    _until(lambda: backend.sent == ["ptdebug:pause", "continue"])
+    assert [e["body"]["reason"] for e in client.events("stopped")] == ["breakpoint"]
+    _answer(session, 0)
+    assert client.response(resumed.seq)["success"]
+    assert not session.run_control.thread_stopped(2)
+
+
+def test_a_continued_of_a_resume_in_flight_is_not_stale(session):
+    """A stop that comes while the user's continue is still unanswered may be followed by that
+    continue's own `continued`: it is the program's state, shown, and no pause is sent."""
+    _event(session, "stopped", reason="breakpoint", threadId=1, allThreadsStopped=True)
+    time.sleep(run_control.SETTLE)
+    _ask(session, "continue")
+    _until(lambda: session.backend.sent == ["continue"])
+    _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
+    _answer(session, 0)
+    assert len(session.test_client.events("continued")) == 1
+    assert session.run_control.program_runs()
+    assert session.backend.sent == ["continue"]

@@ -8,7 +8,14 @@ The probe runs *inside the debuggee*, so it is sent as source text and must only
 debuggee has: numpy and torch are looked up in `sys.modules` (never imported by us), ctypes and
 memoryview are in every CPython. An index (`cache[3]`, `kv[0, 5]`, `buf[4:12]`) is applied so
 that the result is a *view* of the original memory, never a copy: numpy gets a trailing Ellipsis
-(a full index with `...` returns a 0-d view, not a scalar), a memoryview gets a slice.
+(a full index with `...` returns a 0-d view, not a scalar), a memoryview gets a slice. The item
+of a dict, list or tuple (`state['w']`, `model.coefs_[0]`) is the object itself.
+
+Only memory that outlives the evaluation is watched: the probe looks for the object it names
+(or the end of its base chain: a numpy view's `base`, a memoryview's `obj`) among the frame's
+variables, their items and attributes (owner_path, 4 levels, 20000 objects at most). A copy
+(`kv.astype('float32')`, `kv + 0`) is found nowhere and refused with a message saying so; what is
+found is named in the description (`memory of model.coefs_[0]`).
 """
 from __future__ import annotations
 
@@ -19,8 +26,77 @@ import re
 import struct
 
 PROBE_SOURCE = '''
-def probe(o, index, has_index):
+def owner_path(named, spaces, depth_limit=4, budget=20000):
+    # The objects whose memory `named` is: itself, then its base chain (a numpy view's base,
+    # a torch view's _base, a memoryview's obj, a ctypes object's _b_base_).
+    chain, cur = [named], named
+    for _ in range(64):
+        nxt = None
+        for attr in ("base", "_base", "obj", "_b_base_"):
+            try:
+                nxt = getattr(cur, attr, None)
+            except Exception:
+                nxt = None
+            if nxt is not None and not isinstance(nxt, (int, float, str, bytes, type)):
+                break
+            nxt = None
+        if nxt is None or any(nxt is c for c in chain):
+            break
+        chain.append(nxt)
+        cur = nxt
+    wanted = {id(c): k for k, c in enumerate(chain)}
+    import types
+    skip = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type, str, bytes,
+            int, float, complex, bool, type(None))
+    seen, level = set(), []
+    for space in spaces:
+        for name, value in list(space.items()):
+            if not name.startswith("__"):
+                level.append((value, name))
+    for depth in range(depth_limit):
+        following = []
+        for value, path in level:
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if id(value) in wanted:
+                return path, wanted[id(value)]
+            budget -= 1
+            if budget <= 0:
+                return None
+            if isinstance(value, skip) or (isinstance(value, types.ModuleType) and depth):
+                continue
+            if isinstance(value, dict):
+                items = [(v, "%s[%r]" % (path, k)) for k, v in list(value.items())[:2000]]
+            elif isinstance(value, (list, tuple)):
+                items = [(v, "%s[%d]" % (path, k)) for k, v in enumerate(value[:2000])]
+            else:
+                attrs = getattr(value, "__dict__", None)
+                if not isinstance(attrs, dict):
+                    continue
+                items = [(v, "%s.%s" % (path, k)) for k, v in list(attrs.items())[:2000]
+                         if not k.startswith("__")]
+            following.extend(items)
+        level = following
+    return None
+
+def owned(named, spaces, result):
+    # A buffer that no variable of the frame reaches (through names, items, attributes and
+    # the base chain) belongs to a temporary the evaluation made: nobody will ever write it.
+    found = owner_path(named, spaces)
+    if found is None:
+        raise ValueError("the expression makes a new object (a copy such as astype() or "
+                         "arithmetic, or a new array) that no variable of the frame holds: "
+                         "its memory is freed after the evaluation and never written; watch "
+                         "the object it was computed from")
+    path, hops = found
+    return result + (("view of " if hops else "") + path,)
+
+def probe(o, index, has_index, spaces):
     import ctypes, sys
+    if has_index and isinstance(o, (dict, list, tuple)):
+        o, has_index = o[index], False  # an item of a container: the object itself
+    named = o
     kind = type(o).__module__ + "." + type(o).__qualname__
     kind = kind.replace("builtins.", "")
     np = sys.modules.get("numpy")
@@ -38,8 +114,8 @@ def probe(o, index, has_index):
                  "complex64": "c", "complex128": "c"}
         name = str(o.dtype).replace("torch.", "")
         char = ("np:<%s%d" % (kinds[name], o.element_size())) if name in kinds else ""
-        return (o.data_ptr(), o.element_size() * o.nelement(),
-                "%s %s%s" % (kind, name, list(o.shape)), char, False)
+        return owned(named, spaces, (o.data_ptr(), o.element_size() * o.nelement(),
+                     "%s %s%s" % (kind, name, list(o.shape)), char, False, o.element_size()))
     if np is not None and isinstance(o, np.ndarray):
         if has_index:
             o = o[(index if isinstance(index, tuple) else (index,)) + (Ellipsis,)]
@@ -51,21 +127,23 @@ def probe(o, index, has_index):
                 for name in o.dtype.names))
         else:
             char = "np:" + o.dtype.str
-        return (o.__array_interface__["data"][0], o.nbytes,
-                "%s %s%s" % (kind, o.dtype, list(o.shape)), char, not o.flags.writeable)
+        return owned(named, spaces, (o.__array_interface__["data"][0], o.nbytes,
+                     "%s %s%s" % (kind, o.dtype, list(o.shape)), char, not o.flags.writeable,
+                     o.dtype.itemsize))
     if isinstance(o, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure, ctypes.Union)):
         address, size = ctypes.addressof(o), ctypes.sizeof(o)
         char = getattr(o, "_type_", "")
+        item = size
         if isinstance(o, ctypes.Array):
             char = getattr(o._type_, "_type_", "")
+            item = ctypes.sizeof(o._type_)
         if has_index:
             if not isinstance(o, ctypes.Array) or not isinstance(index, int):
                 raise ValueError("only a ctypes array takes an integer index")
-            item = ctypes.sizeof(o._type_)
             address, size = address + (index % len(o)) * item, item
             char = getattr(o._type_, "_type_", "")
-        return (address, size, kind, char if isinstance(char, str) and len(char) == 1
-                and char in "bBhHiIlLqQfd?" else "", False)
+        return owned(named, spaces, (address, size, kind, char if isinstance(char, str)
+                     and len(char) == 1 and char in "bBhHiIlLqQfd?" else "", False, item))
     m = memoryview(o)
     if has_index:
         if isinstance(index, int):
@@ -78,8 +156,8 @@ def probe(o, index, has_index):
     if m.nbytes == 0:
         raise ValueError("the buffer is empty")
     char = m.format if len(m.format.lstrip("@=<>!")) == 1 else ""
-    return (ctypes.addressof(ctypes.c_char.from_buffer(m.cast("B"))), m.nbytes,
-            "%s format %s" % (kind, m.format), char, False)
+    return owned(named, spaces, (ctypes.addressof(ctypes.c_char.from_buffer(m.cast("B"))),
+                 m.nbytes, "%s format %s" % (kind, m.format), char, False, m.itemsize))
 '''
 
 MAX_WATCH = 32
@@ -92,7 +170,9 @@ class NotAnExpression(ValueError):
 
 def probe_expression(expression: str) -> str:
     """A Python expression that, evaluated in the debuggee's frame, gives
-    (address, nbytes, description, struct format char or '', readonly) for `expression`.
+    (address, nbytes, description, struct format char or '', readonly, item size, owner path)
+    for `expression`, or raises there (ValueError) for memory nobody will write: read-only,
+    not contiguous, or a temporary that no variable of the frame reaches.
 
     Raises NotAnExpression when `expression` does not parse."""
     try:
@@ -103,8 +183,11 @@ def probe_expression(expression: str) -> str:
         base, index, has_index = ast.unparse(tree.value), _index_source(tree.slice), "True"
     else:
         base, index, has_index = ast.unparse(tree), "None", "False"
-    return (f"(lambda ns, o, i: (exec({PROBE_SOURCE!r}, ns), ns['probe'](o, i, {has_index}))[1])"
-            f"({{}}, {base}, {index})")
+    # locals() and globals() at the top of the evaluated expression are the frame's
+    # namespaces: the roots from which the watched memory must be reachable (owner_path).
+    return (f"(lambda ns, o, i, s: (exec({PROBE_SOURCE!r}, ns), "
+            f"ns['probe'](o, i, {has_index}, s))[1])({{}}, {base}, {index}, "
+            f"(locals(), globals()))")
 
 
 def _index_source(node: ast.AST) -> str:
@@ -120,12 +203,16 @@ def _index_source(node: ast.AST) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Buffer:
-    """What the probe found: `nbytes` at `address`, a description, an element format."""
+    """What the probe found: `nbytes` at `address`, a description, an element format, the
+    element size, and the path from a variable of the frame to the object owning the memory
+    (`kv`, `model.coefs_[0]`, `view of state['kv']`)."""
     address: int
     nbytes: int
     description: str
     format: str
     readonly: bool
+    itemsize: int = 0
+    owner: str = ""
 
     @classmethod
     def from_result(cls, result: str) -> Buffer:
@@ -133,7 +220,7 @@ class Buffer:
 
         Raises ValueError when it is not one."""
         value = ast.literal_eval(result)
-        if not (isinstance(value, tuple) and len(value) == 5 and isinstance(value[0], int)
+        if not (isinstance(value, tuple) and len(value) in (5, 7) and isinstance(value[0], int)
                 and isinstance(value[1], int)):
             raise ValueError(f"unexpected probe result {result[:100]!r}")
         return cls(*value)
@@ -153,6 +240,22 @@ def watch_range(address: int, nbytes: int) -> tuple[int, int]:
         if size <= nbytes and address % size == 0:
             return address, size
     raise AssertionError("unreachable: size 1 always fits")
+
+
+def describe_watch(expression: str, buffer: Buffer, length: int) -> str:
+    """Which bytes of which object a watch covers: `kv[2]: numpy.ndarray int64[8] (memory of
+    kv), bytes 0..32 of 64 (elements 0..3) at 0x...`."""
+    owner = f" (memory of {buffer.owner})" if buffer.owner and buffer.owner != expression else ""
+    if length >= buffer.nbytes:
+        where = f"all {buffer.nbytes} bytes"
+    else:
+        items = (f" (elements 0..{length // buffer.itemsize - 1})"
+                 if buffer.itemsize and length % buffer.itemsize == 0
+                 and length >= buffer.itemsize else "")
+        where = (f"bytes 0..{length} of {buffer.nbytes}{items}; the debug registers cover at "
+                 f"most {MAX_WATCH}: name an element such as {expression}[i] to watch another "
+                 "part")
+    return f"{expression}: {buffer.description}{owner}, {where} at {buffer.address:#x}"
 
 
 def decode_value(data: bytes | None, fmt: str) -> str:

@@ -38,6 +38,7 @@ the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pau
 """
 from __future__ import annotations
 
+import ast
 import logging
 import queue
 import re
@@ -47,10 +48,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from adapter.features.buffer_probe import (
-    MAX_WATCH,
     Buffer,
     NotAnExpression,
     decode_value,
+    describe_watch,
     probe_expression,
     watch_range,
 )
@@ -120,6 +121,9 @@ class DataBreakpoints:
         """(address, length, access) -> the data breakpoint armed for it."""
         self.frames: dict[int, int] = {}
         """variablesReference -> frameId, learnt from scopes/variables responses."""
+        self.paths: dict[int, tuple[str | None, str, int]] = {}
+        """variablesReference -> (expression of the object it expands, its type, the index of
+        its first child): how a child with no evaluateName is named (a numpy row '02')."""
         self._next_id = 1
         self.trap = False
         """Whether the writer's SIGTRAP handler is installed in the debuggee (writer_trap)."""
@@ -196,7 +200,9 @@ class DataBreakpoints:
             expression, frame_id = self._child_expression(args.variablesReference, args.name)
             if expression is None:
                 return {"dataId": None, "description": f"{args.name!r} has no expression "
-                        "ptdebug can evaluate (debugpy gave no evaluateName)"}
+                        "ptdebug can evaluate (debugpy gave it no evaluateName and its parent "
+                        "is not a variable ptdebug has seen expanded, or it is a value "
+                        "debugpy computed, such as an array's min)"}
         try:
             source = probe_expression(expression)
         except NotAnExpression as exc:
@@ -213,12 +219,8 @@ class DataBreakpoints:
             start, length = buffer.address, min(args.bytes, buffer.nbytes)
         else:
             start, length = watch_range(buffer.address, buffer.nbytes)
-        whole = length == buffer.nbytes
-        where = (f"all {length} bytes" if whole else
-                 f"bytes 0..{length} of {buffer.nbytes} (the debug registers cover at most "
-                 f"{MAX_WATCH}; name an element such as {expression}[i] to watch another part)")
         return self._describe(Target(start, length, expression, buffer.format),
-                              f"{expression}: {buffer.description}, {where} at {start:#x}")
+                              describe_watch(expression, buffer, length))
 
     def _describe(self, target: Target, description: str) -> dict:
         data_id = f"{target.address:#x}/{target.length}"
@@ -333,15 +335,33 @@ class DataBreakpoints:
         for scope in (response.get("body") or {}).get("scopes", ()):
             if scope.get("variablesReference"):
                 self.frames[scope["variablesReference"]] = frame_id
+                self.paths[scope["variablesReference"]] = (None, "scope", 0)
 
     def _observe_variables(self, request: dict, response: dict) -> None:
         parent = (request.get("arguments") or {}).get("variablesReference")
         frame_id = self.frames.get(parent)
         for variable in (response.get("body") or {}).get("variables", ()):
-            if variable.get("variablesReference"):
-                self.frames[variable["variablesReference"]] = frame_id
+            reference = variable.get("variablesReference")
+            if reference:
+                self.frames[reference] = frame_id
+                self.paths[reference] = self._path_of(parent, variable)
+
+    def _path_of(self, parent: int | None, variable: dict) -> tuple[str | None, str, int]:
+        """(expression, type, first index) of what a variable expands to. A range group of
+        debugpy's ("[0:8] ", the items of a numpy array) stands for its array from `start`."""
+        name = str(variable.get("name", "")).strip()
+        group = _RANGE_GROUP.match(name)
+        parent_expr, parent_type, start = self.paths.get(parent, (None, "", 0))
+        if group is not None and parent_expr is not None:
+            return parent_expr, parent_type, int(group.group(1))
+        expression = variable.get("evaluateName") or _child_of(parent_expr, parent_type,
+                                                               start, name)
+        return expression, str(variable.get("type") or ""), 0
 
     def _child_expression(self, reference: int, name: str) -> tuple[str | None, int | None]:
+        """The expression of child `name` of `reference` and the frame to evaluate it in:
+        debugpy's evaluateName, else one made from the parent's (a numpy row or element,
+        which debugpy names '02' under a range group, with no evaluateName)."""
         response = self.session.backend.request("variables", {"variablesReference": reference},
                                                 timeout=10)
         if not response.success:
@@ -349,7 +369,11 @@ class DataBreakpoints:
                                  f"{response.error_text}")
         for variable in response.raw.get("body", {}).get("variables", ()):
             if variable.get("name") == name:
-                return variable.get("evaluateName"), self.frames.get(reference)
+                expression = variable.get("evaluateName")
+                if not expression:
+                    parent_expr, parent_type, start = self.paths.get(reference, (None, "", 0))
+                    expression = _child_of(parent_expr, parent_type, start, name.strip())
+                return expression, self.frames.get(reference)
         raise InvalidRequest(f"no variable {name!r} in variablesReference {reference}")
 
     # --- hits -----------------------------------------------------------------------------
@@ -572,6 +596,7 @@ class DataBreakpoints:
             self.paused = False
             self._resumed.set()
             self.frames.clear()
+            self.paths.clear()
         elif name == "stopped":
             mark = held_stop(raw.get("body") or {})
             if mark is not None:
@@ -725,6 +750,31 @@ class DataBreakpoints:
             self.armed.clear()
             if self.trap and self.session.backend is not None:
                 self._uninstall_trap()
+
+
+_RANGE_GROUP = re.compile(r"^\[(\d+):(\d+)\]$")
+_NUMPY_SUMMARY = {"min", "max", "shape", "dtype", "size"}
+"""Children debugpy adds to a numpy array: values it computed, not memory of the program."""
+
+
+def _child_of(parent: str | None, parent_type: str, start: int, name: str) -> str | None:
+    """The expression of a child that debugpy gave no evaluateName: an index (`'02'` -> the
+    parent's [start + 2]), a dict key shown as its repr, or an attribute name."""
+    if parent is None:
+        return None
+    if name.isdigit():
+        return f"{parent}[{start + int(name)}]"
+    if parent_type == "ndarray" and name in _NUMPY_SUMMARY:
+        return None
+    try:
+        key = ast.literal_eval(name)
+    except (ValueError, SyntaxError):
+        key = None
+    if isinstance(key, (str, bytes, int, float, tuple)) and key is not None:
+        return f"{parent}[{name}]"
+    if name.isidentifier():
+        return f"{parent}.{name}"
+    return None
 
 
 def _target_from_id(data_id: str) -> Target | None:

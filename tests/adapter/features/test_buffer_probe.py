@@ -80,3 +80,42 @@ def test_decode_value_by_element_type():
     assert decode_value(struct.pack("<2f", 1.0, 2.0), "f") == "[1.0, 2.0]"
     assert decode_value(b"\x01\x02", "") == "01 02"
     assert decode_value(None, "d") == "?"
+
+
+class _Model:
+    def __init__(self):
+        self.coefs_ = [np.zeros((3, 4), dtype=np.float32), np.zeros(4, dtype=np.float32)]
+
+
+def test_items_attributes_and_views_name_the_object_that_owns_the_memory():
+    """Seen before: `state['w']` and `model.coefs_[0]` failed with `memoryview: a bytes-like
+    object is required, not 'dict'`."""
+    model, kv = _Model(), np.zeros((4, 8), dtype=np.int64)
+    state = {"w": np.zeros(6), "layers": [kv]}
+    buf = bytearray(8)
+    scope = {"model": model, "state": state, "kv": kv, "buf": buf}
+    coefs = _probe("model.coefs_[0]", scope)
+    assert (coefs.address, coefs.nbytes) == (model.coefs_[0].ctypes.data, 48)
+    assert coefs.owner == "model.coefs_[0]" and coefs.itemsize == 4
+    assert _probe("state['w']", scope).owner == "state['w']"
+    assert _span("state['layers'][0][2]", scope) == (kv.ctypes.data + 16 * 8, 64)
+    assert _probe("state['layers'][0][2]", scope).owner == "kv"  # the shortest path
+    flat = _probe("kv.reshape(-1)[3]", scope)  # a view: its memory is kv's
+    assert flat.address == kv.ctypes.data + 24 and flat.owner == "view of kv"
+    assert _probe("memoryview(buf)", scope).owner == "view of buf"
+
+
+@pytest.mark.parametrize("expression", ["kv.astype('float32')", "kv + 0", "kv.copy()[1]",
+                                        "np.zeros(4)", "bytearray(4)"])
+def test_a_temporary_is_refused_as_one(expression):
+    """Seen before: `kv.astype('float32')` was accepted and watched at a temporary that can
+    never be written."""
+    scope = {"kv": np.zeros((4, 8), dtype=np.int64), "np": np}
+    with pytest.raises(ValueError, match="makes a new object"):
+        _probe(expression, scope)
+
+
+def test_the_owner_is_found_in_locals_as_well_as_globals():
+    kv = np.zeros(4)
+    found = eval(probe_expression("cache[1]"), {}, {"cache": kv})
+    assert Buffer.from_result(repr(found)).owner == "cache"

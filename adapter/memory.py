@@ -56,6 +56,9 @@ class ProcessMemory:
     def __init__(self, pid: int):
         self.pid = pid
         """The debuggee's process id."""
+        self.originals = None
+        """(address, count) -> {address: byte}: the program's own bytes where a debugger
+        planted breakpoints (the backend's `original_bytes`), put back into what is read."""
 
     def _open(self, flags: int) -> int:
         try:
@@ -68,9 +71,16 @@ class ProcessMemory:
                                     "(see kernel.yama.ptrace_scope)") from None
 
     def read(self, address: int, count: int) -> tuple[bytes, int]:
-        """(readable bytes from `address`, unreadable bytes that follow them within `count`).
+        """(readable bytes from `address`, unreadable bytes that follow them within `count`),
+        as the program sees them: a debugger's planted breakpoints show their original bytes.
 
         Raises MemoryAccessError when the process is gone or may not be read at all."""
+        data, unreadable = self._read(address, count)
+        if self.originals is not None and data:
+            data = _restore(data, address, self.originals(address, len(data)))
+        return data, unreadable
+
+    def _read(self, address: int, count: int) -> tuple[bytes, int]:
         fd = self._open(os.O_RDONLY)
         try:
             whole = _pread(fd, count, address)
@@ -157,6 +167,17 @@ class ProcessMemory:
                 f"only {written} of {len(data)} bytes at {format_address(address)} are writable "
                 f"in process {self.pid} (set allowPartial to write them anyway)")
         return written
+
+
+def _restore(data: bytes, address: int, originals: dict[int, int]) -> bytes:
+    """`data` read at `address` with the bytes of `originals` ({address: byte}) put back."""
+    inside = {a: b for a, b in originals.items() if address <= a < address + len(data)}
+    if not inside:
+        return data
+    patched = bytearray(data)
+    for a, b in inside.items():
+        patched[a - address] = b
+    return bytes(patched)
 
 
 def _next_page(address: int) -> int:

@@ -357,6 +357,7 @@ class Session:
         log.info("debuggee process id %d", pid)
         self.pid = pid
         self.memory = ProcessMemory(pid)
+        self.memory.originals = getattr(self.backend, "original_bytes", None)
         self.disassembler = None
         threading.Thread(target=self._start_features, args=(pid,), name="ptdebug-features",
                          daemon=True).start()
@@ -379,6 +380,10 @@ class Session:
             self.data_breakpoints = feature
             self.announce_capabilities(**feature.capabilities)
             self.update_fast_path()  # the feature may intercept or observe requests
+        if getattr(self.backend, "native_instruction_breakpoints", False):
+            from adapter.golang.instruction_breakpoints import DelveInstructionBreakpoints
+            self.instruction_breakpoints = DelveInstructionBreakpoints(self)
+            self.announce_capabilities(**self.instruction_breakpoints.capabilities)
         self.features_started.set()
 
     def backend_recording(self, replayed) -> None:

@@ -180,6 +180,9 @@ class DelveBackend(Backend):
     """True when this Delve serves DAP data breakpoints itself (1.26.2 and later say so in
     `initialize`): the session then plugs in adapter.golang.data_breakpoints instead of its own
     engine, which must not share Delve's debug registers."""
+    native_instruction_breakpoints = False
+    """True when this Delve serves DAP instruction breakpoints (its `initialize` says so): the
+    session plugs in adapter.golang.instruction_breakpoints, which forwards them."""
 
     def __init__(self, hooks: BackendHooks):
         super().__init__(hooks)
@@ -393,6 +396,8 @@ class DelveBackend(Backend):
             raise BackendError(f"Delve refused initialize: {response.error_text}")
         capabilities = dict(response.raw.get("body") or {})
         self.native_data_breakpoints = bool(capabilities.get("supportsDataBreakpoints"))
+        self.native_instruction_breakpoints = bool(
+            capabilities.get("supportsInstructionBreakpoints"))
         return capabilities
 
     def launch(self, request: Request, config: LaunchConfig) -> None:
@@ -547,6 +552,23 @@ class DelveBackend(Backend):
             return {"true": True, "false": False}.get(value)
 
         return window_stops(listed, start_pc, record_lines, holds)
+
+    def original_bytes(self, address: int, count: int) -> dict[int, int]:
+        """address -> the program's own byte, for Delve's breakpoints (user and internal)
+        within `count` bytes from `address`: readMemory and disassemble show the program's
+        instructions, not Delve's int3. Empty while no Delve holds the program."""
+        rpc = self.rpc
+        if not self._connected.is_set() or rpc is None or rpc.closed.is_set():
+            return {}
+        try:
+            listed = rpc.call("ListBreakpoints", All=True).get("Breakpoints") or []
+        except BackendError as exc:
+            log.info("original bytes: Delve's breakpoints unknown: %s", exc.message)
+            return {}
+        planted = {a for bp in listed for a in (bp.get("addrs") or [bp.get("addr")])
+                   if a and address <= a < address + count}
+        from adapter.golang.planted import original_bytes
+        return original_bytes(self.pid, sorted(planted))
 
     def thread_of(self, goroutine: int) -> tuple[int, int]:
         """(OS thread id, pc) of a goroutine stopped on a thread; AdapterError if it is not

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 
-BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints")
+BREAKPOINT_REQUESTS = ("setBreakpoints", "setFunctionBreakpoints", "setExceptionBreakpoints",
+                       "setInstructionBreakpoints")
 """Requests whose answer carries breakpoints with ids, and which a new Delve is sent again."""
 
 

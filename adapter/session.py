@@ -122,7 +122,9 @@ class Session:
         self.terminated_sent = False
         """Whether the client has been sent `terminated` (by the backend or by us)."""
         self.backend_gone_at: float | None = None
-        """monotonic() when the backend died, if it did."""
+        """monotonic() when the backend died (or was given up as stuck), if it did."""
+        self.backend_gone_reason = "it exited"
+        """Why, as the backend said."""
         self.disconnect_at: float | None = None
         self._disconnect_request: Request | None = None
         """The client's `disconnect`, answered when the session ends if the backend never did."""
@@ -268,7 +270,8 @@ class Session:
             raise NoDebugSession(f"{request.command!r} needs a debuggee: send launch or "
                                  "attach first")
         if self.backend_gone_at is not None:
-            raise BackendGone(f"{backend.name} has exited; {request.command!r} cannot be served")
+            raise BackendGone(f"{backend.name} is gone ({self.backend_gone_reason}); "
+                              f"{request.command!r} cannot be served")
         interceptors = self.request_interceptors.get(request.command, ())
         checked = None  # the arguments object already checked: checked once, not per step
         if interceptors and self.argument_checker is not None and request.command in DAP_REQUESTS:
@@ -398,6 +401,8 @@ class Session:
 
     def backend_gone(self, reason: str) -> None:
         log.warning("backend gone: %s", reason)
+        if self.backend_gone_at is None:
+            self.backend_gone_reason = reason
         self.features_started.set()  # none will come: requests waiting for one are refused
         self.backend_gone_at = time.monotonic()
         self.update_fast_path()  # requests now get route()'s BackendGone

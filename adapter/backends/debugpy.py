@@ -57,6 +57,10 @@ FORWARD_TIMEOUTS = {"launch": None, "attach": None, "disconnect": None, "evaluat
                     "setExpression": 120.0, "setVariable": 120.0, "completions": 60.0}
 """Other limits by command: `launch`/`attach` are answered after configurationDone, whenever
 the user sends it; `disconnect` has the session's own limit; an evaluation runs user code."""
+STUCK_AFTER = 3
+"""Requests in a row that debugpy let time out, answering nothing at all meanwhile, after which
+it is taken as stuck for good (its adapter serves one request at a time: one it never answers
+holds every later one): the user is told, and the session ends as if debugpy had exited."""
 CONNECT_TIMEOUT = 10.0
 BACKEND_MAX_MESSAGE = 512 * 1024 * 1024
 """debugpy is ptdebug's own child, not an untrusted peer: a huge `variables` or `evaluate`
@@ -75,6 +79,10 @@ class DebugpyBackend(Backend):
         """The connection to a debugpy server (attach with `connect`), else None."""
         self.deadlines = _Deadlines()
         """Forwarded requests still waiting for debugpy's answer, each with its limit."""
+        self._silent_timeouts = 0
+        """Requests timed out since debugpy last answered anything (STUCK_AFTER)."""
+        self._given_up = False
+        self._stuck_lock = threading.Lock()
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -169,7 +177,38 @@ class DebugpyBackend(Backend):
                 timeout: float = 10.0) -> Response:
         if self.channel is None:
             raise BackendGone("debugpy is not running")
-        return self.channel.request(command, arguments, timeout)
+        try:
+            response = self.channel.request(command, arguments, timeout)
+        except BackendTimeout:
+            self._timed_out(command, timeout)
+            raise
+        self._answered()
+        return response
+
+    # --- a debugpy that answers nothing any more ------------------------------------------
+    def _answered(self) -> None:
+        with self._stuck_lock:
+            self._silent_timeouts = 0
+
+    def _timed_out(self, command: str, limit: float) -> None:
+        """One more request debugpy did not answer in time; at STUCK_AFTER in a row with no
+        answer to anything between them, the session gives debugpy up: every later request
+        would wait out its limit just the same, and the user would see only 1402 errors."""
+        with self._stuck_lock:
+            self._silent_timeouts += 1
+            if self._silent_timeouts < STUCK_AFTER or self._given_up or self.closing:
+                return
+            self._given_up = True
+        attached = not self.launched
+        log.error("debugpy answered none of the last %d requests (the last: %r, %g s); "
+                  "giving it up", STUCK_AFTER, command, limit)
+        self.hooks.backend_gone(
+            f"debugpy stopped answering: none of the last {STUCK_AFTER} requests got an answer "
+            f"(the last, {command!r}, waited {limit:g} s). This session cannot go on and ends "
+            "now; " + ("ptdebug does not end the attached program: attach again to debug it."
+                       if attached else "the program is ended: launch it again to debug it.")
+            + " If it happens again, run with PTDEBUG_DEBUGPY_LOG_DIR=<folder> and report "
+              "debugpy's logs.")
 
     def _send_and_relay(self, request: Request, command: str, arguments: dict | None,
                         observe=None) -> None:
@@ -191,6 +230,7 @@ class DebugpyBackend(Backend):
         once = threading.Lock()
 
         def relay(response: Response) -> None:
+            self._answered()  # late or not, debugpy answers
             if once.acquire(blocking=False):
                 self.deadlines.cancel(token)
                 answer(response)
@@ -209,6 +249,7 @@ class DebugpyBackend(Backend):
                         log.exception("observer of %r failed on a timeout", command)
                 if not request.answered:
                     request.fail(error)
+                self._timed_out(command, limit)
 
         token = self.deadlines.add(limit, expired)
         self.channel.send_request(command, arguments, relay)

@@ -67,3 +67,41 @@ def test_a_request_debugpy_never_answers_gets_backend_timeout(start_adapter, tmp
     assert client.request("threads", timeout=10)["body"]["error"]["id"] == 1402
     client.call("disconnect", {})
     assert run.wait_exit() == 0
+
+
+def test_a_debugpy_that_answers_nothing_any_more_ends_the_session_with_a_word(
+        start_adapter, tmp_path, monkeypatch):
+    """debugpy's adapter serves one request at a time: one it never answers holds all the
+    others, and the session would answer 1402 forever. After STUCK_AFTER requests in a row
+    time out with no answer to anything between them, the user is told what happened and what
+    to do (an `output` event, category important), the session ends (`terminated`), later
+    requests are refused at once saying why, and `disconnect` ends the adapter. An answer in
+    between starts the count again."""
+    from adapter.backends.debugpy import STUCK_AFTER
+    peer = tmp_path / "silent_peer.py"
+    peer.write_text(SILENT_PEER)
+    monkeypatch.setenv("PTDEBUG_DEBUGPY_ADAPTER", f"{sys.executable} {peer}")
+    monkeypatch.setenv("PTDEBUG_FORWARD_TIMEOUT", "1")
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    client.call("launch", {"program": "x.py", "backend": "python"})
+    client.expect_event("initialized")
+    for _ in range(STUCK_AFTER - 1):
+        assert client.request("threads", timeout=10)["body"]["error"]["id"] == 1402
+    assert client.request("setExceptionBreakpoints", {"filters": []}, timeout=10)["success"]
+    for _ in range(STUCK_AFTER - 1):
+        assert client.request("threads", timeout=10)["body"]["error"]["id"] == 1402
+    assert client.events("terminated") == []  # the answer in between reset the count
+    assert client.request("threads", timeout=10)["body"]["error"]["id"] == 1402
+    told = client.expect_event("output", timeout=5, pred=lambda e: "stopped answering" in
+                               e["body"]["output"])["body"]
+    assert told["category"] == "important", told
+    assert "launch it again" in told["output"] and "PTDEBUG_DEBUGPY_LOG_DIR" in told["output"]
+    client.expect_event("terminated", timeout=5)
+    started = time.monotonic()
+    refused = client.request("threads", timeout=10)
+    assert refused["success"] is False and "stopped answering" in refused["message"], refused
+    assert time.monotonic() - started < 1
+    client.call("disconnect", {}, timeout=10)
+    assert run.wait_exit() == 0

@@ -817,6 +817,15 @@ cdef class InsnDecoder:
         return self.nblocks
 
 
+def add_to_column(uint64_t[:] column, uint64_t delta):
+    """column[k] += delta for every k, in C: parallel stitching puts a piece's
+    cumulative cycle count after the pieces before it (pt_decoder/parallel.py)."""
+    cdef Py_ssize_t k
+    with nogil:
+        for k in range(column.shape[0]):
+            column[k] += delta
+
+
 # libipt's rules for stepping and binding events (module-level functions over the
 # final InsnDecoder class, kept in their own file).
 include "insn_rules.pxi"

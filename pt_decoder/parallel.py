@@ -21,15 +21,19 @@ of every instruction equals the serial decode's.
 
 Pieces run on processes (`mode="process"`, fork: the image is inherited, not
 pickled) or on threads (`mode="thread"`: InsnDecoder releases the GIL in its
-loop).
+loop). decode_parallel() returns the whole flow; decode_parallel_pieces()
+yields it piece by piece, in order, with a bounded number of pieces in
+flight, for a reader that prints and forgets (`ptdebug decode --parallel`).
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 from pt_decoder.flow_result import FlowResult
+from pt_decoder.insn import add_to_column
 from pt_decoder.insn_flags import RESUMED
 
 PSB = b"\x02\x82" * 8
@@ -76,28 +80,43 @@ def _decode_piece(index: int) -> tuple:
     return flow, dec.cyc_at_stop, dec.stopped
 
 
-def stitch(parts: list[tuple], cuts: list[int]) -> FlowResult:
-    """Join piece results (flow, cycles at the stop PSB, stopped) into one FlowResult."""
-    out = None
+def stitch_pieces(parts, cuts: list[int]):
+    """Piece results (flow, cycles at the stop PSB, stopped), in order, as the
+    pieces of the serial flow: each flow adjusted to continue the one before
+    (yielded as they come, so a caller can print one and drop it)."""
     base_cyc = 0
     resynced = False
-    for i, (flow, cyc_at_stop, stopped) in enumerate(parts):
-        if i > 0 and len(flow.flags) and not resynced:
+    for i, (flow, cyc_at_stop, _stopped) in enumerate(parts):
+        if i > 0 and len(flow.flags) and not resynced and not _enabled_at_start(flow):
             # the serial decoder went on without a resync here (it resyncs, and marks
-            # the next instruction RESUMED, only after an error since the last one)
+            # the next instruction RESUMED, only after an error since the last one;
+            # tracing enabled or an overflow right at the cut marks it in both)
             flow.flags[0] &= ~RESUMED & 0xff
         n = len(flow.ip)
         resynced = any(kind in ("error", "sync_error") and pos == n
                        for kind, pos, *_ in flow.items) or (resynced and n == 0)
-        if base_cyc:
-            for k in range(len(flow.cycles)):
-                flow.cycles[k] += base_cyc
-        if i + 1 < len(parts):
+        if base_cyc and len(flow.cycles):
+            add_to_column(flow.cycles, base_cyc)
+        if i + 1 < len(cuts):
             stop = cuts[i + 1]
             # status updates of the next piece's PSB+ are that piece's to report
             flow.items = [it for it in flow.items
                           if not (it[0] == "event" and it[5]["status_update"] and it[2] >= stop)]
             base_cyc += cyc_at_stop
+        yield flow
+
+
+def _enabled_at_start(flow: FlowResult) -> bool:
+    """Whether an event that marks the next instruction RESUMED in any decode
+    (tracing enabled, an overflow) comes before the piece's first instruction."""
+    return any(kind == "event" and pos == 0 and ev["type"] in ("enabled", "overflow")
+               for kind, pos, _off, _ip, _code, ev in flow.items)
+
+
+def stitch(parts: list[tuple], cuts: list[int]) -> FlowResult:
+    """Join piece results (flow, cycles at the stop PSB, stopped) into one FlowResult."""
+    out = None
+    for flow in stitch_pieces(parts, cuts):
         if out is None:
             out = flow
         else:
@@ -121,6 +140,34 @@ def decode_parallel(data, image, workers: int | None = None, mode: str = "proces
     if len(cuts) <= 1 or (workers == 1 and pieces is None):
         dec = InsnDecoder(data, image, **opts)
         return dec.count()[0] if count_only else dec.decode()
+    parts = list(_decoded_pieces(data, image, cuts, workers, mode, count_only, opts))
+    if count_only:
+        return sum(n for n, _, _ in parts)
+    return stitch(parts, cuts)
+
+
+def decode_parallel_pieces(data, image, workers: int | None = None, mode: str = "process",
+                           piece_bytes: int = 256 * 1024, on_piece=None, **opts):
+    """decode_parallel's flow as a sequence of FlowResults, in order, of about
+    `piece_bytes` of trace each: at most 2 x `workers` pieces are decoded or
+    waiting at a time, so memory stays bounded however long the stream (what
+    `ptdebug decode --parallel` prints from). Joined, they equal decode().
+    on_piece(offset): the trace up to `offset` has been handed out."""
+    workers = workers or os.cpu_count() or 1
+    cuts = split_points(data, max(1, len(data) // max(1, piece_bytes)), min_bytes=piece_bytes)
+    if len(cuts) <= 1:
+        from pt_decoder.insn import InsnDecoder
+        yield from InsnDecoder(data, image, **opts).chunks(1 << 18)
+        return
+    pieces = stitch_pieces(_decoded_pieces(data, image, cuts, workers, mode, False, opts), cuts)
+    for index, flow in enumerate(pieces):
+        yield flow
+        if on_piece is not None:
+            on_piece(cuts[index + 1] if index + 1 < len(cuts) else len(data))
+
+
+def _decoded_pieces(data, image, cuts: list[int], workers: int, mode: str, count_only: bool, opts: dict):
+    """_decode_piece of every cut, in order, with at most 2 x workers submitted ahead."""
     # Each piece but the first warms its timing up from the PSB two before its
     # start: the CYC calibration a serial decoder carries across the PSB.
     psbs = psb_offsets(data)
@@ -129,14 +176,16 @@ def decode_parallel(data, image, workers: int | None = None, mode: str = "proces
     _JOB.update(data=data, image=image, opts=opts, cuts=cuts, count=count_only, warm=warm)
     try:
         if mode == "thread":
-            with ThreadPoolExecutor(workers) as pool:
-                parts = list(pool.map(_decode_piece, range(len(cuts))))
+            pool = ThreadPoolExecutor(workers)
         else:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                parts = list(pool.map(_decode_piece, range(len(cuts))))
+            pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        with pool:
+            ahead = deque()
+            for index in range(len(cuts)):
+                ahead.append(pool.submit(_decode_piece, index))
+                if len(ahead) >= 2 * workers:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
     finally:
         _JOB.clear()
-    if count_only:
-        return sum(n for n, _, _ in parts)
-    return stitch(parts, cuts)

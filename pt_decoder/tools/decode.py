@@ -134,37 +134,37 @@ def decoder_options(args, cpu_text: str | None, out) -> dict:
     return opts
 
 
-def decode_stream(data: bytes, image, opts: dict, parallel: int = 1):
-    """The FlowResult of one stream (serial, or split at PSBs over `parallel` processes)."""
-    if parallel != 1:
-        from pt_decoder.parallel import decode_parallel
-        return decode_parallel(data, image, workers=parallel or None, **opts)
-    from pt_decoder.insn import InsnDecoder
-    return InsnDecoder(data, image, **opts).decode()
-
-
 CHUNK_INSNS = 1 << 18
 """Instructions decoded per piece while printing: the memory the output path
 holds (about 25 bytes each) whatever the length of the trace."""
+
+PARALLEL_PIECE_BYTES = 64 * 1024
+"""Trace bytes per piece of --parallel (a few hundred thousand instructions at
+typical densities; pieces are cut at PSBs); at most 2 x N pieces in flight."""
 
 
 def write_stream(data, image, opts: dict, args, sink, on_progress=None) -> int:
     """Decode one stream and write its flow to `sink` (a text_out.TextSink) in
     args.format, piece by piece; returns the number of instructions.
 
-    The serial decode streams (CHUNK_INSNS at a time); --parallel decodes the
-    whole stream first (its pieces are stitched before printing).
+    The serial decode streams CHUNK_INSNS at a time; --parallel streams pieces
+    of PARALLEL_PIECE_BYTES of trace, a few decoded ahead on the other cores.
     on_progress(bytes_of_the_stream_decoded) is called after each piece."""
     from pt_decoder.insn import InsnDecoder
     from pt_decoder.tools import ptxed_format as fmt
     if args.quiet and args.parallel == 1:
         total = InsnDecoder(data, image, **opts).count()[0]
+    elif args.quiet:
+        from pt_decoder.parallel import decode_parallel
+        total = decode_parallel(data, image, workers=args.parallel or None, count_only=True, **opts)
     elif args.parallel != 1:
-        flow = decode_stream(data, image, opts, args.parallel)
-        if not args.quiet:
-            sink.write_flow(flow, args.format, fmt.item_text(args.format, args.event_ip, args.event_time),
-                            insn_time=args.time)
-        total = len(flow)
+        from pt_decoder.parallel import decode_parallel_pieces
+        item_text = fmt.item_text(args.format, args.event_ip, args.event_time)
+        total = 0
+        for piece in decode_parallel_pieces(data, image, workers=args.parallel or None,
+                                            piece_bytes=PARALLEL_PIECE_BYTES, on_piece=on_progress, **opts):
+            sink.write_flow(piece, args.format, item_text, insn_time=args.time)
+            total += len(piece)
     else:
         item_text = fmt.item_text(args.format, args.event_ip, args.event_time)
         decoder = InsnDecoder(data, image, **opts)

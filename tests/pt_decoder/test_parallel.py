@@ -51,6 +51,23 @@ def test_pieces_stitch_to_the_serial_result(stream, mode):
     _same(serial, par)
 
 
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_streamed_pieces_join_to_the_serial_result(stream, mode):
+    """decode_parallel_pieces (what `ptdebug decode --parallel` prints from): many small
+    pieces, more than are ever in flight, each continuing the one before."""
+    from pt_decoder.flow_result import FlowResult
+    data, image, _ = stream
+    kw = dict(OPTS, errata=cpu_errata(6, 85))
+    serial = InsnDecoder(data, image, **kw).decode()
+    pieces = list(parallel.decode_parallel_pieces(data, image, workers=2, mode=mode,
+                                                  piece_bytes=16 * 1024, **kw))
+    assert len(pieces) > 2 * 2 * 2
+    joined = FlowResult(*parallel._empty())
+    for piece in pieces:
+        joined.extend(piece)
+    _same(serial, joined)
+
+
 def test_count_only_counts_the_same(stream):
     data, image, info = stream
     kw = dict(OPTS, errata=cpu_errata(6, 85))

@@ -153,13 +153,17 @@ def _show(value) -> str:
 
 
 def _range(name: str, value, low: int, high: int) -> None:
-    if value is not None and not low <= value < high:
+    if value is None:
+        return
+    if type(value) is not int:
+        raise ManifestError(f"{name} must be an integer, got {_show(value)}")
+    if not low <= value < high:
         raise ManifestError(f"{name} must be in {low}..{high - 1}, got {value}")
 
 
 def check_manifest(manifest, path: str = MANIFEST) -> None:
     """Raise ManifestError (prefixed with `path`) naming the first field of `manifest` that a
-    reader would trip over."""
+    reader would trip over. A list or object field that is null becomes an empty one."""
     try:
         if type(manifest) is not dict:
             raise ManifestError(f"the manifest must be a JSON object, got {_show(manifest)}")
@@ -169,14 +173,24 @@ def check_manifest(manifest, path: str = MANIFEST) -> None:
             raise ManifestError(f"bundle version {_show(manifest.get('version'))} is not "
                                 f"supported (this ptdebug reads version {VERSION})")
         _fields("", manifest, _TOP)
+        for key, kind in _TOP.items():  # null lists and objects read as empty ones
+            if key in manifest and manifest[key] is None and kind in (_LIST, _DICT):
+                manifest[key] = [] if kind == _LIST else {}
         for key, kinds in (("cpu", _CPU), ("timing", _TIMING)):
             _fields(key, manifest.get(key) or {}, kinds)
+        cpu = manifest.get("cpu") or {}
+        for key in [key for key, value in cpu.items() if value is None]:
+            del cpu[key]  # readers take a missing key's default: so is null
+        if cpu.get("family") and cpu.get("model") is None:
+            raise ManifestError("cpu.model is required with cpu.family")
+        for key in ("family", "model", "stepping"):
+            _range(f"cpu.{key}", cpu.get(key), 0, 1 << 16)
         _range("timing.tsc_hz", (manifest.get("timing") or {}).get("tsc_hz"), 1, 1 << 48)
         for index, part in enumerate(manifest.get("command") or []):
             if type(part) is not str:
                 raise ManifestError(f"command[{index}] must be a string, got {_show(part)}")
         for key, kinds, required in (("streams", _STREAM, ("file",)),
-                                     ("images", _IMAGE, ("file", "load_address")),
+                                     ("images", _IMAGE, ("file", "load_address", "size")),
                                      ("unused_images", _IMAGE, ()),
                                      ("threads", _THREAD, ()), ("sideband", _SIDEBAND, ())):
             for index, entry in enumerate(manifest.get(key) or []):
@@ -184,6 +198,8 @@ def check_manifest(manifest, path: str = MANIFEST) -> None:
                 if type(entry) is not dict:
                     raise ManifestError(f"{where} must be an object, got {_show(entry)}")
                 _fields(where, entry, kinds, required)
+                if "offset" in entry and entry["offset"] is None:
+                    entry["offset"] = 0  # readers take a missing offset as 0: so is null
                 for number in ("tid", "pid", "cpu", "size", "offset"):
                     _range(f"{where}.{number}", entry.get(number), 0, 1 << 63)
                 _range(f"{where}.load_address", entry.get("load_address"), 0, ADDRESS_LIMIT)

@@ -17,10 +17,12 @@ decoder can bisect it and hold on to the byte buffers.
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import io
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -81,6 +83,58 @@ def elf_build_id(elf: ELFFile) -> str | None:
             if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
                 return note["n_desc"]
     return None
+
+
+def elf_identity(elf: ELFFile) -> str | None:
+    """What names this exact binary, for caches of what is read from it: the GNU build-id
+    (from a PT_NOTE segment or the .note.gnu.build-id section: Go's linker writes the section
+    outside any PT_NOTE), else Go's build id (.note.go.buildid, "go:" + its text); None when
+    it has neither."""
+    found = elf_build_id(elf)
+    if found:
+        return found
+    go = None
+    for section in elf.iter_sections():
+        if section["sh_type"] != "SHT_NOTE":
+            continue
+        for note in section.iter_notes():
+            if note["n_name"] == "GNU" and note["n_type"] == "NT_GNU_BUILD_ID":
+                return note["n_desc"]
+            if note["n_name"] == "Go" and section.name == ".note.go.buildid":
+                desc = note["n_desc"]
+                go = "go:" + (desc.decode(errors="replace") if isinstance(desc, bytes)
+                              else str(desc))
+    return go
+
+
+_SYMBOL_TABLES_KEPT = 16
+_symbol_tables: dict[tuple, SymbolTable] = {}
+"""The function symbols of files by (elf_identity, bias, end), oldest first: every capture of
+a program holds its own copy of the executable, and reading a Go binary's symbols takes a
+tenth of a second or more."""
+_symbol_tables_lock = threading.Lock()
+
+
+def _file_symbols(path: str, module: Module) -> SymbolTable:
+    """The SymbolTable of the ELF file `path` mapped as `module`, read once per binary."""
+    elf, f = _open_elf(path)
+    with f:
+        identity = elf_identity(elf)
+        end = module.load_address + module.size
+        key = (identity, module.base, end) if identity else None
+        with _symbol_tables_lock:
+            table = _symbol_tables.get(key) if key else None
+        if table is None:
+            table = SymbolTable(elf_function_symbols(elf, module.base), module.path, end)
+            if key:
+                with _symbol_tables_lock:
+                    _symbol_tables[key] = table
+                    while len(_symbol_tables) > _SYMBOL_TABLES_KEPT:
+                        del _symbol_tables[next(iter(_symbol_tables))]
+            return table
+    named = copy.copy(table)  # the same arrays, named after this module's path
+    named.module = module.path
+    return named
 
 
 def _open_elf(path: str) -> tuple[ELFFile, object]:
@@ -399,9 +453,7 @@ class Image:
     def _add_elf_symbols(self, module: Module, path: str | None = None, data: bytes | None = None) -> None:
         def load() -> SymbolTable:
             if path is not None:
-                elf, f = _open_elf(path)
-                with f:
-                    entries = elf_function_symbols(elf, module.base)
+                return _file_symbols(path, module)
             else:
                 entries = elf_function_symbols(ELFFile(io.BytesIO(data)), module.base)
             return SymbolTable(entries, module.path, module.load_address + module.size)

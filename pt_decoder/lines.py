@@ -25,6 +25,7 @@ import bisect
 import itertools
 import os
 import struct
+import threading
 from array import array
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -36,6 +37,24 @@ from ._history import assign_line_ids, go_function_rows, lookup_sorted
 from .errors import ErrorCode, PtError
 
 __all__ = ["LineRow", "LineTable"]
+
+_TABLES_KEPT = 16
+_tables: dict[tuple, LineTable] = {}
+_tables_lock = threading.Lock()
+"""LineTable.for_elf's tables by binary (_table_key), oldest first: a Go binary's pclntab
+takes about a second to read, and every capture of a session (each bundle holding its own copy
+of the executable) asks for the same one."""
+
+
+def _table_key(elf: ELFFile, path: str, base: int, source: str) -> tuple:
+    """The binary's build-id when it has one (the same binary under any path), else
+    its path, size and mtime; with the bias and the line source asked for."""
+    from .image import elf_identity
+    build_id = elf_identity(elf)
+    if build_id:
+        return ("build-id", build_id, base, source)
+    stat = os.stat(path)
+    return (path, stat.st_size, stat.st_mtime_ns, base, source)
 
 IS_STMT = 0x1
 END_SEQUENCE = 0x2
@@ -110,19 +129,33 @@ class LineTable:
                 elf = ELFFile(f)
             except ELFError as e:
                 raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} is not an ELF file: {e}")
-            pcln = elf.get_section_by_name(".gopclntab")
-            if source == "pclntab" or (source == "auto" and pcln is not None):
-                if pcln is None:
-                    raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no .gopclntab (not a Go binary)")
-                return cls._from_pclntab(elf, pcln.data(), base, path)
-            if source not in ("auto", "dwarf"):
-                raise PtError(ErrorCode.INVALID, detail=f"unknown line source {source!r}")
-            if elf.get_section_by_name(".debug_line") is None and elf.get_section_by_name(".zdebug_line") is None:
-                debug = _separate_debug_file(elf)
-                if debug is None:
-                    raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no .debug_line and no separate debug file")
-                return cls.for_elf(debug, base, "dwarf")
-            return cls._from_dwarf(elf, base)
+            key = _table_key(elf, path, base, source)
+            with _tables_lock:
+                table = _tables.get(key)
+            if table is None:
+                table = cls._for_open_elf(elf, path, base, source)
+                with _tables_lock:
+                    _tables[key] = table
+                    while len(_tables) > _TABLES_KEPT:
+                        del _tables[next(iter(_tables))]
+            return table
+
+    @classmethod
+    def _for_open_elf(cls, elf: ELFFile, path: str, base: int, source: str) -> LineTable:
+        """for_elf's reading, uncached."""
+        pcln = elf.get_section_by_name(".gopclntab")
+        if source == "pclntab" or (source == "auto" and pcln is not None):
+            if pcln is None:
+                raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no .gopclntab (not a Go binary)")
+            return cls._from_pclntab(elf, pcln.data(), base, path)
+        if source not in ("auto", "dwarf"):
+            raise PtError(ErrorCode.INVALID, detail=f"unknown line source {source!r}")
+        if elf.get_section_by_name(".debug_line") is None and elf.get_section_by_name(".zdebug_line") is None:
+            debug = _separate_debug_file(elf)
+            if debug is None:
+                raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no .debug_line and no separate debug file")
+            return cls.for_elf(debug, base, "dwarf")
+        return cls._from_dwarf(elf, base)
 
     @classmethod
     def for_image(cls, image, accept=None) -> LineTable:
@@ -142,7 +175,10 @@ class LineTable:
 
     @classmethod
     def merge(cls, tables: list[LineTable]) -> LineTable:
-        """One table holding the rows of all `tables` (their modules must not overlap)."""
+        """One table holding the rows of all `tables` (their modules must not overlap); the
+        table itself when there is one (tables are never changed once built)."""
+        if len(tables) == 1:
+            return tables[0]
         files: list[str] = []
         file_index: dict[str, int] = {}
         rows = []

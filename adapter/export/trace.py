@@ -49,6 +49,10 @@ class ThreadTrace:
     tid: int
     history: History
     name: str = ""
+    ptwrites: list[tuple[int, int]] = field(default_factory=list)
+    """(position, value) of the stream's PTWRITE packets, placed on the instruction the
+    recorder meant (the goroutine ids of a Go recording: adapter.golang.goroutine_index),
+    kept here so that a view needing them does not decode the stream again."""
     _weights: array | None = field(default=None, repr=False)
     _ns: array | None = field(default=None, repr=False)
 
@@ -151,6 +155,7 @@ class DecodedBundle:
         names = {t.get("tid"): t.get("comm") or "" for t in manifest.get("threads", [])}
         threads = []
         streams = bundle.streams
+        from adapter.golang.goroutine_index import ptwrite_samples
         from pt_decoder.insn import InsnDecoder  # the compiled layer, loaded only when decoding
         for index, stream in enumerate(streams):
             if progress is not None:
@@ -162,7 +167,8 @@ class DecodedBundle:
                 raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
             tid = int(stream.get("tid") or 0)
             history = flow.to_history({"tid": tid, "bundle": root})
-            threads.append(ThreadTrace(tid, history, names.get(tid, "")))
+            threads.append(ThreadTrace(tid, history, names.get(tid, ""),
+                                       ptwrite_samples(flow.items, flow.ip)))
         if progress is not None:
             progress("decoded", 1.0)
         return cls(root, manifest, threads, code, symbols)
@@ -260,6 +266,23 @@ def _elf_bias(file: str, entry: dict) -> int | None:
     except (OSError, ELFError):
         return None
     return None
+
+
+def load_bias(pid: int, path: str) -> int:
+    """Load bias of the ELF file `path` in process `pid` (0 for an executable linked at its
+    address), from its first mapping in /proc/PID/maps, as `open` computes it for a bundle's
+    image: so that a line table read for the live program is the one a capture of it uses.
+    Raises OSError."""
+    real = os.path.realpath(path)
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and os.path.realpath(fields[5].strip()) == real:
+                start = int(fields[0].split("-")[0], 16)
+                bias = _elf_bias(real, {"load_address": start, "offset": int(fields[2], 16)})
+                if bias is not None:
+                    return bias
+    raise OSError(f"{path} is not mapped in process {pid}")
 
 
 def _has_own_lines(path: str) -> bool:

@@ -48,19 +48,38 @@ def go_binary(bundle: Bundle) -> str:
     raise GoroutineHistoryError(f"{bundle.root}: no Go executable among the bundle's images")
 
 
-_layouts: dict[tuple[str, int, int], RuntimeLayout] = {}
+_layouts: dict[tuple, RuntimeLayout] = {}
 _layouts_lock = threading.Lock()
 
 
-def runtime_layout(path: str) -> RuntimeLayout:
-    """RuntimeLayout.from_elf, remembered per file (path, size, mtime): reading the runtime's
-    DWARF takes about a second, and every capture of a session records the same binary.
-    Raises LayoutError."""
+def _layout_key(path: str) -> tuple:
+    """The binary's build-id (GNU's, else Go's) when it has one (a capture's bundle holds its own copy or
+    hard link of the executable the adapter read when the program started: the same binary
+    under another path), else (path, size, mtime). Raises OSError."""
+    stat = os.stat(path)
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    from pt_decoder.image import elf_identity
     try:
-        stat = os.stat(path)
+        with open(path, "rb") as f:
+            build_id = elf_identity(ELFFile(f))
+    except (ELFError, ValueError):
+        build_id = None  # not an ELF file: RuntimeLayout.from_elf says so
+    if build_id:
+        return ("build-id", build_id)
+    return (path, stat.st_size, stat.st_mtime_ns)
+
+
+def runtime_layout(path: str) -> RuntimeLayout:
+    """RuntimeLayout.from_elf, remembered per binary (its build-id, else path, size and
+    mtime): reading the runtime's DWARF takes one to two and a half seconds, and every capture
+    of a session records the same binary (each bundle under its own path). Raises
+    LayoutError."""
+    try:
+        key = _layout_key(path)
     except OSError as exc:
         raise LayoutError(f"{path}: {exc.strerror}") from None
-    key = (path, stat.st_size, stat.st_mtime_ns)
     with _layouts_lock:
         layout = _layouts.get(key)
         if layout is None:

@@ -13,6 +13,7 @@ runtime/proc.go). Every other file keeps its lines, the standard library include
 from __future__ import annotations
 
 import array
+import threading
 
 RUNTIME_PACKAGES = ("runtime/", "internal/runtime/")
 
@@ -40,9 +41,22 @@ class WithoutRuntime:
 
     @classmethod
     def wrap(cls, table):
-        """`table` wrapped when it holds Go runtime lines, else `table` itself."""
+        """`table` wrapped when it holds Go runtime lines, else `table` itself. One wrapper a
+        table: LineTable.for_elf hands every capture of a binary the same table, and finding
+        the runtime's line ids walks all of them (a fifth of a second for a small program)."""
+        with _wrapping:
+            wrapped = _wrapped.get(id(table))
+        if wrapped is not None:
+            return wrapped
         root = runtime_source_root(list(getattr(table, "files", []) or []))
-        return cls(table, root) if root is not None else table
+        if root is None:
+            return table
+        wrapped = cls(table, root)
+        with _wrapping:  # the wrapper holds its table: the id is not reused while kept
+            _wrapped[id(table)] = wrapped
+            while len(_wrapped) > _WRAPPERS_KEPT:
+                del _wrapped[next(iter(_wrapped))]
+        return wrapped
 
     def line_ids(self, ips, statements: bool = False) -> array.array:
         ids = self.table.line_ids(ips, statements=statements)
@@ -56,3 +70,9 @@ class WithoutRuntime:
 
     def __hash__(self) -> int:  # History caches line maps per table
         return id(self)
+
+
+_WRAPPERS_KEPT = 16
+_wrapped: dict[int, WithoutRuntime] = {}
+"""id(LineTable) -> its WithoutRuntime, the newest last."""
+_wrapping = threading.Lock()

@@ -159,6 +159,8 @@ class PythonImage:
     runtime: int
     """Run-time address of _PyRuntime."""
     layout: CPythonLayout
+    eval_ranges: list[tuple[int, int]]
+    """Run-time [start, end) of the interpreter loop's code."""
 
 
 def _version_from(elf, path: str, symbols: dict) -> tuple[int, int, int]:
@@ -188,8 +190,24 @@ def _read_at(elf, vaddr: int, size: int) -> bytes | None:
     return None
 
 
-def layout_from_elf(path: str) -> tuple[CPythonLayout, int]:
-    """(layout, link-time address of _PyRuntime) of the interpreter in ELF file `path`.
+EVAL_FUNCTIONS = ("_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold")
+"""The interpreter loop and its cold part (GCC's hot/cold split): the only code that sets the
+thread's current frame and its instruction pointer (Python/ceval.c, 3.10-3.13)."""
+
+
+@dataclasses.dataclass
+class InterpreterFile:
+    """What the probe needs from the interpreter's ELF file, at link-time addresses."""
+
+    layout: CPythonLayout
+    runtime: int
+    """_PyRuntime."""
+    eval_ranges: list[tuple[int, int]]
+    """[start, end) of the EVAL_FUNCTIONS found (empty when the file has no sizes for them)."""
+
+
+def layout_from_elf(path: str) -> InterpreterFile:
+    """The layout, _PyRuntime and interpreter loop of the CPython in ELF file `path`.
     Raises LayoutError naming the file and what is missing."""
     from elftools.elf.elffile import ELFFile
     try:
@@ -204,7 +222,7 @@ def layout_from_elf(path: str) -> tuple[CPythonLayout, int]:
                 table = elf.get_section_by_name(name)
                 if table is None:
                     continue
-                for wanted in ("_PyRuntime", "Py_Version"):
+                for wanted in ("_PyRuntime", "Py_Version") + EVAL_FUNCTIONS:
                     if wanted in symbols:
                         continue
                     found = table.get_symbol_by_name(wanted)
@@ -216,25 +234,29 @@ def layout_from_elf(path: str) -> tuple[CPythonLayout, int]:
             raise LayoutError(f"{path}: no _PyRuntime symbol (not a CPython interpreter)")
         version = _version_from(elf, path, symbols)
         runtime = symbols["_PyRuntime"][0]
+        eval_ranges = [(symbols[n][0], symbols[n][0] + symbols[n][1]) for n in EVAL_FUNCTIONS
+                       if n in symbols and symbols[n][1]]
         if version[:2] >= (3, 13):
             data = _read_at(elf, runtime, 8 + 70 * 8)
             if data is None:
                 raise LayoutError(f"{path}: _PyRuntime has no initial data to read offsets from")
             fields = _debug_offsets(data)
             fields.pop("version")
-            return CPythonLayout(version, "_Py_DebugOffsets", **fields), runtime
-        known = KNOWN_LAYOUTS.get(version[:2])
-        if known is None:
-            raise LayoutError(f"{path}: CPython {version[0]}.{version[1]} is not supported "
-                              "(3.10-3.13 are)")
-        return CPythonLayout(version, f"known layout {version[0]}.{version[1]}", **known), runtime
+            layout = CPythonLayout(version, "_Py_DebugOffsets", **fields)
+        else:
+            known = KNOWN_LAYOUTS.get(version[:2])
+            if known is None:
+                raise LayoutError(f"{path}: CPython {version[0]}.{version[1]} is not supported "
+                                  "(3.10-3.13 are)")
+            layout = CPythonLayout(version, f"known layout {version[0]}.{version[1]}", **known)
+        return InterpreterFile(layout, runtime, eval_ranges)
 
 
-def _load_bias(pid: int, path: str, elf_path: str) -> int | None:
+def _load_bias(pid: int, path: str) -> int | None:
     """Run-time minus link-time addresses of `path` in process `pid` (its mapping at file
     offset 0 is its first PT_LOAD, link address 0 for a PIE or shared object)."""
     from elftools.elf.elffile import ELFFile
-    with open(elf_path, "rb") as f:
+    with open(path, "rb") as f:
         loads = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
     first_vaddr = min(s["p_vaddr"] for s in loads) & ~0xFFF
     with open(f"/proc/{pid}/maps") as maps:
@@ -264,17 +286,17 @@ def find_python(pid: int) -> PythonImage:
     candidates += [p for p in paths if re.match(r"python\d", os.path.basename(p))]
     errors = []
     for path in candidates:
-        elf_path = path
         try:
-            layout, runtime = layout_from_elf(elf_path)
+            found = layout_from_elf(path)
         except LayoutError as exc:
             errors.append(str(exc))
             continue
-        bias = _load_bias(pid, path, elf_path)
+        bias = _load_bias(pid, path)
         if bias is None:
             errors.append(f"{path}: not mapped from its start in process {pid}")
             continue
-        return PythonImage(path, bias, runtime + bias, layout)
+        return PythonImage(path, bias, found.runtime + bias, found.layout,
+                           [(lo + bias, hi + bias) for lo, hi in found.eval_ranges])
     if errors:
         raise LayoutError(f"process {pid}: " + "; ".join(errors))
     raise LayoutError(f"process {pid} runs no CPython interpreter (no libpython or python "

@@ -8,10 +8,18 @@ Layer: adapter.python. Reads the stopped thread's memory through adapter.hw.ptra
 offsets of cpython_layout.py; the sample encoding and line tables are pt_decoder's
 (python_frames.py). Knows nothing of the stepper's internals, traces or DAP.
 
-Cost per stop (3.11): the thread state is found once per thread (a walk of the interpreter's
-thread list); then three reads of the tracee: tstate->cframe, cframe->current_frame, and one
-read of the frame's first bytes (code object and instruction pointer). A code object is read
-once, the first time it is met (a few more reads). docs/PERFORMANCE.md has the measured cost.
+Where it reads: only the interpreter loop (_PyEval_EvalFrameDefault and its cold part) sets
+the current frame and its instruction pointer, so the state is read at stops inside it (and
+at the first stop, where the window opens). A stop elsewhere (numpy, libc, an object's C
+method) cannot see a change the last read in the loop did not see; the stepper stops at
+every bytecode dispatch of the loop (an indirect jump), so each executed bytecode is read.
+
+Cost per read (3.11): the thread state is found once per thread (a walk of the interpreter's
+thread list); then three preads of /proc/PID/mem: tstate->cframe, cframe->current_frame, and
+the frame's first bytes (code object, instruction pointer). A code object is read once, the
+first time it is met (a few more reads). Reading the three in one process_vm_readv at the
+addresses of the last read was tried and measured slower here (25 us against 15 us a read:
+the kernel pins each remote page either way). docs/PERFORMANCE.md has the measured cost.
 """
 from __future__ import annotations
 
@@ -46,6 +54,10 @@ class PythonFrameProbe:
         lay = self.layout
         self._frame_size = lay.frame_read_size
         self._owner = lay.frame_owner
+        self._eval = list(image.eval_ranges)
+        self._sampled = False
+        self.skipped = 0
+        """Stops outside the interpreter loop, where nothing was read."""
 
     # -- thread state -----------------------------------------------------------------------
 
@@ -86,6 +98,7 @@ class PythonFrameProbe:
     # -- the frame --------------------------------------------------------------------------
 
     def current_frame(self, tstate: int) -> int:
+        """The thread's current frame (0: none)."""
         lay = self.layout
         read = self.memory.read_u64
         if lay.tstate_cframe is not None:
@@ -93,11 +106,21 @@ class PythonFrameProbe:
             return read(cframe + lay.cframe_current_frame) if cframe else 0
         return read(tstate + lay.tstate_frame)
 
+    def in_eval(self, rip: int) -> bool:
+        for lo, hi in self._eval:
+            if lo <= rip < hi:
+                return True
+        return False
+
     def __call__(self, regs) -> int | None:
+        if self._sampled and self._eval and not self.in_eval(regs.rip):
+            self.skipped += 1
+            return None  # the stepper writes nothing: the frame read last still holds
         self.reads += 1
         tstate = self.tstate_of(regs.fs_base)
         if tstate is None:
             return None
+        self._sampled = True
         lay = self.layout
         try:
             frame = self.current_frame(tstate)

@@ -59,7 +59,8 @@ def test_layout_equals_offsetof_from_the_versions_headers(version, tmp_path):
     measured = dict(line.split("=") for line in
                     subprocess.run([str(binary)], capture_output=True, text=True,
                                    check=True).stdout.split())
-    layout, runtime = layout_from_elf(str(library))
+    found = layout_from_elf(str(library))
+    layout = found.layout
     assert layout.version[:2] == tuple(int(x) for x in version.split("."))
     assert layout.source == ("_Py_DebugOffsets" if version >= "3.13" else f"known layout {version}")
     if version == "3.10":
@@ -72,7 +73,8 @@ def test_layout_equals_offsetof_from_the_versions_headers(version, tmp_path):
         assert getattr(layout, field) == int(value), f"{version}: {name}"
         checked += 1
     assert checked >= 18
-    assert runtime > 0
+    assert found.runtime > 0
+    assert found.eval_ranges and all(hi > lo for lo, hi in found.eval_ranges)
 
 
 def test_running_interpreter_is_found_in_proc():

@@ -1,6 +1,8 @@
 """`ptdebug export pprof|perfetto BUNDLE -o FILE`: a trace bundle for the tools users already
 have: a gzipped pprof profile weighted by cycles (`go tool pprof -top FILE`, flame graphs), or
-a Perfetto / chrome://tracing timeline of calls per thread.
+a Perfetto / chrome://tracing timeline of calls per thread. A stepper recording's cycles are
+stepper time (adapter/export/trace.py): the output says so, and its profile's default sample
+type is instructions.
 
 Layer: command line over adapter.export. Checks the arguments once, decodes the bundle,
 writes the file and says what it wrote (--json: as one JSON object). Exit status: 0 written,
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> int:
     options = parser.parse_args(argv)
     if os.path.lexists(options.output) and not options.force:
         parser.error(f"{options.output} exists; give --force to replace it")
-    from adapter.export.trace import DecodedBundle
+    from adapter.export.trace import STEPPER_TIME, DecodedBundle
     decoded = DecodedBundle.open_for_command(options.bundle, "export")
     if decoded is None:  # missing, not a bundle, unreadable: bad input
         return 2
@@ -49,7 +51,9 @@ def main(argv: list[str]) -> int:
         if options.format == "pprof":
             from adapter.export.pprof import write_pprof
             size = write_pprof(decoded, options.output)
-            what = f"{size} bytes, {decoded.total_cycles} cycles"
+            what = (f"{size} bytes, {decoded.total_cycles} ns of {STEPPER_TIME} (sample type "
+                    f"{decoded.cycles_name}; the default is instructions)" if decoded.stepper
+                    else f"{size} bytes, {decoded.total_cycles} cycles")
         else:
             from adapter.export.perfetto import write_perfetto
             slices = write_perfetto(decoded, options.output, options.trace_format)
@@ -61,8 +65,12 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"output": os.path.abspath(options.output), "format": options.format,
                           "instructions": decoded.total_instructions,
                           "threads": len(decoded.threads), "cycles": decoded.total_cycles,
+                          "clock": "stepper" if decoded.stepper else "tsc",
+                          **({"note": decoded.timing_note()} if decoded.stepper else {}),
                           "bytes": os.path.getsize(options.output)}))
         return 0
     print(f"wrote {os.path.abspath(options.output)}: {options.format}, "
           f"{decoded.total_instructions} instructions on {len(decoded.threads)} thread(s), {what}")
+    if decoded.stepper:
+        print(f"note: {decoded.timing_note()}")
     return 0

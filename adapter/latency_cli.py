@@ -1,6 +1,7 @@
 """`ptdebug latency BUNDLE --from A --to B [--png FILE] [--json]`: the time between two code
-points of a recording, as P50/P90/P99 (and min, max, mean) in nanoseconds and cycles, with an
-optional histogram drawn to a PNG.
+points of a recording, as P50/P90/P99 (and min, max, mean) in instructions, nanoseconds and
+cycles, with an optional histogram drawn to a PNG. A stepper recording's time and cycles are
+labelled stepper time (not CPU time), in the text and in --json (`clock`, `units`, `note`).
 
 Layer: command line over adapter.export.latency (which says what a code point is and how A
 and B are paired). Exit status: 0 printed, 1 no interval was found or the PNG not written,
@@ -52,9 +53,15 @@ def main(argv: list[str]) -> int:
         print(f"from {source.describe()}\n  to {target.describe()}")
         print(f"{summary['count']} interval(s) on {len(summary['threads'])} thread(s)")
         if report.intervals:
-            print(f"{'':6}{'time':>14}{'cycles':>16}")
+            stepper = report.stepper_note is not None
+            time_header, cycles_header = (("stepper time", "stepper cycles") if stepper
+                                          else ("time", "cycles"))
+            print(f"{'':6}{'instructions':>14}{time_header:>14}{cycles_header:>16}")
             for key in ("min", "p50", "p90", "p99", "max", "mean"):
-                print(f"{key.upper():6}{_ns(summary['ns'][key]):>14}{summary['cycles'][key]:>16,.0f}")
+                print(f"{key.upper():6}{summary['instructions'][key]:>14,.0f}"
+                      f"{_ns(summary['ns'][key]):>14}{summary['cycles'][key]:>16,.0f}")
+            if stepper:  # what the two right-hand columns are, in words
+                print(f"note: {report.stepper_note}")
     if not report.intervals:
         print("ptdebug latency: no interval: B never ran after A in the recording",
               file=sys.stderr)
@@ -70,7 +77,8 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"ptdebug latency: cannot write {options.png}: {exc.strerror}", file=sys.stderr)
             return 1
-        print(f"histogram: {options.png}")
+        print(f"histogram: {options.png}"
+              + (" (of stepper time, not CPU time)" if report.stepper_note else ""))
     return 0
 
 

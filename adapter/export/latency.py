@@ -12,6 +12,9 @@ pass to the next is one interval (a loop's period). Times are the instructions' 
 (trace.py, never running backwards); with the ptrace stepper they change only at its stops,
 so short intervals may read 0 ns while their cycles are counted. Cycles of an interval are the
 difference of the cumulative cycle counter between B and A (no per-instruction attribution).
+Instructions of an interval are the positions from A to B, exact with every recorder. A stepper
+recording's ns and cycles are stepper time, not CPU time (trace.py): the summary says so
+(`clock`, `units`) and puts the instruction counts first.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .trace import DecodedBundle
+from .trace import STEPPER_TIME, DecodedBundle
 
 
 class CodePointError(ValueError):
@@ -47,12 +50,20 @@ class Interval:
     ns: int
     cycles: int
 
+    @property
+    def instructions(self) -> int:
+        """Instructions from A up to B (A's included, B's not)."""
+        return self.end - self.start
+
 
 @dataclass
 class LatencyReport:
     source: CodePoint
     target: CodePoint
     intervals: list[Interval] = field(default_factory=list)
+    stepper_note: str | None = None
+    """DecodedBundle.timing_note of the recording: set when its ns and cycles are stepper
+    time, not CPU time."""
 
     def percentile(self, p: float, what: str = "ns") -> int:
         """Nearest-rank percentile (the smallest value with at least p% of the values at or
@@ -64,10 +75,19 @@ class LatencyReport:
         return values[rank - 1]
 
     def summary(self) -> dict:
+        stepper = self.stepper_note is not None
         out: dict = {"from": self.source.text, "to": self.target.text,
                      "count": len(self.intervals),
-                     "threads": sorted({i.tid for i in self.intervals})}
-        for what in ("ns", "cycles"):
+                     "threads": sorted({i.tid for i in self.intervals}),
+                     "clock": "stepper" if stepper else "tsc",
+                     "units": {"instructions": "instructions executed (exact)",
+                               "ns": (f"{STEPPER_TIME}: wall-clock ns of a thread slowed by "
+                                      "ptrace, not CPU time") if stepper else "ns of TSC time",
+                               "cycles": (f"{STEPPER_TIME}: the stepper's ns, not CPU cycles")
+                               if stepper else "CPU cycles (CYC packets)"}}
+        if stepper:
+            out["note"] = self.stepper_note
+        for what in ("instructions", "ns", "cycles"):
             if self.intervals:
                 values = [getattr(i, what) for i in self.intervals]
                 out[what] = {"min": min(values), "p50": self.percentile(50, what),
@@ -98,7 +118,7 @@ def resolve(decoded: DecodedBundle, text: str) -> CodePoint:
 
 def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> LatencyReport:
     """Every A -> B interval of every thread of the bundle."""
-    report = LatencyReport(source, target)
+    report = LatencyReport(source, target, stepper_note=decoded.timing_note())
     for thread in decoded.threads:
         history = thread.history
         ips = history.ips()

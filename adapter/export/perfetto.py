@@ -11,7 +11,10 @@ so slices nest exactly as the calls did. Time is the instructions' TSC time in n
 microseconds as the format requires, with three decimals so that no nanosecond is lost.
 Slices are written as begin/end events in execution order (not complete events), so their
 nesting is explicit even where many instructions share one timestamp.
-Each slice carries the cycles and instructions spent inside it (args). For a Go recording
+Each slice carries the cycles and instructions spent inside it (args). A stepper recording's
+time is stepper time (trace.py: wall-clock ns of a ptrace-slowed thread, not CPU time): the
+process track is named with that, its cycles argument is `stepper_ns`, and the JSON's
+`otherData.timing` says it in a sentence; instructions are exact either way. For a Go recording
 whose goids were recorded (the stepper's goid probe), each goroutine also gets a track with one
 slice per run of it on a thread (adapter/golang's index of the goids). Frames entered before
 the recording window start with the window; a return past the first frame opens a slice for
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 
 from pt_decoder import insn_flags
 
-from .trace import DecodedBundle, ThreadTrace
+from .trace import STEPPER_TIME, DecodedBundle, ThreadTrace
 
 
 @dataclass
@@ -139,8 +142,9 @@ def trace_events(decoded: DecodedBundle) -> dict:
     command = decoded.manifest.get("command") or []
     starts = [decoded.times_ns(t)[0] for t in decoded.threads if len(t.history)]
     origin = min(starts) if starts else 0
+    cycles_name = decoded.cycles_name
     events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                           "args": {"name": " ".join(command) or f"process {pid}"}}]
+                           "args": {"name": _process_name(decoded, command, pid)}}]
     for thread in decoded.threads:
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": thread.tid,
                        "args": {"name": thread.name or f"thread {thread.tid}"}})
@@ -154,8 +158,8 @@ def trace_events(decoded: DecodedBundle) -> dict:
                 open_at.append(position)
             else:
                 start = open_at.pop()
-                event["args"] = {"cycles": prefix[position] - prefix[start],
-                                 "instructions": position - start}
+                event["args"] = {"instructions": position - start,
+                                 cycles_name: prefix[position] - prefix[start]}
             events.append(event)
     runs = goroutine_runs(decoded)
     if runs:
@@ -176,11 +180,18 @@ def trace_events(decoded: DecodedBundle) -> dict:
                            "pid": gpid, "tid": r.goid, "ts": _us(ns[r.start] - origin),
                            "dur": _us(end - ns[r.start]),
                            "args": {"instructions": r.stop - r.start,
-                                    "cycles": prefix[r.stop] - prefix[r.start]}})
+                                    cycles_name: prefix[r.stop] - prefix[r.start]}})
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"bundle": os.path.abspath(decoded.root), "time_origin_ns": origin,
                           "backend": decoded.manifest.get("backend"),
+                          "timing": decoded.timing_note() or "TSC time and CPU cycles",
                           "status": decoded.manifest.get("status")}}
+
+
+def _process_name(decoded: DecodedBundle, command: list, pid: int) -> str:
+    """The process track's name; a stepper recording's says its time is stepper time."""
+    name = " ".join(command) or f"process {pid}"
+    return f"{name} [{STEPPER_TIME}: ptrace-slowed, not CPU time]" if decoded.stepper else name
 
 
 GOROUTINE_PID_BASE = 1 << 30
@@ -215,7 +226,7 @@ def trace_proto(decoded: DecodedBundle) -> bytes:
 
     process_uuid = (pid << 1) | 1
     process = Message().int(PROCESS_PID, pid).string(PROCESS_NAME,
-                                                     " ".join(command) or f"process {pid}")
+                                                     _process_name(decoded, command, pid))
     packet(Message().message(PACKET_TRACK_DESCRIPTOR, Message().int(DESCRIPTOR_UUID, process_uuid)
                              .message(DESCRIPTOR_PROCESS, process)))
     for thread in decoded.threads:
@@ -236,8 +247,8 @@ def trace_proto(decoded: DecodedBundle) -> bytes:
                 open_at.append(position)
             else:
                 start = open_at.pop()
-                for key, value in (("cycles", prefix[position] - prefix[start]),
-                                   ("instructions", position - start)):
+                for key, value in (("instructions", position - start),
+                                   (decoded.cycles_name, prefix[position] - prefix[start])):
                     event.message(EVENT_ANNOTATIONS, Message().string(ANNOTATION_NAME, key)
                                   .int(ANNOTATION_INT, value, keep_zero=True))
             packet(Message().int(PACKET_TIMESTAMP, ns[position], keep_zero=True)

@@ -4,12 +4,25 @@ whose samples are the recorded call stacks weighted by cycles and instructions.
 Layer: adapter.export. Reads a DecodedBundle (trace.py); writes google/pprof's
 proto/profile.proto message through protowire.py. Knows nothing of DAP.
 
+Sample types: `cycles` and `instructions` (count), cycles the default; for a stepper
+recording `instructions` first and the default, then `stepper_ns` (nanoseconds): the stepper's
+"cycles" are wall-clock ns of a ptrace-slowed thread, not CPU time (trace.py), and the profile's
+comment says so (`go tool pprof -comments`).
+
 Every instruction of the history is one observation: its cycles (trace.py's attribution
 rule) and a count of 1, on the call stack the decoded calls and returns say it ran under.
 Observations with the same thread, stack and address are summed into one Sample; so
 `go tool pprof -top` gives, per function, exactly the bundle's cycles spent in it (flat)
 and under it (cum). Call stacks start at the recorded window: frames entered before the
 window opened are unknown, and a return past the first frame keeps the stack empty.
+
+A Python capture (the manifest's "python" table, the recorder's Python frame samples in the
+PTWRITE packets: pt_decoder/python_frames.py) gets the Python function and line each
+instruction ran under as the outermost frame of its stack, with the native frames recorded
+under it (as `py-spy --native` merges them): `go tool pprof -top -cum` lists the Python
+functions with everything their lines cost, native code included. Python frames have no
+address: their locations have address 0 and no mapping. Only the running Python frame is
+known (not its Python callers).
 """
 from __future__ import annotations
 
@@ -20,9 +33,16 @@ import os
 from pt_decoder import insn_flags
 
 from .protowire import Message
-from .trace import DecodedBundle
+from .trace import STEPPER_CYCLES_NAME, DecodedBundle
 
 SAMPLE_TYPES = (("cycles", "count"), ("instructions", "count"))
+STEPPER_SAMPLE_TYPES = (("instructions", "count"), (STEPPER_CYCLES_NAME, "nanoseconds"))
+"""A stepper recording's: the exact measure first (trace.py says why)."""
+
+
+def sample_types(decoded: DecodedBundle) -> tuple[tuple[str, str], ...]:
+    """The (type, unit) of each value of a sample, in order; the first is the default."""
+    return STEPPER_SAMPLE_TYPES if decoded.stepper else SAMPLE_TYPES
 
 
 class _Strings:
@@ -40,13 +60,60 @@ class _Strings:
         return found
 
 
-def stack_samples(decoded: DecodedBundle) -> dict[tuple[int, tuple[int, ...]], list[int]]:
+class PythonLocations:
+    """The Python (function, line) frames of a Python capture's stacks: stack_samples writes
+    frame k as the negative number -(k + 1) in a stack; `frames[k]` is its PyFrame."""
+
+    def __init__(self, decoded: DecodedBundle):
+        from pt_decoder.python_frames import CodeInfo
+        table = decoded.manifest.get("python")
+        self.codes = {}
+        if isinstance(table, dict):
+            self.codes = {int(a, 16): CodeInfo.from_json(c)
+                          for a, c in (table.get("codes") or {}).items()}
+        self.frames: list = []
+        self._ids: dict[tuple, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.codes)
+
+    def per_instruction(self, thread, length: int) -> list[int]:
+        """The stack element (-(k + 1), or 0 for none) of every instruction of `thread`."""
+        from pt_decoder.python_frames import PythonFrames
+        frames = PythonFrames(thread.ptwrites, self.codes, length)
+        out = [0] * length
+        runs = frames.line_sequence()
+        for k, (start, frame) in enumerate(runs):
+            key = (frame.qualname, frame.filename, frame.line, frame.code)
+            ident = self._ids.get(key)
+            if ident is None:
+                ident = self._ids[key] = len(self.frames)
+                self.frames.append(frame)
+            stop = runs[k + 1][0] if k + 1 < len(runs) else length
+            for i in range(start, stop):
+                if frames.frame_at(i) is None:
+                    break  # a stretch without a Python frame ends the run early
+                out[i] = -(ident + 1)
+        return out
+
+    def function_key(self, element: int) -> tuple[str, str, int, int]:
+        """(name, file, first line, line) of stack element `element` (< 0)."""
+        frame = self.frames[-element - 1]
+        info = self.codes.get(frame.code)
+        return frame.qualname, frame.filename, info.firstlineno if info else 0, frame.line
+
+
+def stack_samples(decoded: DecodedBundle,
+                  python: PythonLocations | None = None) -> dict[tuple[int, tuple[int, ...]], list[int]]:
     """{(tid, (leaf ip, caller call-site ip, ...)): [cycles, instructions]} of the bundle.
 
-    Call sites are the addresses of the call instructions, innermost first.
+    Call sites are the addresses of the call instructions, innermost first. With `python`
+    (a Python capture), the Python frame of each instruction ends its stack (a negative
+    number, PythonLocations).
     """
     samples: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for thread in decoded.threads:
+        py = python.per_instruction(thread, len(thread.history)) if python else None
         history = thread.history
         ips = history.ips()
         flags = history.flags_range()
@@ -62,9 +129,10 @@ def stack_samples(decoded: DecodedBundle) -> dict[tuple[int, tuple[int, ...]], l
             if i in gap_positions:
                 node = 0  # what ran across a gap is unknown: the stack starts again
             ip = ips[i]
-            cell = per_node.get((node, ip))
+            key = (node, ip) if py is None else (node, ip, py[i])
+            cell = per_node.get(key)
             if cell is None:
-                cell = per_node[(node, ip)] = [0, 0]
+                cell = per_node[key] = [0, 0]
             cell[0] += weights[i]
             cell[1] += 1
             f = flags[i]
@@ -78,12 +146,14 @@ def stack_samples(decoded: DecodedBundle) -> dict[tuple[int, tuple[int, ...]], l
                 node = child
             elif f & insn_flags.RETURN and node:
                 node = parents[node][0]
-        for (leaf_node, ip), (cycles, count) in per_node.items():
+        for (leaf_node, ip, *py_frame), (cycles, count) in per_node.items():
             stack = [ip]
             n = leaf_node
             while n:
                 n, call_site = parents[n]
                 stack.append(call_site)
+            if py_frame and py_frame[0]:
+                stack.append(py_frame[0])
             cell = samples.setdefault((thread.tid, tuple(stack)), [0, 0])
             cell[0] += cycles
             cell[1] += count
@@ -94,8 +164,10 @@ def build_profile(decoded: DecodedBundle) -> bytes:
     """The serialized (not yet gzipped) profile.proto Profile message."""
     strings = _Strings()
     profile = Message()
-    for type_, unit in SAMPLE_TYPES:
+    types = sample_types(decoded)
+    for type_, unit in types:
         profile.message(1, Message().int(1, strings(type_)).int(2, strings(unit)))
+    stepper = decoded.stepper
 
     mappings = _mappings(decoded)
     for mapping_id, (start, limit, offset, path, build_id) in enumerate(mappings, 1):
@@ -108,10 +180,29 @@ def build_profile(decoded: DecodedBundle) -> bytes:
     function_messages: list[Message] = []
     location_messages: list[Message] = []
 
+    python = PythonLocations(decoded)
+
+    def python_location_id(element: int) -> int:
+        name, file, first, line = python.function_key(element)
+        fkey = (name, file)
+        function_id = functions.get(fkey)
+        if function_id is None:
+            function_id = functions[fkey] = len(functions) + 1
+            function_messages.append(Message().int(1, function_id).int(2, strings(name))
+                                     .int(3, strings(f"py:{name}")).int(4, strings(file))
+                                     .int(5, first))
+        found = locations[element] = len(locations) + 1
+        location = Message().int(1, found)
+        location.message(4, Message().int(1, function_id).int(2, line))
+        location_messages.append(location)
+        return found
+
     def location_id(ip: int) -> int:
         found = locations.get(ip)
         if found is not None:
             return found
+        if ip < 0:
+            return python_location_id(ip)
         name, _entry = decoded.function(ip)
         line = decoded.line(ip)
         file = line[0] if line else ""
@@ -128,23 +219,29 @@ def build_profile(decoded: DecodedBundle) -> bytes:
         return found
 
     tid_key = strings("thread")
-    for (tid, stack), (cycles, count) in sorted(samples_items(decoded)):
-        sample = Message().packed(1, [location_id(ip) for ip in stack]).packed(2, [cycles, count])
+    for (tid, stack), (cycles, count) in sorted(stack_samples(decoded, python or None).items()):
+        values = [count, cycles] if stepper else [cycles, count]
+        sample = Message().packed(1, [location_id(ip) for ip in stack]).packed(2, values)
         sample.message(3, Message().int(1, tid_key).int(3, tid, keep_zero=True))
         profile.message(2, sample)
     for location in location_messages:
         profile.message(4, location)
     for function in function_messages:
         profile.message(5, function)
+    note = decoded.timing_note()
+    comment = strings(note) if note else 0
     for text in strings.table:
         profile.string(6, text)
     created = _created_ns(decoded.manifest.get("created"))
     if created:
         profile.int(9, created)
     profile.int(10, _duration_ns(decoded))
-    profile.message(11, Message().int(1, strings.index["cycles"]).int(2, strings.index["count"]))
+    default, unit = types[0]
+    profile.message(11, Message().int(1, strings.index[default]).int(2, strings.index[unit]))
     profile.int(12, 1)
-    profile.int(14, strings.index["cycles"])
+    if comment:
+        profile.int(13, comment)
+    profile.int(14, strings.index[default])
     return profile.bytes()
 
 

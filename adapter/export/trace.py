@@ -15,6 +15,13 @@ remainder of the division to the last one). The first instruction of a thread, t
 after a gap and those after the last report get none; cycles across a gap are not counted.
 Times are TSC values, converted to nanoseconds with the bundle's `timing.tsc_hz` (1 GHz when
 the bundle does not say) and held where the decoder's estimate steps back (ThreadTrace.times_ns).
+
+What the time and cycles are depends on the recorder (manifest `backend`): with Intel PT they
+are the CPU's (TSC, CYC packets); the ptrace stepper writes CLOCK_MONOTONIC ns read at its
+stops as a 1 GHz TSC and those ns as cycles, the time of a thread slowed by ptrace (about
+5-11 us an instruction on the development VMs, docs/recording.md), not CPU time. Every view
+labels such figures as stepper time (`DecodedBundle.stepper`, `timing_note`) and offers the
+instruction counts, which are exact either way.
 """
 from __future__ import annotations
 
@@ -33,6 +40,9 @@ from pt_decoder.image import Image
 from pt_decoder.lines import LineTable
 
 UNKNOWN_FUNCTION = "[unknown]"
+STEPPER_TIME = "stepper time"
+"""How the views name the time of a stepper recording (module docstring)."""
+STEPPER_CYCLES_NAME = "stepper_ns"
 
 Progress = Callable[[str, float], None]
 """progress(message, fraction 0..1): told as each stream is decoded (for DAP progress)."""
@@ -111,6 +121,33 @@ class DecodedBundle:
         self.tsc_hz = int(timing.get("tsc_hz") or 1_000_000_000)
         """TSC ticks per second."""
         self._function_cache: dict[int, tuple[str, int]] = {}
+
+    # -- what the time is ----------------------------------------------------------------
+    @property
+    def stepper(self) -> bool:
+        """Whether the ptrace stepper recorded the bundle: its times and cycles are then
+        stepper time (wall-clock ns of a ptrace-slowed thread), not CPU time."""
+        return self.manifest.get("backend") == "stepper"
+
+    @property
+    def cycles_name(self) -> str:
+        """What the cycles column is called where a name has to be short (pprof sample type,
+        Perfetto argument, JSON key): `cycles`, or `stepper_ns` for a stepper recording."""
+        return STEPPER_CYCLES_NAME if self.stepper else "cycles"
+
+    def timing_note(self) -> str | None:
+        """One sentence saying what a stepper recording's times are, with this recording's
+        time per instruction; None for a recording whose times are the CPU's."""
+        if not self.stepper:
+            return None
+        spent = sum(t.times_ns(self.tsc_hz)[-1] - t.times_ns(self.tsc_hz)[0]
+                    for t in self.threads if len(t.history))
+        count = self.total_instructions
+        rate = f", {spent / count / 1000:.1f} us an instruction in this recording" if count \
+            else ""
+        return (f"recorded by the ptrace stepper: times and cycles are {STEPPER_TIME} (the "
+                f"wall-clock ns of a thread slowed by ptrace{rate}), not CPU time; "
+                "instruction counts are exact")
 
     # -- opening -------------------------------------------------------------------------
     @classmethod

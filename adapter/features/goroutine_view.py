@@ -214,11 +214,17 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
 
     def one(summary) -> dict:
         ns = trace.ns(summary.time)
-        value = (f"{share(summary.time, window_time)} of the time ({_ms(ns)}), "
-                 f"{summary.instructions:,} instructions "
-                 f"({share(summary.instructions, window_instructions)})")
-        value += (f", {summary.cycles:,} cycles ({share(summary.cycles, window_cycles)})"
-                  if window_cycles else ", no cycles recorded")
+        if stepper:  # instructions first; its cycles are its ns again (trace_scope.py)
+            value = (f"{summary.instructions:,} instructions "
+                     f"({share(summary.instructions, window_instructions)}), "
+                     f"{share(summary.time, window_time)} of the stepper time ({_ms(ns)}, "
+                     "not CPU time)")
+        else:
+            value = (f"{share(summary.time, window_time)} of the time ({_ms(ns)}), "
+                     f"{summary.instructions:,} instructions "
+                     f"({share(summary.instructions, window_instructions)})")
+            value += (f", {summary.cycles:,} cycles ({share(summary.cycles, window_cycles)})"
+                      if window_cycles else ", no cycles recorded")
         value += f", {len(summary.ranges)} ranges; label: {summary.confidence.name.lower()}"
         name = goroutine_name(summary.goid)
         if summary.goid == goid:
@@ -241,8 +247,8 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
                           "variablesReference": 0})
         return items
 
-    clock = ("time: the stepper's CLOCK_MONOTONIC ns of a thread slowed by ptrace" if stepper
-             else "time: TSC")
+    clock = ("time: stepper time, the CLOCK_MONOTONIC ns of a thread slowed by ptrace, not "
+             "CPU time" if stepper else "time: TSC")
     return [
         {"name": "goroutine", "value": f"{label(goid, confidence)} ran instruction "
          f"{position}{where_note}", "type": "goroutine", "variablesReference": 0},

@@ -9,9 +9,13 @@ own references locally. Reverse stepping asks it for the scope of a replay posit
 The position shown is the replay position while replaying, else the capture's last instruction.
 A Go capture adds the goroutine that ran there and the time per goroutine in the window
 (features.goroutine_view).
-Times: the bundle's TSC (for the stepper, CLOCK_MONOTONIC ns); CYC is the cumulative cycle
-count of the trace's CYC packets (Intel SDM Vol. 3C §33.3.7 "Cycle-Accurate Mode"); IPC is
-instructions over cycles in the window.
+Times: the bundle's TSC; CYC is the cumulative cycle count of the trace's CYC packets (Intel
+SDM Vol. 3C §33.3.7 "Cycle-Accurate Mode"); IPC is instructions over cycles in the window.
+A capture of the ptrace stepper has no CPU time: its TSC is CLOCK_MONOTONIC ns read at its
+stops and its CYC those ns again, the time of a thread slowed by ptrace (microseconds an
+instruction). Its scope leads with instruction counts, the exact measure, and shows its time
+once, named "stepper time, not CPU time" (adapter/export/trace.py says the same for the
+exports); it shows no IPC.
 """
 from __future__ import annotations
 
@@ -62,9 +66,6 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
     ip = history.ip(position)
     t0 = trace.ns(history.time(0))
     cycles = capture.cycles
-    ipc = f"{capture.instructions / cycles:.3f}" if cycles else "n/a (no cycles recorded)"
-    if trace.manifest.get("backend") == "stepper" and cycles:
-        ipc += " (stepper backend: its cycles are wall-clock ns of a thread slowed by ptrace)"
 
     def plain(name: str, value: str, kind: str = "") -> dict:
         return {"name": name, "value": value, "type": kind, "variablesReference": 0}
@@ -87,18 +88,28 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
                       f"{g.reason} (trace offset {g.offset:#x}, ip {g.ip:#x})", "gap")
                 for k, g in enumerate(gaps)]
 
-    variables = [
+    head = [
         plain("capture", f"#{capture.id}, thread {capture.tid}: {capture.window.describe()}"),
         plain("position", f"instruction {position} of {capture.instructions}"
               + (" (the window's last)" if position == last else " (replaying)")),
-        plain("TSC", str(history.time(position)), "u64"),
-        plain("IP", f"{ip:#x} {where(capture, ip)}", "address"),
-        plain("CYC", str(history.cycles(position) - history.cycles(0)), "cycles since the "
-              "window opened"),
-        plain("ns since window opened", str(trace.ns(history.time(position)) - t0), "ns"),
-        plain("instructions in window", str(capture.instructions)),
-        plain("cycles in window", str(cycles)),
-        plain("IPC", ipc),
+    ]
+    if trace.manifest.get("backend") == "stepper":
+        timing = _stepper_timing(capture, position, plain)
+    else:
+        ipc = f"{capture.instructions / cycles:.3f}" if cycles else "n/a (no cycles recorded)"
+        timing = [
+            plain("TSC", str(history.time(position)), "u64"),
+            plain("IP", f"{ip:#x} {where(capture, ip)}", "address"),
+            plain("CYC", str(history.cycles(position) - history.cycles(0)), "cycles since the "
+                  "window opened"),
+            plain("ns since window opened", str(trace.ns(history.time(position)) - t0), "ns"),
+            plain("instructions in window", str(capture.instructions)),
+            plain("cycles in window", str(cycles)),
+            plain("IPC", ipc),
+        ]
+    variables = [
+        *head,
+        *timing,
         {"name": "last branches", "value": f"{len(branches)} taken branches before this "
          "point, newest first", "type": "", "variablesReference":
          recording.reference(branch_items) if branches else 0},
@@ -111,6 +122,33 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
     # a Go capture: which goroutine ran here, and time per goroutine in the window
     variables[2:2] = goroutine_view.scope_variables(recording, capture, position)
     return variables
+
+
+STEPPER_TIME = "stepper time, not CPU time"
+"""The type shown beside every time of a stepper capture."""
+
+
+def _stepper_timing(capture, position: int, plain) -> list[dict]:
+    """The timing items of a stepper capture: instructions first, its one clock named as
+    what it is (the CYC column repeats the same ns, so it is not shown twice), no IPC."""
+    history = capture.history
+    trace = capture.trace
+    ip = history.ip(position)
+    since = trace.ns(history.time(position)) - trace.ns(history.time(0))
+    window = capture.duration_ns
+    per_instruction = (f"; {window / capture.instructions / 1000:.1f} us an instruction"
+                       if capture.instructions else "")
+    return [
+        plain("instructions since window opened", str(position), "instructions (exact)"),
+        plain("instructions in window", str(capture.instructions), "instructions (exact)"),
+        plain("IP", f"{ip:#x} {where(capture, ip)}", "address"),
+        plain("stepper time since window opened", f"{since / 1e6:.3f} ms", STEPPER_TIME),
+        plain("stepper time in window", f"{window / 1e6:.3f} ms (a thread slowed by ptrace"
+              f"{per_instruction})", STEPPER_TIME),
+        plain("stepper clock", f"{history.time(position)} ns (CLOCK_MONOTONIC at the "
+              "recorder's stops)", STEPPER_TIME),
+        plain("IPC", "n/a: the stepper records no CPU cycles (its cycles are its ns)"),
+    ]
 
 
 def scope(recording, capture, position: int) -> dict:

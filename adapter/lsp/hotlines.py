@@ -12,6 +12,9 @@ Definitions (the tests check the lenses against them):
   differs from the previous instruction's, except when that instruction was a return into the
   line of the matching call (coming back from a callee continues the calling line's execution);
 - cycles of a line: the sum of its instructions' cycles; share: cycles / the window's cycles.
+  A stepper recording's cycles are stepper time (wall-clock ns of a ptrace-slowed thread, not
+  CPU time; adapter/export/trace.py): its lenses and hovers say so, lead with instructions, and
+  its share is of the window's instructions, the exact measure.
 - branches: per conditional branch on the line, how often it was taken and not taken; per
   call and indirect jump, how often each target (function) was reached.
 """
@@ -53,12 +56,14 @@ class HotLines:
     """Per-file, per-line statistics of one decoded bundle."""
 
     def __init__(self, bundle: str, by_file: dict[str, dict[int, LineStats]], total_cycles: int,
-                 total_instructions: int):
+                 total_instructions: int, stepper: bool = False):
         self.bundle = bundle
         self.by_file = by_file
         """Source path as the line table names it -> line number -> stats."""
         self.total_cycles = total_cycles
         self.total_instructions = total_instructions
+        self.stepper = stepper
+        """Recorded by the ptrace stepper: the cycles are stepper time, not CPU cycles."""
 
     @classmethod
     def from_decoded(cls, decoded: DecodedBundle) -> HotLines:
@@ -147,9 +152,15 @@ class HotLines:
         by_file: dict[str, dict[int, LineStats]] = {}
         for entry in stats.values():
             by_file.setdefault(entry.file, {})[entry.line] = entry
-        return cls(os.path.abspath(decoded.root), by_file, total_cycles, total_instructions)
+        return cls(os.path.abspath(decoded.root), by_file, total_cycles, total_instructions,
+                   decoded.stepper)
 
     def share(self, entry: LineStats) -> float:
+        """The line's share of the window: of its cycles, or of its instructions for a stepper
+        recording (whose cycles are not the CPU's)."""
+        if self.stepper:
+            return (entry.instructions / self.total_instructions if self.total_instructions
+                    else 0.0)
         return entry.cycles / self.total_cycles if self.total_cycles else 0.0
 
     def for_path(self, path: str) -> dict[int, LineStats]:
@@ -181,14 +192,34 @@ def format_count(n: float) -> str:
 
 
 def lens_title(hot: HotLines, entry: LineStats) -> str:
+    if hot.stepper:
+        return (f"{format_count(entry.executions)}× · {format_count(entry.instructions)} "
+                f"instructions · {100 * hot.share(entry):.1f}% of window · "
+                f"{format_ns(entry.cycles)} stepper time (ptrace-slowed)")
     return (f"{format_count(entry.executions)}× · {format_count(entry.cycles)} cycles · "
             f"{100 * hot.share(entry):.1f}% of window")
 
 
+def format_ns(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.1f} {unit}"
+    return f"{ns:.0f} ns"
+
+
 def hover_markdown(hot: HotLines, entry: LineStats) -> str:
-    parts = [(f"**ptdebug** `{os.path.basename(entry.file)}:{entry.line}`: "
-              f"{entry.executions:,} executions, {entry.instructions:,} instructions, "
-              f"{entry.cycles:,} cycles ({100 * hot.share(entry):.2f}% of the window)")]
+    where = f"**ptdebug** `{os.path.basename(entry.file)}:{entry.line}`: "
+    if hot.stepper:
+        parts = [(f"{where}{entry.executions:,} executions, {entry.instructions:,} instructions "
+                  f"({100 * hot.share(entry):.2f}% of the window's), {entry.cycles:,} ns of "
+                  "stepper time"),
+                 "",
+                 "_Recorded by the ptrace stepper: its time is the wall-clock time of a thread "
+                 "slowed by ptrace (microseconds an instruction), not CPU time or cycles; the "
+                 "instruction counts are exact._"]
+    else:
+        parts = [(f"{where}{entry.executions:,} executions, {entry.instructions:,} instructions, "
+                  f"{entry.cycles:,} cycles ({100 * hot.share(entry):.2f}% of the window)")]
     if entry.branches:
         parts.append("")
         parts.append("| conditional branch | taken | not taken |")

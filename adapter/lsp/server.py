@@ -1,6 +1,8 @@
 """`ptdebug lsp`: the hot-path language server (LSP over stdio, pygls). For a recorded capture
 it shows, above each source line that ran, a code lens with its executions, cycles and share of
-the window, and a hover with the branches taken there.
+the window, and a hover with the branches taken there. For a stepper recording the lens leads
+with instructions and names its time stepper time (hotlines.py says why); answers carry
+`clock`: "stepper" | "tsc".
 
 Layer: adapter.lsp, an offline view like adapter.export: it reads bundles (through
 adapter.export.trace and hotlines.py) and speaks LSP; it knows nothing of the DAP session.
@@ -58,9 +60,11 @@ class HotPathServer(LanguageServer):
             return None
         with self._lock:
             self.hot = hot
+        cycles = (f"{hot.total_cycles:,} ns of stepper time (ptrace-slowed, not CPU time)"
+                  if hot.stepper else f"{hot.total_cycles:,} cycles")
         self._tell(types.MessageType.Log,
                    f"ptdebug: hot lines of {hot.bundle}: {hot.total_instructions:,} instructions, "
-                   f"{hot.total_cycles:,} cycles in {sum(len(v) for v in hot.by_file.values())} "
+                   f"{cycles} in {sum(len(v) for v in hot.by_file.values())} "
                    f"lines of {len(hot.by_file)} file(s)")
         self._refresh()
         return hot
@@ -121,7 +125,8 @@ def open_bundle_command(ls: HotPathServer, *args) -> dict:
         return {"ok": False}
     hot = ls.open_bundle(paths[0])
     return {"ok": hot is not None, "instructions": hot.total_instructions if hot else 0,
-            "cycles": hot.total_cycles if hot else 0}
+            "cycles": hot.total_cycles if hot else 0,
+            "clock": ("stepper" if hot.stepper else "tsc") if hot else None}
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
@@ -143,6 +148,7 @@ def code_lens(ls: HotPathServer, params: types.CodeLensParams) -> list[types.Cod
                                       "executions": entry.executions,
                                       "instructions": entry.instructions,
                                       "cycles": entry.cycles, "share": hot.share(entry),
+                                      "clock": "stepper" if hot.stepper else "tsc",
                                       "bundle": hot.bundle}])))
     return lenses
 

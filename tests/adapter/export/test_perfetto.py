@@ -61,8 +61,9 @@ def test_timeline_parses_and_nests_on_every_thread(which, c_bundle, go_bundle, t
         thread_slices = slices[thread.tid]
         roots = [s for s in thread_slices if s["depth"] == 0]
         assert len(thread_slices) == calls + len(roots)
-        # The cycles of the outermost slices add up to the thread's cycles.
-        assert sum(s["end"]["args"]["cycles"] for s in roots) == \
+        # The cycles of the outermost slices add up to the thread's cycles (a stepper
+        # recording's, named stepper_ns: they are its ns, not CPU cycles).
+        assert sum(s["end"]["args"]["stepper_ns"] for s in roots) == \
             history.cycles(len(history) - 1) - history.cycles(0)
         assert sum(s["end"]["args"]["instructions"] for s in roots) == len(history)
         # Time axis in ns: first event at 0, last at the window's length (the latest time

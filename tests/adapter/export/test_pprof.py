@@ -44,13 +44,15 @@ def _expected_cycles(bundle, rows) -> tuple[Counter, Counter, int]:
 
 
 def _pprof_top(path, *options) -> dict[str, tuple[int, int]]:
-    """{function: (flat, cum)} from `go tool pprof -top`."""
+    """{function: (flat, cum)} from `go tool pprof -top` (a nanoseconds sample type, the
+    stepper's `stepper_ns`, in whole ns: -unit=ns)."""
     out = __import__("subprocess").run([go_tool(), "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0",
-                                        *options, str(path)], capture_output=True, text=True,
-                                       check=True, timeout=120).stdout
+                                        "-unit=ns", *options, str(path)], capture_output=True,
+                                       text=True, check=True, timeout=120).stdout
     rows = {}
     for line in out.splitlines():
-        m = re.match(r"\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+)$", line)
+        m = re.match(r"\s*(\d+)(?:ns)?\s+[\d.]+%\s+[\d.]+%\s+(\d+)(?:ns)?\s+[\d.]+%\s+(.+)$",
+                     line)
         if m:
             rows[m.group(3).strip()] = (int(m.group(1)), int(m.group(2)))
     assert rows, out
@@ -62,7 +64,7 @@ def test_go_tool_pprof_lists_the_go_functions_with_the_bundles_cycles(go_bundle,
     out = tmp_path / "go.pb.gz"
     ptdebug("export", "pprof", str(go_bundle), "-o", str(out))
     cycles, counts, total = _expected_cycles(go_bundle, nm_functions(go_program, go=True))
-    top = _pprof_top(out)
+    top = _pprof_top(out, "-sample_index=stepper_ns")  # a stepper recording's cycles
     for name in ("main.serve", "main.handle", "main.checksum"):
         assert name in top, top
         assert top[name][0] == cycles[name], (name, top[name], cycles[name])
@@ -77,25 +79,25 @@ def test_c_profile_has_lines_and_the_call_tree(c_bundle, c_program, tmp_path):
     out = tmp_path / "c.pb.gz"
     ptdebug("export", "pprof", str(c_bundle), "-o", str(out))
     cycles, _, total = _expected_cycles(c_bundle, nm_functions(c_program))
-    top = _pprof_top(out)
+    top = _pprof_top(out, "-sample_index=stepper_ns")  # a stepper recording's cycles
     assert {n: flat for n, (flat, _) in top.items()} == {n: c for n, c in cycles.items() if c}
     assert top["serve"][1] == total
     # Line granularity: checksum's lines carry its cycles, the hashing line among them.
-    lines = _pprof_top(out, "-lines")
+    lines = _pprof_top(out, "-lines", "-sample_index=stepper_ns")
     rows = {k: v for k, v in lines.items() if k.startswith("checksum ")}
     assert sum(flat for flat, _ in rows.values()) == cycles["checksum"]
     hash_line = f"hotpath.c:{marker_line(PROGRAMS / 'hotpath.c', 'hash')}"
     assert any(k.endswith(hash_line) and flat > 0 for k, (flat, _) in rows.items()), rows
     # The raw message: string table starts with "", two sample types, every sample has a
-    # thread label and a [cycles, instructions] value.
+    # thread label and an [instructions, stepper_ns] value (a stepper recording).
     profile = list(protowire.fields(gzip.decompress(out.read_bytes())))
     strings = [v.decode() for f, _, v in profile if f == 6]
-    assert strings[0] == "" and "cycles" in strings and "instructions" in strings
+    assert strings[0] == "" and "stepper_ns" in strings and "instructions" in strings
     samples = [{f: v for f, _, v in protowire.fields(v)} for f, _, v in profile if f == 2]
     assert len(samples) > REQUESTS
     for sample in samples:
         values = _packed(sample[2])
-        assert len(values) == 2 and values[1] >= 1
+        assert len(values) == 2 and values[0] >= 1
 
 
 def test_a_missing_bundle_is_a_clear_error(tmp_path):

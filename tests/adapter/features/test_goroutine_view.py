@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -145,8 +146,13 @@ def test_the_trace_scope_shows_the_goroutine_here_and_time_per_goroutine(handoff
         goroutine_view.goroutine_name(s.goid) for s in summaries]
     assert goroutine_view.annotated(goroutine_view.goroutine_name(0), "ran here") == \
         "g0 (the Go scheduler; ran here)"
-    shares = [float(v["value"].split(" %")[0]) for v in listed]
+    # a stepper capture: instructions first, its time named stepper time (issue 14 item 8)
+    shares = [float(re.search(r"([\d.]+) % of the stepper time \(", v["value"]).group(1))
+              for v in listed]
     assert abs(sum(shares) - 100) < 0.1 * len(shares)
+    assert all(v["value"].startswith(f"{s.instructions:,} instructions (")
+               and "not CPU time" in v["value"] and "cycles" not in v["value"]
+               for v, s in zip(listed, summaries))
     for item, summary in zip(listed, summaries):
         assert f"{summary.instructions:,} instructions" in item["value"]
         assert f"label: {summary.confidence.name.lower()}" in item["value"]
@@ -154,7 +160,8 @@ def test_the_trace_scope_shows_the_goroutine_here_and_time_per_goroutine(handoff
         assert ranges[0]["name"] == f"[0] insn {summary.ranges[0][0]}..{summary.ranges[0][1] - 1}"
     # the Python-style items are still there, after the goroutine ones
     names = list(variables)
-    assert names[:4] == ["capture", "position", "goroutine", "goroutines"] and "TSC" in names
+    assert names[:4] == ["capture", "position", "goroutine", "goroutines"] and \
+        "stepper time in window" in names
 
 
 def test_threads_while_replaying_name_the_goroutine_at_the_cursor(handoff):

@@ -386,9 +386,9 @@ class RecordBreakpoints:
             return False  # a normal breakpoint on the same line: the user sees the stop
         breakpoint = self._record_breakpoint(ids)
         self.session.paused = False
-        self.session.run_control.hold("record breakpoint")  # the user's continue waits
+        hold = self.session.run_control.hold("record breakpoint")  # the user's continue waits
         self._recording_thread = body.get("threadId")
-        threading.Thread(target=self._capture, args=(body, breakpoint), daemon=True,
+        threading.Thread(target=self._capture, args=(body, breakpoint, None, hold), daemon=True,
                          name="ptdebug-record").start()
         return True
 
@@ -449,13 +449,16 @@ class RecordBreakpoints:
             if not listed:
                 raise AdapterError("the program has no thread to record")
             thread_id = listed[0]["id"]
-        self.session.run_control.hold("captureNow")  # its release and the user's are one
+        hold = self.session.run_control.hold("captureNow")  # its release and the user's are one
         self._recording_thread = thread_id
-        threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request),
+        threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request, hold),
                          daemon=True, name="ptdebug-record").start()
         return DEFERRED
 
-    def _capture(self, stopped: dict, breakpoint: dict, answer: Request | None = None) -> None:
+    def _capture(self, stopped: dict, breakpoint: dict, answer: Request | None = None,
+                 hold: int | None = None) -> None:
+        """`hold`: run control's id of this capture's hold (its release and end are this
+        hold's only: the next record breakpoint's may begin before this one ends)."""
         thread_id = stopped.get("threadId")
         backend = self.session.backend
         released = threading.Event()
@@ -475,7 +478,7 @@ class RecordBreakpoints:
             if not released.is_set() and not parked:
                 released.set()
                 # never a continue the program cannot take (features/run_control.py)
-                self.session.run_control.release(thread_id)
+                self.session.run_control.release(thread_id, hold)
 
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
@@ -571,7 +574,7 @@ class RecordBreakpoints:
                              "(the program resumed since); not shown")
                     continue
                 self.session.backend_event(Event(raw), observed=True)
-            self.session.run_control.done()  # stops features queued meanwhile go out now
+            self.session.run_control.done(hold)  # stops features queued meanwhile go out now
 
     def _tell_unwatched(self, capture: Capture, unwatched: dict) -> None:
         """Go: say which conditional breakpoints the recorded thread passed in the window

@@ -49,6 +49,7 @@ The model:
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -97,10 +98,14 @@ class RunControl:
         """How many `stopped` events came (a response older than the last one is stale)."""
         self._resumes_seen = 0
         """How many times threads were seen to resume (a stop older than that is stale)."""
-        self._holder: str | None = None
-        """What ptdebug holds the program for (a hidden stop), until its release."""
-        self._hidden = False
-        """A hidden operation is in progress (hold .. done): a stop a feature must show waits."""
+        self._holds: dict[int, str] = {}
+        """ptdebug's holds not let go yet (hold .. release): id -> what for. Two may overlap:
+        a capture that released the program and is finishing, and the next record
+        breakpoint's, which the first one's end must not let go."""
+        self._hidden_ops: set[int] = set()
+        """Holds whose hidden operation is not over (hold .. done): a stop a feature must show
+        waits for them."""
+        self._hold_ids = itertools.count(1)
         self._waiting: list[Request] = []
         """User run-control requests not decided yet, in their order: they wait for ptdebug's
         hidden stop to end and for the resume request before them to be answered."""
@@ -221,9 +226,9 @@ class RunControl:
         if not self._active():
             return None
         with self._cond:
-            if self._holder is not None:
+            if self._holds:
                 log.debug("run control: %s waits for ptdebug's %s", request.command,
-                          self._holder)
+                          ", ".join(self._holds.values()))
             elif self._in_flight:
                 log.debug("run control: %s waits for the resume request before it",
                           request.command)
@@ -246,7 +251,7 @@ class RunControl:
         (the answer moves the state the next one is decided against)."""
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._waiting and self._holder is None
+                self._cond.wait_for(lambda: self._waiting and not self._holds
                                     and not self._in_flight)
                 request = self._waiting.pop(0)
             self._serve(request)
@@ -270,6 +275,10 @@ class RunControl:
                 self._in_flight += 1
                 self._resume_sent = True
             stops_before = self._stops_seen
+            # debugpy's all-stop mode (stopAllThreadsOnSuspend) resumes every thread on a step
+            # too, and answers a step before its `continued` event: the next request is
+            # decided on the answer, so the answer must already mean "all threads run"
+            resumes_all = command == "continue" or self.all_stopped
         if pause:  # sent outside the lock: a write to debugpy may block for a while
             self.session.backend.forward(request)
             return DEFERRED
@@ -278,7 +287,7 @@ class RunControl:
             with self._cond:
                 self._in_flight -= 1
                 if response.get("success") and self._stops_seen == stops_before:
-                    if command == "continue":
+                    if resumes_all:
                         self._running()
                     else:
                         self.stopped.discard(thread_id)
@@ -332,26 +341,29 @@ class RunControl:
                 self._resyncing = False
 
     # --- ptdebug's hidden stops -----------------------------------------------------------
-    def hold(self, what: str) -> None:
+    def hold(self, what: str) -> int | None:
         """ptdebug keeps the stopped program for itself (`what`, for the log): from now on the
         user's run-control requests wait for `release`. Called as the stop is hidden (on the
-        backend's reader thread) or as captureNow takes a paused program."""
+        backend's reader thread) or as captureNow takes a paused program. Returns the hold's
+        id, for `release` and `done` (None in a session whose run control is not ours)."""
         if not self._active():
-            return
+            return None
         with self._cond:
-            self._holder = what
-            self._hidden = True
+            hold = next(self._hold_ids)
+            self._holds[hold] = what
+            self._hidden_ops.add(hold)
+            return hold
 
     def holding(self) -> bool:
         with self._cond:
-            return self._holder is not None
+            return bool(self._holds)
 
     def hidden_stop_in_progress(self) -> bool:
         """Whether ptdebug has the program in one of its own stops (hold .. done)."""
         with self._cond:
-            return self._hidden
+            return bool(self._hidden_ops)
 
-    def release(self, thread_id: int | None) -> None:
+    def release(self, thread_id: int | None, hold: int | None = None) -> None:
         """ptdebug's own `continue` of a hidden stop: sent only while the program is stopped
         (a second continue is never answered), bounded in time. The user's requests that
         waited are then served, in their order. Raises BackendTimeout / BackendGone."""
@@ -387,19 +399,29 @@ class RunControl:
                 if response.success and self._stops_seen == stops_before:
                     self._running()
         finally:
-            self._let_go()
+            self._let_go(hold)
 
-    def _let_go(self) -> None:
+    def _let_go(self, hold: int | None) -> None:
+        """The user's requests may go on, unless another hold keeps them (None: every hold)."""
         with self._cond:
-            self._holder = None
+            if hold is None:
+                self._holds.clear()
+            else:
+                self._holds.pop(hold, None)
         self._pump()
 
-    def done(self) -> None:
-        """The hidden operation is over (the capture kept or given up): stops features queued
-        meanwhile are delivered now, on this thread, in their order."""
-        self._let_go()  # in case release was never reached
+    def done(self, hold: int | None = None) -> None:
+        """The hidden operation of `hold` is over (the capture kept or given up): once none is
+        in progress, stops features queued meanwhile are delivered, on this thread, in their
+        order."""
+        self._let_go(hold)  # in case release was never reached
         with self._cond:
-            self._hidden = False
+            if hold is None:
+                self._hidden_ops.clear()
+            else:
+                self._hidden_ops.discard(hold)
+            if self._hidden_ops:
+                return
             after, self._after = self._after, []
         for deliver in after:
             try:
@@ -415,7 +437,7 @@ class RunControl:
         it is over and the program runs again; False when none is (the caller stops the
         program now). `deliver` runs on the thread that ends the hidden operation."""
         with self._cond:
-            if not self._hidden:
+            if not self._hidden_ops:
                 return False
             self._after.append(deliver)
             return True

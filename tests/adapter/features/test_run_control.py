@@ -96,12 +96,14 @@ def _until(predicate, seconds: float = 3.0) -> None:
         time.sleep(0.005)
 
 
-def _answer(session, index: int, success: bool = True) -> None:
-    """debugpy answers the forwarded request number `index` (a resume: `continued` first)."""
+def _answer(session, index: int, success: bool = True, continued: bool = True) -> None:
+    """debugpy answers the forwarded request number `index`: a `continue` with its
+    `continued` event first, as pydevd sends them (`continued=False`: a step's answer, whose
+    `continued` comes after)."""
     request, observe = session.backend.observers[index]
     response = {"type": "response", "seq": next(_seq), "request_seq": request.seq,
                 "command": request.command, "success": success}
-    if success:
+    if success and continued:
         _event(session, "continued", threadId=1, allThreadsContinued=True)
     observe(response)
     request.respond_like(response)
@@ -166,3 +168,45 @@ def test_a_continued_of_a_resume_in_flight_is_not_stale(session):
     assert len(session.test_client.events("continued")) == 1
     assert session.run_control.program_runs()
     assert session.backend.sent == ["continue"]
+
+
+def test_the_end_of_one_capture_does_not_let_go_of_the_next_ones_hold(session):
+    """A capture releases the program, and before it ends (decode, held stops) the next record
+    breakpoint fires and holds the program again. The first one's end must not let the user's
+    requests through while the second hidden stop is in progress (the fuzzer saw a user's
+    `stepOut` reach debugpy in the middle of a capture)."""
+    control = session.run_control
+    _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
+    first = control.hold("record breakpoint")
+    time.sleep(run_control.SETTLE)
+    control.release(2, first)
+    _event(session, "continued", threadId=2, allThreadsContinued=True)
+    _event(session, "stopped", reason="breakpoint", threadId=3, allThreadsStopped=True)
+    second = control.hold("record breakpoint")
+    resumed = _ask(session, "continue", 1)
+    control.done(first)
+    time.sleep(0.2)
+    assert not resumed.answered and control.holding()
+    assert session.backend.sent == ["ptdebug:continue"]
+    control.release(3, second)
+    control.done(second)
+    _until(lambda: resumed.answered)
+    assert session.test_client.response(resumed.seq)["body"] == {"allThreadsContinued": True}
+    assert session.backend.sent == ["ptdebug:continue", "ptdebug:continue"]
+
+
+def test_a_step_answered_before_its_continued_event_means_the_program_runs(session):
+    """pydevd answers a step before it sends the step's `continued`, and in all-stop mode the
+    step resumes every thread: a `continue` queued behind the step is decided on the answer
+    and must see a running program (it was forwarded, because another thread's stop was still
+    on the books, and debugpy never answered it: the fuzzer's seed 17, second run)."""
+    _event(session, "stopped", reason="data breakpoint", threadId=2, allThreadsStopped=True)
+    time.sleep(run_control.SETTLE)
+    step = _ask(session, "stepOut", 1)
+    resumed = _ask(session, "continue", 3)
+    _until(lambda: session.backend.sent == ["stepOut"])
+    _answer(session, 0, continued=False)
+    _until(lambda: resumed.answered)
+    assert step.answered
+    assert session.test_client.response(resumed.seq)["body"] == {"allThreadsContinued": True}
+    assert session.backend.sent == ["stepOut"]

@@ -9,8 +9,10 @@ so the ptrace stepper records a million instructions in seconds instead of the ~
 code takes here). A record breakpoint on the line calling `work` records `main.work` until it
 returns (the goid probe writes goroutine ids, so the capture has a goroutine index); a normal
 breakpoint on the next line stops there. The program calls `work` twice, with the two sizes,
-and each call is recorded and stopped at. Nothing else is timed: the requests are sent one
-after another, as VS Code sends them at a stop, the clock started when `stopped` arrived.
+and each call is recorded and stopped at. Then the same in two Python sessions (debugpy), on
+benchmarks/bench_reverse's program: a record breakpoint on a ctypes call of a C loop of the
+same sizes, the next line stopping. Nothing else is timed: the requests are sent one after
+another, as VS Code sends them at a stop, the clock started when `stopped` arrived.
 
     .venv/bin/python -m benchmarks.bench_first_look [--quick] [--json]
     ptdebug bench first_look
@@ -70,10 +72,13 @@ func main() {
 INSTRUCTIONS_PER_ITERATION = 456
 """Instructions of one iteration of burn's loop built with -N -l (Go 1.26, amd64): measured
 from a capture; the sizes asked for are approximate, the figures give the exact count."""
+PYTHON_INSTRUCTIONS_PER_ITERATION = 320
+"""The same for bench_reverse's C loop (gcc -O1)."""
 
 
-def _marker(text: str, name: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), 1) if line.endswith(f"// @{name}"))
+def _marker(text: str, name: str, prefix: str = "// @") -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1)
+                if line.endswith(f"{prefix}{name}"))
 
 
 def _timed(client: BlockingDapClient, command: str, arguments: dict) -> tuple[float, dict]:
@@ -82,8 +87,9 @@ def _timed(client: BlockingDapClient, command: str, arguments: dict) -> tuple[fl
     return (time.perf_counter() - start) * 1e3, body
 
 
-def _first_look(client: BlockingDapClient, thread_id: int) -> dict:
-    """The requests of a stop, timed in ms, right after its `stopped` event."""
+def _first_look(client, thread_id: int, go: bool = True) -> dict:
+    """The requests of a stop, timed in ms, right after its `stopped` event (`client`: a
+    BlockingDapClient or adapter.demo.DapPeer: `call(command, arguments)` -> body)."""
     figures = {}
     figures["threads_ms"], _ = _timed(client, "threads", {})
     figures["stackTrace_ms"], stack = _timed(client, "stackTrace", {
@@ -96,12 +102,66 @@ def _first_look(client: BlockingDapClient, thread_id: int) -> dict:
     figures["trace_scope_variables_ms"], variables = _timed(
         client, "variables", {"variablesReference": trace["variablesReference"]})
     names = {v["name"]: v for v in variables["variables"]}
-    if "goroutines" not in names:
-        raise RuntimeError(f"the trace scope has no goroutine items: {sorted(names)}")
-    figures["goroutines_item_ms"], _ = _timed(
-        client, "variables", {"variablesReference": names["goroutines"]["variablesReference"]})
-    figures["ptdebug_goroutines_ms"], _ = _timed(client, "ptdebug/goroutines", {})
+    if go:
+        if "goroutines" not in names:
+            raise RuntimeError(f"the trace scope has no goroutine items: {sorted(names)}")
+        figures["goroutines_item_ms"], _ = _timed(client, "variables", {
+            "variablesReference": names["goroutines"]["variablesReference"]})
+        figures["ptdebug_goroutines_ms"], _ = _timed(client, "ptdebug/goroutines", {})
+    else:
+        figures["locals_ms"], _ = _timed(client, "variables", {
+            "variablesReference": scopes["scopes"][0]["variablesReference"]})
     return {key: round(value, 1) for key, value in figures.items()}
+
+
+def _summary(capture: dict, figures: dict) -> dict:
+    slowest = max(figures.values())
+    return {"instructions": capture["instructions"], **figures, "slowest_ms": slowest,
+            "target_met": slowest <= TARGET_MS}
+
+
+def python_first_look(size: int) -> dict:
+    """The same in a Python session (debugpy): benchmarks/bench_reverse's program, whose
+    ctypes call of a small C library's `work(n)` is recorded from its entry to its return by a
+    record breakpoint, then the next line stops."""
+    from adapter.demo import DapPeer
+    from benchmarks.bench_reverse import LIBRARY, PROGRAM
+    iterations = max(1, size // PYTHON_INSTRUCTIONS_PER_ITERATION)
+    with tempfile.TemporaryDirectory(prefix="bench-first-look-py-") as directory:
+        root = pathlib.Path(directory)
+        (root / "burn.c").write_text(LIBRARY)
+        program = root / "program.py"
+        program.write_text(PROGRAM)
+        library = str(root / "libburn.so")
+        subprocess.run(["gcc", "-O1", "-g", "-shared", "-fPIC", "-o", library,
+                        str(root / "burn.c")], check=True)
+        with open(root / "adapter.log", "wb") as log:
+            dap = DapPeer([sys.executable, "-m", "adapter.cli", "dap"], log)
+            try:
+                dap.call("initialize", {"adapterID": "ptdebug", "linesStartAt1": True,
+                                        "columnsStartAt1": True, "pathFormat": "path"})
+                launch = dap.send("launch", {"program": str(program),
+                                             "args": [library, str(iterations)],
+                                             "console": "internalConsole",
+                                             "cwd": directory,
+                                             "recordWindow": {"function": "work",
+                                                              "timeout": 30}})
+                dap.event("initialized", "launch")
+                dap.call("setBreakpoints", {"source": {"path": str(program)}, "breakpoints": [
+                    {"line": _marker(PROGRAM, "record", "# @"), "mode": "record"},
+                    {"line": _marker(PROGRAM, "after", "# @")}]})
+                dap.call("configurationDone", {})
+                dap.response(launch, "launch")
+                capture = dap.event("ptdebug/capture", "the capture", timeout=600)
+                if capture.get("status") != "complete":
+                    raise RuntimeError(f"Python capture of ~{size} instructions: {capture}")
+                stopped = dap.event("stopped", "the stop after the capture", timeout=60)
+                return _summary(capture, _first_look(dap, stopped["threadId"], go=False))
+            finally:
+                try:
+                    dap.send("disconnect", {"terminateDebuggee": True})
+                finally:
+                    dap.close()
 
 
 def run(quick: bool = False) -> dict:
@@ -135,11 +195,8 @@ def run(quick: bool = False) -> dict:
             if capture.get("status") != "complete":
                 raise RuntimeError(f"capture of ~{size} instructions: {capture}")
             stopped = client.wait_event("stopped")["body"]
-            figures = _first_look(client, stopped["threadId"])
-            slowest = max(figures.values())
-            results[f"capture_{size}"] = {"instructions": capture["instructions"], **figures,
-                                          "slowest_ms": slowest,
-                                          "target_met": slowest <= TARGET_MS}
+            results[f"go_capture_{size}"] = _summary(capture, _first_look(
+                client, stopped["threadId"]))
             client.call("continue", {"threadId": stopped["threadId"]})
         client.send("disconnect", {"terminateDebuggee": True})
         adapter.stdin.close()
@@ -149,6 +206,8 @@ def run(quick: bool = False) -> dict:
             adapter.kill()
             adapter.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+    for size in sizes:
+        results[f"python_capture_{size}"] = python_first_look(size)
     return {"target_ms": TARGET_MS, **results}
 
 

@@ -140,7 +140,13 @@ def run(quick: bool = False) -> dict:
                      "libipt": " ".join(["insn_driver"] + libipt_argv[1:])},
         "machine": _machine(),
     }
-    result["target_met"] = result["ptdebug_vs_libipt"] >= TARGET
+    if quick:
+        # ptdebug's fixed start-up (interpreter, imports, ELF) weighs 3x more on the
+        # 1.7 M-instruction stream: the target is stated for the 5 M one
+        result["target_met"] = None
+        result["target_note"] = "the target applies to the 5 M-instruction stream (run without --quick)"
+    else:
+        result["target_met"] = result["ptdebug_vs_libipt"] >= TARGET
     return result
 
 

@@ -3,9 +3,10 @@ in the Processor Trace scope (time per goroutine, the goroutine at the position)
 pane and the recorded frames while replaying, and in the text of a replay stop.
 
 Layer: features. Reads captures (features.record_breakpoints.Capture) and builds their goroutine
-index with adapter.golang.bundle_index (decoding the capture's bundle again for its PTWRITE
-goids; the Capture's History does not keep them); knows DAP and the Session's hooks, and
-nothing of how a capture was recorded.
+index from the PTWRITE goids their decode kept (export.trace.ThreadTrace.ptwrites) and the
+binary's runtime layout (adapter.golang, read once per binary), or with
+adapter.golang.bundle_index, decoding the bundle again, where the decode kept none; knows DAP
+and the Session's hooks, and nothing of how a capture was recorded.
 
 Whose goroutine is which. In a Go session DAP thread ids are goroutine ids (Delve), and a
 capture belongs to the goroutine that hit its record breakpoint (`Capture.thread_id`). The OS

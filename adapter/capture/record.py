@@ -207,17 +207,25 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if python != "off" and ptw_probe is None:
             python_probe = _python_probe(target.pid, python == "on", log)
             ptw_probe = python_probe
+        go_window = None
+        if ptw_probe is None:  # a Go program: its goroutine kept on the thread, ids recorded
+            from adapter.golang.recording import GoWindow
+            go_window = ptw_probe = GoWindow.for_process(target.pid)
         recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
                                               return_address=return_address,
                                               breakpoints=breakpoints,
-                                              max_instructions=max_instructions)
+                                              max_instructions=max_instructions,
+                                              withheld_signals=getattr(
+                                                  ptw_probe, "withheld_signals", frozenset()))
         log(f"recording thread {rec_tid}")
         began = True
         try:
             rec = recorder.run()
         finally:
+            if go_window is not None:
+                go_window.release()  # preempted as usual again, whatever happened
             if not recorder.alive:
                 target.threads.pop(rec_tid, None)
                 if recorder.exit_status is not None and target.launched is not None \
@@ -226,6 +234,12 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             elif recorder.pending_signal:
                 target.keep_signal(rec_tid, recorder.pending_signal)
         partial = rec.partial_reason
+        if go_window is not None:
+            go_window.close()
+            writer.manifest["go"] = {"goroutines": go_window.describe(),
+                                     "withheld_signals": recorder.withheld}
+            if partial:
+                partial += f" ({go_window.describe()})"
         if python_probe is not None:
             writer.manifest["python"] = python_probe.manifest_entry()
             python_probe.close()

@@ -285,10 +285,12 @@ class ThreadRecorder:
     def __init__(self, tid: int, pid: int, end: EndCondition, *,
                  predict_returns: bool = True, ptw_probe=None, max_instructions: int = 50_000_000,
                  entry_rsp: int | None = None, return_address: int | None = None,
-                 breakpoints: str = "dr"):
+                 breakpoints: str = "dr", withheld_signals: frozenset = frozenset()):
         """`breakpoints`: "dr" (debug registers; any process) or "int3" (planted
         bytes; faster, only for a process whose one thread is this one, traced
-        with PTRACE_O_TRACECLONE so that a new thread is noticed)."""
+        with PTRACE_O_TRACECLONE so that a new thread is noticed).
+        `withheld_signals`: signals not delivered to the thread in the window
+        (Go's SIGURG: adapter/golang/recording.py says why that is safe)."""
         if breakpoints not in ("dr", "int3"):
             raise ValueError(f"breakpoints must be 'dr' or 'int3', not {breakpoints!r}")
         self.tid = tid
@@ -300,6 +302,9 @@ class ThreadRecorder:
         self.code = blocks.CodeCache(self._read_code)
         self.walker = blocks.Walker(self.code, predict_returns)
         self.ptw_probe = ptw_probe
+        self.withheld_signals = withheld_signals
+        self.withheld = 0
+        """How many withheld signals reached the thread (and were not delivered)."""
         self._last_ptw = None
         self.budget_total = min(end.count if end.count is not None else max_instructions,
                                 max_instructions)
@@ -610,6 +615,9 @@ class ThreadRecorder:
         transfer; otherwise the signal goes through and the loop continues."""
         rec = self.rec
         interrupted = regs.rip
+        if sig in self.withheld_signals:
+            self.withheld += 1
+            return None  # the loop resumes the thread without it
         if caught_signals(self.pid) & (1 << (sig - 1)):
             self._step(sig)
             rec.single_steps += 1
@@ -652,6 +660,9 @@ class ThreadRecorder:
         pt.getregs(self.tid, regs)
         if status.stop_signal != SIGTRAP:
             # the instruction raised a signal (a fault) or one arrived: deliver it
+            if status.stop_signal in self.withheld_signals and regs.rip != at:
+                self.withheld += 1
+                return None  # arrived after the step: it ran, and the signal is not delivered
             rec.ips.pop()  # a faulting instruction did not complete
             return self._deliver(status.stop_signal, regs)
         return None

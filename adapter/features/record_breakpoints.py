@@ -831,8 +831,11 @@ def _record_worker(spec_text: str) -> int:
     if spec.get("goid_probe"):
         from types import SimpleNamespace
 
+        from adapter.golang.recording import GoWindow
         from adapter.golang.stepper_probe import GoidProbe
         probe = GoidProbe(_tgid(tid), SimpleNamespace(**spec["goid_probe"]))
+        # Go's preemption signal is not delivered in the window (adapter/golang/recording.py)
+        probe.withheld_signals = GoWindow.withheld_signals
 
     def attached() -> None:
         if spec.get("parked"):

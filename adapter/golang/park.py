@@ -193,3 +193,18 @@ def resume_preemption(parked: Parked) -> None:
             memory.put(parked.schedwhen_address, 8, time.monotonic_ns())
     finally:
         memory.close()
+
+
+def hold_preemption(pid: int, fs_base: int, layout) -> Parked:
+    """Keep the goroutine on the thread whose fs_base is given for a recording that runs it,
+    without parking any code: sysmon's record of its P pushed ahead and a pending preemption
+    request dropped, as park() does. `resume_preemption` ends it; nothing else is put back
+    (the goroutine runs meanwhile, so the words saved before are stale)."""
+    memory = _Memory(pid)
+    try:
+        held = Parked(pid, 0, "")
+        _guard(memory, held, fs_base, layout)
+    finally:
+        memory.close()
+    held.saved = []
+    return held

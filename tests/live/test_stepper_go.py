@@ -38,3 +38,33 @@ def test_go_recording_equals_single_step_reference(rec_work_go, tmp_path):
     # interface calls are indirect: the recorder performed them without single steps
     assert result.recording.single_steps == 0
     assert result.recording.stops * 3 < len(reference)
+
+
+def test_go_recording_keeps_the_goroutine_through_preemption(rec_work_go, tmp_path):
+    """Issue 14: without GODEBUG=asyncpreemptoff=1 the slowed goroutine was asked to yield
+    (SIGURG, runtime.asyncPreempt) and the recording lost it after a few dozen instructions.
+    With the goroutine held on its thread for the window (adapter/golang/recording.py) the
+    recording is complete and its flow is the one single-stepped with preemption off."""
+    reference = reference_launched([rec_work_go], "main.work", env=GO_ENV)
+    env = {k: v for k, v in os.environ.items() if k != "GODEBUG"}
+    out = tmp_path / "preempted.bundle"
+    result = record.record_stepper(str(out), command=[str(rec_work_go)], start="main.work",
+                                   end=stepper.EndCondition(until_return=True), no_aslr=True,
+                                   env=env)
+    assert result.manifest["status"] == "complete", result.manifest["partial_reason"]
+    assert result.target_exit == 0
+    assert list(result.recording.ips) == reference
+    assert result.manifest["go"]["goroutines"] == "goroutine 1 throughout"
+
+
+def test_go_cli_recording_is_complete_without_godebug(rec_work_go, tmp_path):
+    """The issue's command line: `ptdebug record --from main.work --until-return -- ./prog`."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "GODEBUG"}
+    done = subprocess.run([sys.executable, "-m", "adapter.cli", "record", "--from", "main.work",
+                           "--until-return", "-o", str(tmp_path / "cli.bundle"), "--",
+                           str(rec_work_go)], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "complete:" in done.stdout + done.stderr

@@ -5,9 +5,10 @@ stepper time (adapter/export/trace.py): the output says so, and its profile's de
 type is instructions.
 
 Layer: command line over adapter.export. Checks the arguments once, decodes the bundle,
-writes the file and says what it wrote (--json: as one JSON object). Exit status: 0 written,
-1 the file could not be written, 2 bad arguments or a bundle that cannot be read. An existing
-FILE is replaced only with --force.
+writes the file and says what it wrote (--json: as one JSON object). While it works, a
+progress bar on stderr when stderr is a terminal (pt_decoder/tools/progress.py). Exit
+status: 0 written, 1 the file could not be written, 2 bad arguments or a bundle that cannot
+be read. An existing FILE is replaced only with --force.
 """
 from __future__ import annotations
 
@@ -39,14 +40,21 @@ def main(argv: list[str]) -> int:
     options = parser.parse_args(argv)
     if os.path.lexists(options.output) and not options.force:
         parser.error(f"{options.output} exists; give --force to replace it")
+    from pt_decoder.tools.progress import Progress
+    # a bar on stderr when it is a terminal: the decode per thread, then the writing
+    with Progress(1000, "export", unit=None) as bar:
+        return _export(options, bar)
+
+
+def _export(options, bar) -> int:
     from adapter.export.trace import STEPPER_TIME, DecodedBundle
-    decoded = DecodedBundle.open_for_command(options.bundle, "export")
+    decoded = DecodedBundle.open_for_command(options.bundle, "export", progress=bar.phase)
     if decoded is None:  # missing, not a bundle, unreadable: bad input
         return 2
     if decoded.manifest.get("status") == "partial":
-        print(f"ptdebug export: note: the bundle is partial "
-              f"({decoded.manifest.get('partial_reason')}); exporting what was recorded",
-              file=sys.stderr)
+        bar.print(f"ptdebug export: note: the bundle is partial "
+                  f"({decoded.manifest.get('partial_reason')}); exporting what was recorded")
+    bar.phase(f"writing {options.format}")
     try:
         if options.format == "pprof":
             from adapter.export.pprof import write_pprof
@@ -59,8 +67,10 @@ def main(argv: list[str]) -> int:
             slices = write_perfetto(decoded, options.output, options.trace_format)
             what = f"{slices} call slices"
     except OSError as exc:
+        bar.close()
         print(f"ptdebug export: cannot write {options.output}: {exc.strerror}", file=sys.stderr)
         return 1
+    bar.close()
     if options.json:
         print(json.dumps({"output": os.path.abspath(options.output), "format": options.format,
                           "instructions": decoded.total_instructions,

@@ -151,12 +151,13 @@ class DecodedBundle:
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
-    def open_for_command(cls, path: str | os.PathLike, command: str) -> DecodedBundle | None:
+    def open_for_command(cls, path: str | os.PathLike, command: str,
+                         progress: Progress | None = None) -> DecodedBundle | None:
         """`open` for a command-line tool: on failure the reason goes to stderr as
         "ptdebug COMMAND: ..." and None comes back (the tool then exits with status 2: the
-        bundle given is bad input, adapter/cli.py)."""
+        bundle given is bad input, adapter/cli.py). `progress` as for open()."""
         try:
-            return cls.open(path)
+            return cls.open(path, progress)
         except TraceError as exc:
             print(f"ptdebug {command}: {exc}", file=sys.stderr)
             return None

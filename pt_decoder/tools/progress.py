@@ -106,6 +106,17 @@ class Progress:
         self.shown = True
         self._drawn_at = now
 
+    def print(self, text: str) -> None:
+        """A line of text on the stream (a note, a warning) without garbling the bar:
+        the bar is erased, the line written, and the bar drawn again below it."""
+        with self._lock:
+            if self.shown:
+                self.stream.write("\r\x1b[K")
+            self.stream.write(text + "\n")
+            self.stream.flush()
+            if self.shown:
+                self._draw(time.monotonic())
+
     def close(self) -> None:
         """Erase the bar (the line it used is left empty for what follows)."""
         if self._timer is not None:

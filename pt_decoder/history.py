@@ -476,8 +476,8 @@ class History:
         return self.python
 
     def python_frame(self, pos: int):
-        """The Python frame (PyFrame: qualname, filename, line, code, index) instruction `pos`
-        ran under, or None where none is known. Raises IndexError if `pos` is outside,
+        """The Python frame (PyFrame: qualname, filename, line, code, index, depth) instruction
+        `pos` ran under, or None where none is known. Raises IndexError if `pos` is outside,
         PtError(INVALID) without Python attribution."""
         self._check(pos)
         return self._python().frame_at(pos)
@@ -488,13 +488,14 @@ class History:
         self._check(pos)
         return self._python().prev_line_change(pos)
 
-    def prev_python_line(self, pos: int, low: int = 0) -> Step:
+    def prev_python_line(self, pos: int, low: int = 0, over_calls: bool = False) -> Step:
         """Step back by Python line from `pos`: the first instruction of the previous run of
-        one (code object, line), runs without a Python frame passed over (native code before
-        the interpreter ran). Calls are not stepped over: the step lands in a callee's last
-        line as the recorded flow met it. Returns Step(position, "found"), or
-        Step(bound, "gap"|"start") when a gap, the history's start or `low` comes first.
-        Raises as python_frame does."""
+        one (code object, line, frame depth), runs without a Python frame passed over
+        (native code before the interpreter ran). Without `over_calls` the step lands in a
+        callee's last line as the recorded flow met it; with it, lines of frames deeper than
+        the one at `pos` are passed over (stepping back past the frame's first line goes to
+        its caller's line). Returns Step(position, "found"), or Step(bound, "gap"|"start")
+        when a gap, the history's start or `low` comes first. Raises as python_frame does."""
         self._check(pos)
         frames = self._python()
         gap_low, gap = self._low_bound(pos)
@@ -502,31 +503,58 @@ class History:
             low, gap = min(low, pos), None
         else:
             low = gap_low
+        here = frames.frame_at(pos)
+        depth = here.depth if here is not None and over_calls else 0
         target = frames.line_start(pos)
+        found = None   # over calls: a line's runs before and after a call are one line
         while True:
-            if target <= low:
-                return self._bound_step(low, False, gap)
+            if target <= low or frames.line_start(target - 1) < low:
+                return Step(found[0], "found") if found else self._bound_step(low, False, gap)
             target = frames.line_start(target - 1)
-            if target < low:
-                return self._bound_step(low, False, gap)
-            if frames.frame_at(target) is not None:
+            frame = frames.frame_at(target)
+            if frame is None or (depth and frame.depth > depth):
+                continue
+            key = (frame.code, frame.line, frame.depth)
+            if found is not None:
+                if key != found[1]:
+                    return Step(found[0], "found")
+                found = (target, key)
+            elif not over_calls:
                 return Step(target, "found")
+            else:
+                found = (target, key)
+                depth = frame.depth
 
-    def next_python_line(self, pos: int) -> Step:
+    def next_python_line(self, pos: int, over_calls: bool = False) -> Step:
         """Step forward by Python line: the first later instruction of another (code object,
-        line) with a Python frame. Returns Step(position, "found") or Step(last reachable,
-        "gap"|"end"). Raises as python_frame does."""
+        line, depth) with a Python frame (with `over_calls`, not deeper than the frame at
+        `pos`). Returns Step(position, "found") or Step(last reachable, "gap"|"end"). Raises
+        as python_frame does."""
         self._check(pos)
         frames = self._python()
         high, gap = self._high_bound(pos)
+        here = frames.frame_at(pos)
+        depth = here.depth if here is not None and over_calls else 0
+        key = (here.code, here.line, here.depth) if here is not None and over_calls else None
         target = pos
         while True:
             change = frames.next_line_change(target)
             if change is None or change >= high:
                 return self._bound_step(high - 1, True, gap)
             target = change
-            if frames.frame_at(target) is not None:
-                return Step(target, "found")
+            frame = frames.frame_at(target)
+            if frame is None or (depth and frame.depth > depth):
+                continue
+            if key is not None and (frame.code, frame.line, frame.depth) == key:
+                continue  # the same line again after the call it made
+            return Step(target, "found")
+
+    def python_stack(self, pos: int) -> list:
+        """The Python call stack of instruction `pos` (PyFrame, outermost first; None for a
+        frame the recording did not see; [] where no Python frame runs). Raises as
+        python_frame does."""
+        self._check(pos)
+        return self._python().stack_at(pos)
 
     # -- addresses ---------------------------------------------------------
 

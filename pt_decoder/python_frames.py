@@ -13,12 +13,17 @@ Intel PT capture whose program writes PTWRITEs share one path):
     bit 63       1: a Python sample (a goroutine id never sets it)
     bits 44..62  index + 1 of the code unit the frame is executing (0: before its first
                  instruction; 19 bits: code objects of up to 512 Ki code units)
-    bits 0..43   address of the code object >> 3 (user space is 47 bits; objects 8-aligned)
+    bits 24..43  depth of the frame: how many frames its thread's chain holds, itself
+                 included (20 bits)
+    bits 0..23   id of the code object in the bundle's table (1..16 M; 0: no frame)
 
-A value with the code field 0 says "no Python frame" (the thread runs no Python code: before
+A value with the code id 0 says "no Python frame" (the thread runs no Python code: before
 the interpreter starts, or a thread that only runs C). A sample at position p holds from p to
 the next sample: the recorder writes one whenever the value read at a stop changed, so the
-change happened at p or in the few instructions before it (docs/python.md).
+change happened at p or in the few instructions before it (docs/python.md). The depth gives
+the Python call stack: a sample at depth d keeps the d-1 frames below it as the last samples
+at those depths left them (a caller's last sample is at its call), and the table's
+"initial_stack" gives the frames below the window's first sample.
 
 Line tables (CPython sources cited per format):
   "3.11"  Objects/locations.md of CPython 3.11-3.13 (co_linetable: entries of 1-8 code units,
@@ -37,31 +42,38 @@ __all__ = ["PYTHON_SAMPLE", "CodeInfo", "PyFrame", "PythonFrames", "decode_sampl
            "encode_sample", "line_ranges", "samples_from_flow"]
 
 PYTHON_SAMPLE = 1 << 63
-_INDEX_SHIFT = 44
-_INDEX_BITS = 19
-_CODE_MASK = (1 << _INDEX_SHIFT) - 1
+_INDEX_SHIFT, _INDEX_BITS = 44, 19
+_DEPTH_SHIFT, _DEPTH_BITS = 24, 20
+_CODE_BITS = 24
+MAX_CODE_ID = (1 << _CODE_BITS) - 1
 NO_FRAME = PYTHON_SAMPLE
 """The sample of a thread that runs no Python frame."""
 
 
-def encode_sample(code_address: int, index: int) -> int:
-    """The PTWRITE payload for "code object at `code_address`, executing code unit `index`"
-    (-1: before its first instruction; clamped to the field). code_address 0: no frame."""
-    if code_address == 0:
+def encode_sample(code_id: int, index: int, depth: int = 1) -> int:
+    """The PTWRITE payload for "code object `code_id` of the table, executing code unit
+    `index` (-1: before its first instruction), `depth` frames deep" (index and depth
+    clamped to their fields). code_id 0: no frame."""
+    if code_id == 0:
         return NO_FRAME
+    if not 0 < code_id <= MAX_CODE_ID:
+        raise ValueError(f"code id {code_id} does not fit the sample (1..{MAX_CODE_ID})")
     slot = max(0, min(index + 1, (1 << _INDEX_BITS) - 1))
-    return PYTHON_SAMPLE | (slot << _INDEX_SHIFT) | ((code_address >> 3) & _CODE_MASK)
+    depth = max(1, min(depth, (1 << _DEPTH_BITS) - 1))
+    return PYTHON_SAMPLE | (slot << _INDEX_SHIFT) | (depth << _DEPTH_SHIFT) | code_id
 
 
-def decode_sample(value: int) -> tuple[int, int] | None:
-    """(code address, code unit index) of a Python sample; (0, -1) for "no Python frame";
-    None for a value that is no Python sample (a goroutine id, a program's own PTWRITE)."""
+def decode_sample(value: int) -> tuple[int, int, int] | None:
+    """(code id, code unit index, depth) of a Python sample; (0, -1, 0) for "no Python
+    frame"; None for a value that is no Python sample (a goroutine id, a program's own
+    PTWRITE)."""
     if not value & PYTHON_SAMPLE:
         return None
-    code = (value & _CODE_MASK) << 3
+    code = value & MAX_CODE_ID
     if code == 0:
-        return 0, -1
-    return code, ((value >> _INDEX_SHIFT) & ((1 << _INDEX_BITS) - 1)) - 1
+        return 0, -1, 0
+    return (code, ((value >> _INDEX_SHIFT) & ((1 << _INDEX_BITS) - 1)) - 1,
+            (value >> _DEPTH_SHIFT) & ((1 << _DEPTH_BITS) - 1))
 
 
 def samples_from_flow(items, ips) -> list[tuple[int, int]]:
@@ -162,6 +174,8 @@ class CodeInfo:
     linetable: bytes
     fmt: str
     """Line table format: "3.11" (3.11-3.13) or "3.10"."""
+    address: int = 0
+    """Where the code object was in the recorded process."""
     _starts: list = field(default_factory=list, repr=False)
     _ranges: list = field(default_factory=list, repr=False)
 
@@ -184,12 +198,14 @@ class CodeInfo:
     def to_json(self) -> dict:
         return {"qualname": self.qualname, "filename": self.filename,
                 "firstlineno": self.firstlineno, "fmt": self.fmt,
+                "address": f"{self.address:#x}",
                 "linetable": base64.b64encode(self.linetable).decode("ascii")}
 
     @classmethod
     def from_json(cls, obj: dict) -> CodeInfo:
         return cls(str(obj["qualname"]), str(obj["filename"]), int(obj["firstlineno"]),
-                   base64.b64decode(obj["linetable"]), str(obj.get("fmt", "3.11")))
+                   base64.b64decode(obj["linetable"]), str(obj.get("fmt", "3.11")),
+                   int(str(obj.get("address", "0")), 0))
 
 
 class PyFrame(NamedTuple):
@@ -199,22 +215,29 @@ class PyFrame(NamedTuple):
     filename: str
     line: int
     code: int
-    """Address of the code object (0 when unknown to the table)."""
+    """Id of the code object in the bundle's table (0 when the table lacks it)."""
     index: int
     """Code unit being executed (-1: before the first)."""
+    depth: int
+    """Frames in the thread's chain, this one included (0: unknown)."""
 
 
 class PythonFrames:
-    """Position -> Python frame over one recorded thread of `length` instructions.
+    """Position -> Python frame (and call stack) over one recorded thread of `length`
+    instructions.
 
     Built from the samples in position order; positions before the first sample and those
-    under a "no Python frame" sample have no frame (None)."""
+    under a "no Python frame" sample have no frame (None). `initial_stack`: [(code id,
+    index)] of the frames below the first sample's, outermost first (the recorder read them
+    when the window opened)."""
 
-    def __init__(self, samples, codes: dict[int, CodeInfo], length: int):
+    def __init__(self, samples, codes: dict[int, CodeInfo], length: int,
+                 initial_stack=()):
         self.codes = codes
         self.length = length
+        self.initial_stack = [(int(c), int(i)) for c, i in initial_stack]
         self._pos: list[int] = []
-        self._key: list[tuple[int, int]] = []   # (code address, index); (0, -1): none
+        self._key: list[tuple[int, int, int]] = []   # (code id, index, depth)
         for pos, value in sorted(samples, key=lambda s: s[0]):
             decoded = decode_sample(value)
             if decoded is None or not 0 <= pos < max(length, 1):
@@ -224,14 +247,15 @@ class PythonFrames:
                 continue
             self._pos.append(pos)
             self._key.append(decoded)
-        self._lines: list[tuple[int, int] | None] | None = None
+        self._lines: list[tuple[int, int, int] | None] | None = None
 
     @classmethod
     def from_manifest(cls, table: dict, samples, length: int) -> PythonFrames:
-        """From the bundle manifest's "python" entry ({"codes": {hex address: CodeInfo json}})."""
-        codes = {int(addr, 16): CodeInfo.from_json(info)
-                 for addr, info in (table.get("codes") or {}).items()}
-        return cls(samples, codes, length)
+        """From the bundle manifest's "python" entry ({"codes": {id: CodeInfo json},
+        "initial_stack": [[id, index], ...]})."""
+        codes = {int(ident): CodeInfo.from_json(info)
+                 for ident, info in (table.get("codes") or {}).items()}
+        return cls(samples, codes, length, table.get("initial_stack") or ())
 
     def __len__(self) -> int:
         return len(self._pos)
@@ -239,14 +263,15 @@ class PythonFrames:
     def _segment(self, pos: int) -> int:
         return bisect.bisect_right(self._pos, pos) - 1
 
-    def _frame_of(self, k: int) -> PyFrame | None:
-        code, index = self._key[k]
-        if code == 0:
-            return None
+    def _frame(self, code: int, index: int, depth: int) -> PyFrame:
         info = self.codes.get(code)
         if info is None:
-            return PyFrame(f"<code object at {code:#x}>", "", 0, code, index)
-        return PyFrame(info.qualname, info.filename, info.line(index), code, index)
+            return PyFrame(f"<code object {code}>", "", 0, code, index, depth)
+        return PyFrame(info.qualname, info.filename, info.line(index), code, index, depth)
+
+    def _frame_of(self, k: int) -> PyFrame | None:
+        code, index, depth = self._key[k]
+        return None if code == 0 else self._frame(code, index, depth)
 
     def frame_at(self, pos: int) -> PyFrame | None:
         """The Python frame instruction `pos` ran under, or None (no frame known there).
@@ -256,20 +281,52 @@ class PythonFrames:
         k = self._segment(pos)
         return None if k < 0 else self._frame_of(k)
 
-    def _segment_lines(self) -> list[tuple[int, int] | None]:
-        """(code address, line) of every segment: what "the Python line changed" compares."""
+    def stacks(self):
+        """(first position, stack) of every segment in order; a stack is a tuple of
+        (code id, index) pairs, outermost first, (0, -1) where a frame is unknown; () where
+        no Python frame runs."""
+        stack = list(self.initial_stack)
+        for k, pos in enumerate(self._pos):
+            code, index, depth = self._key[k]
+            if code == 0:
+                yield pos, ()
+                continue
+            if k == 0 and len(stack) != depth - 1:
+                stack = stack[-(depth - 1):] if depth > 1 else []
+                stack = [(0, -1)] * (depth - 1 - len(stack)) + stack
+            del stack[depth - 1:]
+            while len(stack) < depth - 1:
+                stack.append((0, -1))
+            stack.append((code, index))
+            yield pos, tuple(stack)
+
+    def stack_at(self, pos: int) -> list[PyFrame | None]:
+        """The Python call stack of instruction `pos`, outermost first (None for a frame the
+        recording did not see); [] where no Python frame runs. Raises IndexError outside."""
+        if not 0 <= pos < self.length:
+            raise IndexError(f"position {pos} is outside the history (0..{self.length - 1})")
+        found: tuple = ()
+        for start, stack in self.stacks():
+            if start > pos:
+                break
+            found = stack
+        depth = len(found)
+        return [None if code == 0 else self._frame(code, index, d)
+                for d, (code, index) in enumerate(found, depth and 1)]
+
+    def _segment_lines(self) -> list[tuple[int, int, int] | None]:
+        """(code id, line, depth) of every segment: what "the Python line changed" compares."""
         if self._lines is None:
-            out: list[tuple[int, int] | None] = []
+            out: list[tuple[int, int, int] | None] = []
             for k in range(len(self._pos)):
                 frame = self._frame_of(k)
-                out.append(None if frame is None else (frame.code, frame.line))
+                out.append(None if frame is None else (frame.code, frame.line, frame.depth))
             self._lines = out
         return self._lines
 
     def prev_line_change(self, pos: int) -> int | None:
-        """The last position before `pos` whose (code object, line) differs from that at
-        `pos`, or None when there is none in the history. Stepping back by Python line goes
-        there, then to the first position of that line's run (`line_start`)."""
+        """The last position before `pos` whose (code object, line, depth) differs from that
+        at `pos`, or None when there is none in the history."""
         lines = self._segment_lines()
         k = self._segment(pos)
         here = lines[k] if k >= 0 else None
@@ -283,7 +340,7 @@ class PythonFrames:
         return None
 
     def next_line_change(self, pos: int) -> int | None:
-        """The first position after `pos` whose (code object, line) differs, or None."""
+        """The first position after `pos` whose (code object, line, depth) differs, or None."""
         lines = self._segment_lines()
         k = self._segment(pos)
         here = lines[k] if k >= 0 else None
@@ -293,14 +350,15 @@ class PythonFrames:
         return None
 
     def line_start(self, pos: int) -> int:
-        """The first position of the run of positions with the same (code object, line) as
-        `pos` that contains it."""
+        """The first position of the run of positions with the same (code object, line,
+        depth) as `pos` that contains it."""
         change = self.prev_line_change(pos)
         return 0 if change is None else change + 1
 
     def line_sequence(self, start: int = 0, stop: int | None = None) -> list[tuple[int, PyFrame]]:
-        """(first position, frame) of each run of one (code object, line) in [start, stop),
-        in order; runs without a Python frame are left out (their neighbours stay apart)."""
+        """(first position, frame) of each run of one (code object, line, depth) in
+        [start, stop), in order; runs without a Python frame are left out (their
+        neighbours stay apart)."""
         stop = self.length if stop is None else stop
         out: list[tuple[int, PyFrame]] = []
         lines = self._segment_lines()

@@ -17,12 +17,12 @@ and under it (cum). Call stacks start at the recorded window: frames entered bef
 window opened are unknown, and a return past the first frame keeps the stack empty.
 
 A Python capture (the manifest's "python" table, the recorder's Python frame samples in the
-PTWRITE packets: pt_decoder/python_frames.py) gets the Python function and line each
-instruction ran under as the outermost frame of its stack, with the native frames recorded
-under it (as `py-spy --native` merges them): `go tool pprof -top -cum` lists the Python
-functions with everything their lines cost, native code included. Python frames have no
-address: their locations have address 0 and no mapping. Only the running Python frame is
-known (not its Python callers).
+PTWRITE packets: pt_decoder/python_frames.py) gets the Python call stack each instruction ran
+under (function and line of every frame, the callers' lines being their calls) as the outer
+part of its stack, with the native frames recorded under it (as `py-spy --native` merges
+them): `go tool pprof -top -cum` lists the Python functions with everything they cost, their
+Python callees and native code included. Python frames have no address: their locations have
+address 0 and no mapping.
 """
 from __future__ import annotations
 
@@ -62,45 +62,51 @@ class _Strings:
 
 class PythonLocations:
     """The Python (function, line) frames of a Python capture's stacks: stack_samples writes
-    frame k as the negative number -(k + 1) in a stack; `frames[k]` is its PyFrame."""
+    frame k as the negative number -(k + 1) in a stack; `function_key` names it."""
 
     def __init__(self, decoded: DecodedBundle):
         from pt_decoder.python_frames import CodeInfo
         table = decoded.manifest.get("python")
+        self.table = table if isinstance(table, dict) else None
         self.codes = {}
-        if isinstance(table, dict):
-            self.codes = {int(a, 16): CodeInfo.from_json(c)
-                          for a, c in (table.get("codes") or {}).items()}
-        self.frames: list = []
-        self._ids: dict[tuple, int] = {}
+        if self.table is not None:
+            self.codes = {int(ident): CodeInfo.from_json(c)
+                          for ident, c in (self.table.get("codes") or {}).items()}
+        self.frames: list[tuple[int, int]] = []
+        """(code id, line) of each element."""
+        self._ids: dict[tuple[int, int], int] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.codes)
+        return self.table is not None
 
-    def per_instruction(self, thread, length: int) -> list[int]:
-        """The stack element (-(k + 1), or 0 for none) of every instruction of `thread`."""
+    def _element(self, code: int, index: int) -> int:
+        info = self.codes.get(code)
+        key = (code, info.line(index) if info else 0)
+        ident = self._ids.get(key)
+        if ident is None:
+            ident = self._ids[key] = len(self.frames)
+            self.frames.append(key)
+        return -(ident + 1)
+
+    def per_instruction(self, thread, length: int) -> list[tuple[int, ...]]:
+        """The Python part of every instruction's stack, innermost first (() for none)."""
         from pt_decoder.python_frames import PythonFrames
-        frames = PythonFrames(thread.ptwrites, self.codes, length)
-        out = [0] * length
-        runs = frames.line_sequence()
-        for k, (start, frame) in enumerate(runs):
-            key = (frame.qualname, frame.filename, frame.line, frame.code)
-            ident = self._ids.get(key)
-            if ident is None:
-                ident = self._ids[key] = len(self.frames)
-                self.frames.append(frame)
-            stop = runs[k + 1][0] if k + 1 < len(runs) else length
-            for i in range(start, stop):
-                if frames.frame_at(i) is None:
-                    break  # a stretch without a Python frame ends the run early
-                out[i] = -(ident + 1)
+        frames = PythonFrames.from_manifest(self.table, thread.ptwrites, length)
+        out: list[tuple[int, ...]] = [()] * length
+        segments = list(frames.stacks())
+        for k, (start, stack) in enumerate(segments):
+            stop = segments[k + 1][0] if k + 1 < len(segments) else length
+            elements = tuple(self._element(code, index) for code, index in reversed(stack))
+            out[start:stop] = [elements] * (stop - start)
         return out
 
     def function_key(self, element: int) -> tuple[str, str, int, int]:
         """(name, file, first line, line) of stack element `element` (< 0)."""
-        frame = self.frames[-element - 1]
-        info = self.codes.get(frame.code)
-        return frame.qualname, frame.filename, info.firstlineno if info else 0, frame.line
+        code, line = self.frames[-element - 1]
+        info = self.codes.get(code)
+        if info is None:
+            return "[python frame not recorded]", "", 0, 0
+        return info.qualname, info.filename, info.firstlineno, line
 
 
 def stack_samples(decoded: DecodedBundle,
@@ -108,8 +114,8 @@ def stack_samples(decoded: DecodedBundle,
     """{(tid, (leaf ip, caller call-site ip, ...)): [cycles, instructions]} of the bundle.
 
     Call sites are the addresses of the call instructions, innermost first. With `python`
-    (a Python capture), the Python frame of each instruction ends its stack (a negative
-    number, PythonLocations).
+    (a Python capture), the Python frames of each instruction end its stack (negative
+    numbers, innermost first: PythonLocations).
     """
     samples: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for thread in decoded.threads:
@@ -152,8 +158,8 @@ def stack_samples(decoded: DecodedBundle,
             while n:
                 n, call_site = parents[n]
                 stack.append(call_site)
-            if py_frame and py_frame[0]:
-                stack.append(py_frame[0])
+            if py_frame:
+                stack.extend(py_frame[0])
             cell = samples.setdefault((thread.tid, tuple(stack)), [0, 0])
             cell[0] += cycles
             cell[1] += count

@@ -24,12 +24,13 @@ the kernel pins each remote page either way). docs/PERFORMANCE.md has the measur
 from __future__ import annotations
 
 from adapter.hw import ptrace as pt
-from pt_decoder.python_frames import NO_FRAME, CodeInfo, encode_sample
+from pt_decoder.python_frames import MAX_CODE_ID, NO_FRAME, CodeInfo, encode_sample
 
 from .cpython_layout import FRAME_OWNED_BY_CSTACK, CPythonLayout, PythonImage, find_python
 
 MAX_STRING = 4096
 MAX_LINETABLE = 1 << 20
+MAX_DEPTH = 100_000
 RELOOK_EVERY = 64
 """Stops between two walks of the thread list while the thread has no thread state yet."""
 
@@ -48,7 +49,14 @@ class PythonFrameProbe:
         self._tstates: dict[int, int] = {}
         self._misses: dict[int, int] = {}
         self.codes: dict[int, CodeInfo] = {}
+        """Table id -> what was read of the code object."""
+        self._ids: dict[int, int] = {}
         self.unreadable_codes: set[int] = set()
+        self.initial_stack: list[tuple[int, int]] | None = None
+        """(code id, index) of the frames under the first one read, outermost first."""
+        self._last_frame = self._last_previous = self._depth = 0
+        self.walks = 0
+        """How many times the frame chain was walked to know the depth."""
         self.reads = 0
         """How many times the probe ran."""
         lay = self.layout
@@ -121,20 +129,33 @@ class PythonFrameProbe:
         if tstate is None:
             return None
         self._sampled = True
-        lay = self.layout
         try:
             frame = self.current_frame(tstate)
+            frame, data = self._python_frame(frame)
             if not frame:
+                self._last_frame = self._last_previous = self._depth = 0
                 return NO_FRAME
-            data = self.memory.read(frame, self._frame_size)
-            if self._owner is not None and data[self._owner] == FRAME_OWNED_BY_CSTACK:
-                # an entry shim (3.12+): the Python frame is the one it was pushed over
-                frame = int.from_bytes(data[lay.frame_previous:lay.frame_previous + 8], "little")
-                if not frame:
-                    return NO_FRAME
-                data = self.memory.read(frame, self._frame_size)
+            code, index, previous = self._parse(data)
+            depth = self._depth_of(frame, previous)
         except OSError:
             return None
+        self._last_frame, self._last_previous, self._depth = frame, previous, depth
+        return encode_sample(self.code_id(code), index, depth)
+
+    def _python_frame(self, frame: int) -> tuple[int, bytes | None]:
+        """(frame, its first bytes), an entry shim (3.12+, owned by the C stack) replaced by
+        the Python frame it was pushed over; (0, None) where there is none."""
+        lay = self.layout
+        while frame:
+            data = self.memory.read(frame, self._frame_size)
+            if self._owner is None or data[self._owner] != FRAME_OWNED_BY_CSTACK:
+                return frame, data
+            frame = int.from_bytes(data[lay.frame_previous:lay.frame_previous + 8], "little")
+        return 0, None
+
+    def _parse(self, data: bytes) -> tuple[int, int, int]:
+        """(code object, code unit index, previous frame) of a frame's first bytes."""
+        lay = self.layout
         code = int.from_bytes(data[lay.frame_code:lay.frame_code + 8], "little")
         if lay.instr_kind == "lasti":
             index = int.from_bytes(data[lay.frame_instr:lay.frame_instr + 4], "little",
@@ -142,13 +163,44 @@ class PythonFrameProbe:
         else:
             instr = int.from_bytes(data[lay.frame_instr:lay.frame_instr + 8], "little")
             index = (instr - (code + lay.code_adaptive)) // 2
-        if code not in self.codes and code not in self.unreadable_codes:
-            self._read_code(code)
-        return encode_sample(code, index)
+        previous = int.from_bytes(data[lay.frame_previous:lay.frame_previous + 8], "little")
+        return code, index, previous
+
+    def _depth_of(self, frame: int, previous: int) -> int:
+        """How many Python frames the chain holds from `frame` down: from the last read when
+        the frame is the same, one pushed over it, or the one under it (no read); else by
+        walking the chain (a C function calling Python, the first read), which also records
+        the window's initial stack."""
+        if frame == self._last_frame and self._depth:
+            return self._depth
+        if previous and previous == self._last_frame and self._depth:
+            return self._depth + 1
+        if frame == self._last_previous and self._depth > 1:
+            return self._depth - 1
+        self.walks += 1
+        chain = []
+        below = previous
+        while below and len(chain) < MAX_DEPTH:
+            below, data = self._python_frame(below)
+            if not below:
+                break
+            code, index, below = self._parse(data)
+            chain.append((code, index))
+        if self.initial_stack is None:
+            self.initial_stack = [(self.code_id(code), index) for code, index in reversed(chain)]
+        return len(chain) + 1
 
     # -- code objects -----------------------------------------------------------------------
 
-    def _read_code(self, code: int) -> None:
+    def code_id(self, code: int) -> int:
+        """The table id of the code object at `code` (read the first time it is met)."""
+        ident = self._ids.get(code)
+        if ident is None:
+            ident = self._ids[code] = min(len(self._ids) + 1, MAX_CODE_ID)
+            self._read_code(code, ident)
+        return ident
+
+    def _read_code(self, code: int, ident: int) -> None:
         lay = self.layout
         read = self.memory.read_u64
         try:
@@ -160,7 +212,8 @@ class PythonFrameProbe:
         except (OSError, ValueError):
             self.unreadable_codes.add(code)
             return
-        self.codes[code] = CodeInfo(qualname, filename, first, linetable, lay.linetable_format)
+        self.codes[ident] = CodeInfo(qualname, filename, first, linetable,
+                                     lay.linetable_format, code)
 
     def read_str(self, obj: int) -> str:
         """A compact str object's text. Raises ValueError for what is not one."""
@@ -194,7 +247,9 @@ class PythonFrameProbe:
         return {"version": ".".join(map(str, lay.version)), "layout": lay.source,
                 "interpreter": self.image.path, "linetable_format": lay.linetable_format,
                 "sample_encoding": "pt_decoder/python_frames.py",
-                "codes": {f"{addr:x}": info.to_json() for addr, info in self.codes.items()}}
+                "codes": {str(ident): info.to_json() for ident, info in self.codes.items()},
+                "initial_stack": [list(f) for f in self.initial_stack or ()],
+                "unreadable_codes": [f"{a:#x}" for a in sorted(self.unreadable_codes)]}
 
     def close(self) -> None:
         if self._own_memory:

@@ -27,15 +27,21 @@ def markers() -> dict[str, int]:
             for m in [re.search(r"# @(\w+)", text)] if m}
 
 
-def settrace_states(exe: str) -> list[tuple[str, int]]:
-    """What sys.settrace reports in a separate run, from the @before line to the @after one."""
+def settrace_stacks(exe: str) -> list[list[tuple[str, int]]]:
+    """The call stacks (main() inward) sys.settrace reports in a separate run, from the
+    @before line to the @after one."""
     out = subprocess.run([exe, str(FIXTURE), "settrace"], capture_output=True, text=True,
                          check=True, timeout=60).stdout
-    states = [tuple(s) for s in json.loads(out)]
+    stacks = [[tuple(f) for f in stack] for stack in json.loads(out)]
     mark = markers()
-    first = states.index(("main", mark["before"]))
-    last = states.index(("main", mark["after"]))
-    return states[first:last + 1]
+    first = stacks.index([("main", mark["before"])])
+    last = stacks.index([("main", mark["after"])])
+    return stacks[first:last + 1]
+
+
+def from_main(stack) -> list[tuple[str, int]]:
+    names = [(f.qualname, f.line) for f in stack]
+    return names[[n for n, _ in names].index("main"):]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -43,7 +49,8 @@ def test_python_lines_of_a_recording_equal_settrace(version, tmp_path):
     exe = interpreter(version)
     if exe is None:
         pytest.skip(f"no CPython {version} on this machine")
-    expected = settrace_states(exe)
+    expected_stacks = settrace_stacks(exe)
+    expected = [stack[-1] for stack in expected_stacks]
     out = tmp_path / "py.bundle"
     result = record.record_stepper(str(out), command=[exe, str(FIXTURE)], start="getppid",
                                    end=stepper.EndCondition(until_spec="getpgrp"),
@@ -62,6 +69,10 @@ def test_python_lines_of_a_recording_equal_settrace(version, tmp_path):
     found = [(f.qualname, f.line) for _, f in runs]
     assert found == expected
     assert {f.filename for _, f in runs} == {str(FIXTURE)}
+    # the Python call stack of every line, callers at their calls, as settrace saw it; under
+    # main() the frames of the window's start (<module>) read when it opened
+    assert [from_main(hist.python_stack(pos)) for pos, _ in runs] == expected_stacks
+    assert hist.python_stack(0)[0].qualname == "<module>"
     mark = markers()
     # the window opens inside getppid (libc): its instructions belong to the line that called it
     first = hist.python_frame(0)
@@ -82,6 +93,17 @@ def test_python_lines_of_a_recording_equal_settrace(version, tmp_path):
         assert hist.python_line_change_before(pos) in (None, pos - 1)
     assert walked == expected[::-1]
     assert pos == 0
+    # over calls, from the end: main's own lines only
+    pos, walked = len(hist) - 1, []
+    while (step := hist.prev_python_line(pos, over_calls=True)).reason == "found":
+        pos = step.position
+        walked.append((hist.python_frame(pos).qualname, hist.python_frame(pos).line))
+    assert walked == [("main", mark["call"]), ("main", mark["before"])]
+    forward = []
+    while (step := hist.next_python_line(pos, over_calls=True)).reason == "found":
+        pos = step.position
+        forward.append((hist.python_frame(pos).qualname, hist.python_frame(pos).line))
+    assert forward == [("main", mark["call"]), ("main", mark["after"])]
 
 
 def test_python_on_for_a_program_without_python_is_refused(tmp_path):

@@ -13,10 +13,12 @@ import pytest
 from python_interpreters import VERSIONS, interpreter
 
 from pt_decoder.encoder import Encoder
+from pt_decoder.errors import PtError
 from pt_decoder.history import History
 from pt_decoder.image import Image
 from pt_decoder.insn import InsnDecoder
 from pt_decoder.python_frames import (
+    MAX_CODE_ID,
     NO_FRAME,
     CodeInfo,
     PythonFrames,
@@ -28,11 +30,13 @@ from pt_decoder.python_frames import (
 
 
 def test_sample_encoding_round_trips():
-    for code, index in [(0x7F12_3456_7890, -1), (0x5555_5555_0008, 0), (0x7FFF_FFFF_FFF8, 123456)]:
-        assert decode_sample(encode_sample(code, index)) == (code, index)
-    assert decode_sample(encode_sample(0, 7)) == (0, -1) and encode_sample(0, 7) == NO_FRAME
+    for code, index, depth in [(1, -1, 1), (77, 0, 3), (MAX_CODE_ID, 123456, (1 << 20) - 1)]:
+        assert decode_sample(encode_sample(code, index, depth)) == (code, index, depth)
+    assert decode_sample(encode_sample(0, 7)) == (0, -1, 0) and encode_sample(0, 7) == NO_FRAME
     assert decode_sample(42) is None          # a goroutine id is no Python sample
-    assert decode_sample(encode_sample(0x1000, 1 << 30)) == (0x1000, (1 << 19) - 2)  # clamped
+    assert decode_sample(encode_sample(5, 1 << 30, 1 << 30)) == (5, (1 << 19) - 2, (1 << 20) - 1)
+    with pytest.raises(ValueError, match="code id 16777216 does not fit"):
+        encode_sample(MAX_CODE_ID + 1, 0)
 
 
 # Dumps (linetable, firstlineno, co_lines() in code units) of every code object of a few
@@ -99,27 +103,33 @@ def _line_index(func, line: int) -> int:
 
 
 @pytest.mark.skipif(sys.version_info[:2] < (3, 11), reason="builds 3.11-format tables")
-def test_frames_and_python_line_steps_over_a_history():
-    outer, inner = 0x7F00_0000_1000, 0x7F00_0000_2000
+def test_frames_stacks_and_python_line_steps_over_a_history():
+    outer, inner, module = 1, 2, 3
     first = _outer.__code__.co_firstlineno
-    codes = {outer: _code_info(_outer), inner: _code_info(_inner)}
-    # positions:  0-1 native (no frame) | 2-4 outer line+1 | 5-7 inner line | 8-9 outer line+2
+    inner_line = _inner.__code__.co_firstlineno + 1
+    codes = {outer: _code_info(_outer), inner: _code_info(_inner), module: _code_info(_module)}
+    # positions:  0-1 native (no frame) | 2-4 outer line+1 | 5-7 inner line (depth 3)
+    #             | 8-9 outer line+2; the window opened with <module> at depth 1 below outer
     samples = [(0, NO_FRAME),
-               (2, encode_sample(outer, _line_index(_outer, first + 1))),
-               (3, encode_sample(outer, _line_index(_outer, first + 1))),   # same line
-               (5, encode_sample(inner, _line_index(_inner, _inner.__code__.co_firstlineno + 1))),
-               (8, encode_sample(outer, _line_index(_outer, first + 2)))]
+               (2, encode_sample(outer, _line_index(_outer, first + 1), 2)),
+               (3, encode_sample(outer, _line_index(_outer, first + 1), 2)),   # same line
+               (5, encode_sample(inner, _line_index(_inner, inner_line), 3)),
+               (8, encode_sample(outer, _line_index(_outer, first + 2), 2))]
     n = 10
     hist = History.from_columns(array("Q", range(0x1000, 0x1000 + n)), array("Q", range(n)),
                                 array("Q", range(n)), array("B", bytes(n)))
-    with pytest.raises(Exception, match="no Python attribution"):
+    with pytest.raises(PtError, match="no Python attribution"):
         hist.python_frame(0)
-    hist.attach_python(PythonFrames(samples, codes, n))
-    assert hist.python_frame(1) is None
+    hist.attach_python(PythonFrames(samples, codes, n, [(module, 4)]))
+    assert hist.python_frame(1) is None and hist.python_stack(1) == []
     f = hist.python_frame(4)
-    assert (f.qualname, f.line, f.filename) == ("_outer", first + 1, __file__)
+    assert (f.qualname, f.line, f.filename, f.depth) == ("_outer", first + 1, __file__, 2)
     assert hist.python_frame(6).qualname == "_inner"
     assert hist.python_frame(9).line == first + 2
+    # the stack: the caller's line is where it called (its last sample)
+    assert [(x.qualname, x.line) for x in hist.python_stack(6)] == [
+        ("_module", codes[module].line(4)), ("_outer", first + 1), ("_inner", inner_line)]
+    assert [x.qualname for x in hist.python_stack(9)] == ["_module", "_outer"]
     assert hist.python_line_change_before(9) == 7
     assert hist.python_line_change_before(4) == 1
     assert hist.python_line_change_before(1) is None
@@ -127,12 +137,20 @@ def test_frames_and_python_line_steps_over_a_history():
     assert hist.prev_python_line(9) == (5, "found", None)
     assert hist.prev_python_line(5) == (2, "found", None)
     assert hist.prev_python_line(2).reason == "start"
+    # over calls: inner's line (deeper) is passed over
+    assert hist.prev_python_line(9, over_calls=True) == (2, "found", None)
+    assert hist.next_python_line(2, over_calls=True) == (8, "found", None)
     assert hist.next_python_line(0) == (2, "found", None)
     assert hist.next_python_line(2) == (5, "found", None)
     assert hist.next_python_line(8).reason == "end"
     seq = [(f.qualname, f.line) for _, f in hist.python.line_sequence()]
-    assert seq == [("_outer", first + 1), ("_inner", _inner.__code__.co_firstlineno + 1),
-                   ("_outer", first + 2)]
+    assert seq == [("_outer", first + 1), ("_inner", inner_line), ("_outer", first + 2)]
+    with pytest.raises(PtError, match="cover 3 instructions, the history 10"):
+        hist.attach_python(PythonFrames(samples, codes, 3))
+
+
+def _module():
+    return _outer(1)
 
 
 # The Intel PT path: code that executes PTWRITE (F3 REX.W 0F AE /4, SDM Vol. 2B) and the
@@ -142,7 +160,7 @@ CODE = 0x40_1000
 
 
 def test_attribution_from_ptwrite_packets_of_an_intel_pt_stream():
-    code_a, code_b = 0x7F00_0000_1000, 0x7F00_0000_2000
+    code_a, code_b = 1, 2
     info_a = CodeInfo("handler", "/srv/app.py", 10, bytes([0x80 | (13 << 3) | 7, 2]), "3.11")
     info_b = CodeInfo("helper", "/srv/util.py", 40, bytes([0x80 | (13 << 3) | 7, 6]), "3.11")
     # ptwrite; nop; nop; ptwrite; nop; ret-less end (tracing is disabled after the last nop)
@@ -154,9 +172,9 @@ def test_attribution_from_ptwrite_packets_of_an_intel_pt_stream():
     enc.mode_exec(64)
     enc.psbend()
     enc.tip_pge(CODE)
-    enc.ptw(encode_sample(code_a, 0), 8, ip=True)
+    enc.ptw(encode_sample(code_a, 0, 1), 8, ip=True)
     enc.fup(CODE)
-    enc.ptw(encode_sample(code_b, 2), 8, ip=True)
+    enc.ptw(encode_sample(code_b, 2, 2), 8, ip=True)
     enc.fup(CODE + 7)
     enc.tip_pgd(None)
     data = enc.getvalue()
@@ -164,10 +182,11 @@ def test_attribution_from_ptwrite_packets_of_an_intel_pt_stream():
     # the decoder stops where the packets end; what matters is the ptwrite attribution
     flow = InsnDecoder(data, image).decode()
     samples = samples_from_flow(flow.items, flow.ip)
-    assert [decode_sample(v) for _, v in samples] == [(code_a, 0), (code_b, 2)]
+    assert [decode_sample(v) for _, v in samples] == [(code_a, 0, 1), (code_b, 2, 2)]
     frames = PythonFrames(samples, {code_a: info_a, code_b: info_b}, len(flow.ip))
     ips = list(flow.ip)
     assert ips[:4] == [CODE, CODE + 5, CODE + 6, CODE + 7]
     assert frames.frame_at(0)[:3] == ("handler", "/srv/app.py", 11)
     assert frames.frame_at(2)[:3] == ("handler", "/srv/app.py", 11)
     assert frames.frame_at(3)[:3] == ("helper", "/srv/util.py", 43)
+    assert [f.qualname for f in frames.stack_at(3)] == ["handler", "helper"]

@@ -243,8 +243,7 @@ class Image:
         if isinstance(source, str):
             try:
                 with open(source, "rb") as f:
-                    f.seek(offset)
-                    data = f.read() if size is None else f.read(size)
+                    data = _read_part(f, offset, size)
                 total = os.path.getsize(source)
             except OSError as e:
                 raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read {source}: {e.strerror}")
@@ -374,8 +373,7 @@ class Image:
         """
         try:
             with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read() if size is None else f.read(size)
+                data = _read_part(f, offset, size)
         except OSError as e:
             raise PtError(ErrorCode.BAD_FILE, detail=f"cannot read {path} to map at {vaddr:#x}: {e.strerror}")
         self.add_section(vaddr, data, path, offset)
@@ -500,6 +498,15 @@ class Image:
             if module.load_address <= addr < module.load_address + module.size:
                 return module
         return None
+
+
+def _read_part(f, offset: int, size: int | None) -> bytes:
+    """`size` bytes (None: all) of the open file `f` from `offset`, never more than the file
+    holds: a size taken from a bundle's manifest may be anything, and read(size) allocates it
+    up front (2^40 ran the decoder out of memory)."""
+    available = max(0, os.fstat(f.fileno()).st_size - offset)
+    f.seek(offset)
+    return f.read(available if size is None else min(size, available))
 
 
 def _perf_map_owners(path: str) -> set[int] | None:

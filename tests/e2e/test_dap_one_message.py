@@ -204,3 +204,38 @@ def test_a_fifo_as_the_perf_map_does_not_wedge_disassemble(start_adapter):
         os.unlink(path)
     assert evaluate(client, frame, "result") == "6"
     _finish(run, client, thread_id)
+
+
+def test_requests_ptdebug_answers_itself_are_bounded(start_adapter):
+    """Sizes, counts and ids at their extremes in the other requests ptdebug answers itself:
+    each is answered within seconds, and the session goes on."""
+    run = start_adapter()
+    client = run.client
+    thread_id, frame = _stopped(client)
+    buf = hex(int(evaluate(client, frame, ADDRESS_OF_BUF)))
+    cases = [
+        ("dataBreakpointInfo", {"name": buf, "asAddress": True, "bytes": 10**12}),
+        ("dataBreakpointInfo", {"name": buf, "asAddress": True, "bytes": -8}),
+        ("dataBreakpointInfo", {"name": "0x" + "f" * 50_000, "asAddress": True, "bytes": 8}),
+        ("dataBreakpointInfo", {"name": "x" * 100_000, "frameId": frame}),
+        ("setDataBreakpoints", {"breakpoints": [{"dataId": f"{buf}/{n}"}
+                                                for n in range(20_000)]}),
+        ("setDataBreakpoints", {"breakpoints": [{"dataId": "0x10/" + "9" * 5000}]}),
+        ("stepBack", {"threadId": 0}),
+        ("reverseContinue", {"threadId": 10**30}),
+        ("ptdebug/captureNow", {"threadId": -1}),
+        ("setInstructionBreakpoints", {"breakpoints": [{"instructionReference": "0x1",
+                                                        "offset": 10**30}]}),
+    ]
+    for command, arguments in cases:
+        started = time.monotonic()
+        response = client.request(command, arguments, timeout=30)
+        assert time.monotonic() - started < 20, (command, "took", time.monotonic() - started)
+        body = response.get("body") or {}
+        refused = response["success"] is False or all(
+            not bp.get("verified") for bp in body.get("breakpoints", [])) or (
+            body.get("dataId") is None)
+        assert refused, (command, response)
+    client.call("setDataBreakpoints", {"breakpoints": []})
+    assert evaluate(client, frame, "result") == "6"
+    _finish(run, client, thread_id)

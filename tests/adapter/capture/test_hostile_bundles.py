@@ -190,3 +190,16 @@ def test_a_random_trace_that_decodes_to_nothing_says_so(tmp_path):
     result = ptdebug("decode", str(path))
     assert result.returncode == 0
     assert "no instruction decoded from 5000 bytes" in result.stderr
+
+
+@pytest.mark.parametrize("size", [1 << 40, (1 << 63) - 1])
+def test_an_image_size_past_the_file_maps_what_the_file_holds(bundle, tmp_path, size):
+    """Found by the bundle fuzzer: `size` 2^63-1 raised OverflowError in decode, and 2^40 tried
+    to allocate a terabyte. The mapping is the part of the file that exists."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["images"][0]["size"] = size
+    manifest["images"][0]["load_address"] = 0x400000
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    for command in ("decode", "export"):
+        result = ptdebug(*COMMANDS[command](bundle, tmp_path))
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr

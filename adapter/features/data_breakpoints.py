@@ -401,7 +401,7 @@ class DataBreakpoints:
                     events = []
         if not self.armed:
             self._closed.wait(POLL_INTERVAL)
-        hits = [e for e in events if not isinstance(e, LostHits)]
+        hits = _one_per_store([e for e in events if not isinstance(e, LostHits)])
         lost = sum(e.count for e in events if isinstance(e, LostHits))
         if lost:
             self._tell(f"ptdebug: {lost} watchpoint hits were lost\n")
@@ -625,26 +625,39 @@ class DataBreakpoints:
         count = len(frames)
         start, levels = arguments.get("startFrame") or 0, arguments.get("levels") or 0
         shown = frames[start:start + levels] if levels else frames[start:]
-        forwarded = dict(arguments, startFrame=max(0, start - count))
-        drop = False
+        first = start <= count  # this page holds the top of debugpy's frames
+        forwarded = dict(arguments, startFrame=max(0, start - count) + (
+            0 if first else native.hidden))
+        drop, rest = False, 0
         if levels:
             rest = levels - len(shown)
             drop = rest <= 0  # only native frames asked: debugpy's answer gives the total
-            forwarded["levels"] = max(rest, 1)
+            forwarded["levels"] = max(rest, 1) + (HANDLER_FRAMES if first else 0)
         request.raw["arguments"] = forwarded
-        self._stack_pages[request.raw.get("seq")] = (shown, count, drop)
+        self._stack_pages[request.raw.get("seq")] = (shown, count, drop, first, rest, native)
         return None
 
     def _observe_stack(self, request: dict, response: dict) -> None:
         page = self._stack_pages.pop(request.get("seq"), None)
         if page is None or not response.get("success"):
             return
-        shown, count, drop = page
+        shown, count, drop, first, rest, native = page
         body = response.setdefault("body", {})
         python = [] if drop else list(body.get("stackFrames") or [])
         total = body.get("totalFrames") or len(body.get("stackFrames") or [])
+        if first:
+            # debugpy lists the live stack of the held writer when it shows library code
+            # (justMyCode false): the SIGTRAP handler and what it calls sit above the frame
+            # that wrote. They are ptdebug's, not the program's: the writer's frame is first.
+            cut = next((i for i, f in enumerate(python) if f.get("name") == "on_trap"
+                        and not str((f.get("source") or {}).get("path", "")).endswith(".py")),
+                       -1)
+            native.hidden = cut + 1
+            python = python[cut + 1:]
+            if rest > 0:
+                python = python[:rest]
         body["stackFrames"] = shown + python
-        body["totalFrames"] = total + count
+        body["totalFrames"] = total + count - native.hidden
 
     def _scopes(self, request: Request) -> object:
         native = self.native
@@ -750,6 +763,23 @@ class DataBreakpoints:
             self.armed.clear()
             if self.trap and self.session.backend is not None:
                 self._uninstall_trap()
+
+
+HANDLER_FRAMES = 4
+"""Python frames the writer's SIGTRAP handler may add above the writer's own (on_trap and what
+it calls, when debugpy shows library code): asked for beyond a page, then cut."""
+SAME_STORE_NS = 1_000_000
+"""Samples of one watch, thread and IP closer than this are one store seen by several
+registers (a 32-byte store into a 32-byte watch: four), not several writes."""
+
+
+def _one_per_store(hits: list) -> list:
+    kept: list = []
+    for hit in hits:
+        if not any(k.watch is hit.watch and k.tid == hit.tid and k.ip == hit.ip
+                   and abs(k.time_ns - hit.time_ns) < SAME_STORE_NS for k in kept[-4:]):
+            kept.append(hit)
+    return kept
 
 
 _RANGE_GROUP = re.compile(r"^\[(\d+):(\d+)\]$")

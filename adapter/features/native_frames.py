@@ -47,6 +47,8 @@ class NativeStack:
     """What moment the frames show, e.g. "at the write" (they are not the thread's present)."""
     make: Callable[[], list[dict]] | None = None
     """Builds `frames` when first needed: a stop is sent before its frames are symbolised."""
+    hidden: int = 0
+    """Frames of debugpy's list not shown (the handler's, above the writer's frame)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def get_frames(self) -> list[dict]:

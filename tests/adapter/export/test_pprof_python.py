@@ -1,0 +1,57 @@
+"""`ptdebug export pprof` of a Python capture: a real stepper recording of score() in
+tests/fixtures/programs/py_attribution.py (with the Python probe); `go tool pprof -top -cum`
+lists the Python functions with the instructions that ran under each (their Python callees
+and the native code under them included), and the native functions under them keep theirs."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from recorded_bundles import PROGRAMS, go_tool, ptdebug
+
+from adapter.capture import record, stepper
+from adapter.python.bundle_frames import python_histories
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
+
+
+def _top(path) -> dict[str, tuple[int, int]]:
+    """{function: (flat, cum)} in instructions from `go tool pprof -top`."""
+    out = subprocess.run([go_tool(), "tool", "pprof", "-top", "-cum", "-nodecount=100000",
+                          "-nodefraction=0", "-sample_index=instructions", str(path)],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+)$", line)
+        if m:
+            rows[m.group(3).strip()] = (int(m.group(1)), int(m.group(2)))
+    assert rows, out
+    return rows
+
+
+def test_pprof_names_the_python_functions_over_the_native_ones(tmp_path):
+    bundle = tmp_path / "py.bundle"
+    result = record.record_stepper(str(bundle), command=[sys.executable,
+                                                         str(PROGRAMS / "py_attribution.py")],
+                                   start="getppid", end=stepper.EndCondition(until_spec="getpgrp"),
+                                   python="on", trigger_timeout=60)
+    assert result.manifest["status"] == "complete"
+    out = tmp_path / "py.pb.gz"
+    ptdebug("export", "pprof", str(bundle), "-o", str(out))
+    top = _top(out)
+    (thread,) = python_histories(bundle)
+    hist = thread.history
+    under = Counter()   # instructions with each Python function on their stack
+    for pos in range(len(hist)):
+        for name in {f.qualname for f in hist.python_stack(pos) if f is not None}:
+            under[name] += 1
+    for name in ("main", "score", "weight", "clamp"):
+        assert top[name] == (0, under[name]), (name, top[name], under[name])
+    assert top["main"][1] == len(hist)            # everything in the window ran under main
+    assert top["score"][1] > top["weight"][1] > top["clamp"][1] > 0
+    # the interpreter and the native code under the Python lines keep their own names
+    assert top["_PyEval_EvalFrameDefault"][0] > 0
+    assert "getppid" in top and "getpgrp" not in top   # the window ends before getpgrp

@@ -130,3 +130,41 @@ def test_a_new_set_replaces_the_old_one_and_addresses_keep_their_names(start_ada
                                                         "levels": 40})["stackFrames"]
                   if "instructionPointerReference" not in f)
     finish(run, stopped["threadId"], python["id"])
+
+
+INJECT_FAILURE = (  # the next set_suspend in the debuggee raises once, then pydevd's is back
+    "(lambda d: setattr(d, 'set_suspend', lambda *a, **k: (delattr(d, 'set_suspend'), "
+    "(_ for _ in ()).throw(RuntimeError('injected by the test')))[1]))"
+    "(__import__('pydevd').get_global_debugger())")
+
+
+def test_a_failed_hit_is_told_and_the_next_hit_stops(start_adapter):
+    """A hit whose handling fails (here pydevd raising in the writer's SIGTRAP handler) reaches
+    the user as an `output` event (category important) naming the watch, the address, the
+    thread and the handler's error; watching goes on and the next write stops its writer."""
+    run = start_adapter()
+    client = run.client
+    main_thread, frame = armed_service(run, "queue")
+    armed = watch(client, frame, "kv[2, 0]")
+    evaluate(client, frame, INJECT_FAILURE)
+    client.call("continue", {"threadId": main_thread})
+    told = client.expect_event("output", pred=lambda e: "not turned into a stop"
+                               in e["body"]["output"], timeout=30)["body"]
+    assert told["category"] == "important", told
+    address = armed["message"].split(" bytes at ")[1].split(")")[0]
+    for part in ("kv[2, 0]", address, "written by thread tid", "injected by the test"):
+        assert part in told["output"], (part, told)
+    assert not client.events("stopped")[1:], client.events("stopped")  # only the @armed stop
+    # The engine is alive: the next write stops the queue worker at its write.
+    client.call("evaluate", {"expression": "__import__('__main__').requests.put((2, 7))",
+                             "context": "repl"})
+    stopped = client.expect_stopped("data breakpoint", timeout=30)
+    assert stopped["hitBreakpointIds"] == [armed["id"]]
+    assert "to 7" in stopped["description"], stopped
+    threads = {t["id"]: t["name"] for t in client.call("threads")["threads"]}
+    assert threads[stopped["threadId"]] == "queue-worker"
+    python = next(f for f in client.call("stackTrace", {"threadId": stopped["threadId"],
+                                                        "levels": 40})["stackFrames"]
+                  if "instructionPointerReference" not in f)
+    assert python["line"] == marker_line(SERVICE, "queue_write")
+    finish(run, stopped["threadId"], python["id"])

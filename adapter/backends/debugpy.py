@@ -177,6 +177,7 @@ class DebugpyBackend(Backend):
                 timeout: float = 10.0) -> Response:
         if self.channel is None:
             raise BackendGone("debugpy is not running")
+        self._refuse_if_given_up(command)
         try:
             response = self.channel.request(command, arguments, timeout)
         except BackendTimeout:
@@ -186,6 +187,13 @@ class DebugpyBackend(Backend):
         return response
 
     # --- a debugpy that answers nothing any more ------------------------------------------
+    def _refuse_if_given_up(self, command: str) -> None:
+        """Once debugpy is given up, a request fails at once instead of waiting out its limit
+        (a feature asking debugpy on the client's thread would hold every later request,
+        the client's `disconnect` among them)."""
+        if self._given_up:
+            raise BackendGone(f"debugpy stopped answering; {command!r} was not sent")
+
     def _answered(self) -> None:
         with self._stuck_lock:
             self._silent_timeouts = 0
@@ -214,6 +222,7 @@ class DebugpyBackend(Backend):
                         observe=None) -> None:
         if self.channel is None:
             raise BackendGone("debugpy is not running")
+        self._refuse_if_given_up(command)
         if observe is None:
             answer = lambda response: request.relay(response.raw)  # untouched: body as received
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 
@@ -484,7 +485,10 @@ def open_trace(path: str, begin: int = 0, end: int | None = None):
         if not data:
             raise ValueError("standard input is empty")
         return memoryview(data)[begin:end]
-    size = os.path.getsize(path)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device: never waited on (issue 17)
+        raise ValueError(f"{path} is not a regular file")
+    size = st.st_size
     if size == 0:
         raise ValueError(f"{path} is empty")
     if begin >= size:

@@ -3,7 +3,7 @@ malformed manifest, or on one whose files point at /dev/zero, a FIFO, ../../etc/
 absolute path outside the bundle, gave tracebacks, MemoryError, a hang, or read the file. Now
 each is a one-line error naming the field, exit status 2, in bounded time; the checks live in
 one place, pt_decoder/bundle_reader.py. `import` and `decode` of /dev/zero, a FIFO, an empty or
-a random file say what is wrong too."""
+a random file say what is wrong too, and so does `dump` of the first three."""
 from __future__ import annotations
 
 import json
@@ -174,10 +174,10 @@ def test_an_image_referenced_at_its_recorded_path_is_read(bundle, tmp_path):
     (lambda tmp: (os.mkfifo(tmp / "f"), str(tmp / "f"))[1], "not a regular file"),
     (lambda tmp: ((tmp / "e").write_bytes(b"") and None) or str(tmp / "e"), "empty"),
 ])
-def test_decode_and_import_of_non_traces_say_what_is_wrong(tmp_path, make, text):
+def test_decode_dump_and_import_of_non_traces_say_what_is_wrong(tmp_path, make, text):
     path = make(tmp_path)
-    decode = ptdebug("decode", path)
-    _check_refused(decode, text)
+    _check_refused(ptdebug("decode", path), text)
+    _check_refused(ptdebug("dump", path), text)
     imported = ptdebug("import", path, "-o", str(tmp_path / "out"))
     assert imported.returncode == 2 and "Traceback" not in imported.stderr, imported.stderr
     assert len(imported.stderr.strip().splitlines()) == 1, imported.stderr

@@ -11,6 +11,9 @@ that the result is a *view* of the original memory, never a copy: numpy gets a t
 (a full index with `...` returns a 0-d view, not a scalar), a memoryview gets a slice. The item
 of a dict, list or tuple (`state['w']`, `model.coefs_[0]`) is the object itself.
 
+A child the Variables view shows without an evaluateName (debugpy's numpy items '02' under a
+range group "[0:8] ") is named from its parent's expression (child_expression).
+
 Only memory that outlives the evaluation is watched: the probe looks for the object it names
 (or the end of its base chain: a numpy view's `base`, a memoryview's `obj`) among the frame's
 variables, their items and attributes (owner_path, 4 levels, 20000 objects at most). A copy
@@ -159,6 +162,31 @@ def probe(o, index, has_index, spaces):
     return owned(named, spaces, (ctypes.addressof(ctypes.c_char.from_buffer(m.cast("B"))),
                  m.nbytes, "%s format %s" % (kind, m.format), char, False, m.itemsize))
 '''
+
+RANGE_GROUP = re.compile(r"^\[(\d+):(\d+)\]$")
+NUMPY_SUMMARY = {"min", "max", "shape", "dtype", "size"}
+"""Children debugpy adds to a numpy array: values it computed, not memory of the program."""
+
+
+def child_expression(parent: str | None, parent_type: str, start: int, name: str) -> str | None:
+    """The expression of a child that debugpy gave no evaluateName: an index (`'02'` -> the
+    parent's [start + 2]), a dict key shown as its repr, or an attribute name."""
+    if parent is None:
+        return None
+    if name.isdigit():
+        return f"{parent}[{start + int(name)}]"
+    if parent_type == "ndarray" and name in NUMPY_SUMMARY:
+        return None
+    try:
+        key = ast.literal_eval(name)
+    except (ValueError, SyntaxError):
+        key = None
+    if isinstance(key, (str, bytes, int, float, tuple)) and key is not None:
+        return f"{parent}[{name}]"
+    if name.isidentifier():
+        return f"{parent}.{name}"
+    return None
+
 
 MAX_WATCH = 32
 """Bytes the four x86 debug registers cover at most (4 x 8, SDM Vol. 3B §17.2.4)."""

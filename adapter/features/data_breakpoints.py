@@ -38,7 +38,6 @@ the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pau
 """
 from __future__ import annotations
 
-import ast
 import logging
 import queue
 import re
@@ -48,8 +47,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from adapter.features.buffer_probe import (
+    RANGE_GROUP,
     Buffer,
     NotAnExpression,
+    child_expression,
     decode_value,
     describe_watch,
     probe_expression,
@@ -149,6 +150,9 @@ class DataBreakpoints:
         self.symbols = ProcessSymbols(watcher.pid)
         """The debuggee's modules and symbols, kept across hits (re-read when its maps change)."""
         self._warmed = False
+        self._shown: dict[int, bytes] = {}
+        """Data breakpoint id -> the value last shown as `new`: the old value of a hit perf
+        gave none for (not the first of its batch)."""
         self.thread_names: dict[int, str] = {}
         """debugpy thread id -> name, from the `threads` responses the client gets."""
         session.response_observers.setdefault("threads", self._observe_threads)
@@ -350,11 +354,11 @@ class DataBreakpoints:
         """(expression, type, first index) of what a variable expands to. A range group of
         debugpy's ("[0:8] ", the items of a numpy array) stands for its array from `start`."""
         name = str(variable.get("name", "")).strip()
-        group = _RANGE_GROUP.match(name)
+        group = RANGE_GROUP.match(name)
         parent_expr, parent_type, start = self.paths.get(parent, (None, "", 0))
         if group is not None and parent_expr is not None:
             return parent_expr, parent_type, int(group.group(1))
-        expression = variable.get("evaluateName") or _child_of(parent_expr, parent_type,
+        expression = variable.get("evaluateName") or child_expression(parent_expr, parent_type,
                                                                start, name)
         return expression, str(variable.get("type") or ""), 0
 
@@ -372,7 +376,7 @@ class DataBreakpoints:
                 expression = variable.get("evaluateName")
                 if not expression:
                     parent_expr, parent_type, start = self.paths.get(reference, (None, "", 0))
-                    expression = _child_of(parent_expr, parent_type, start, name.strip())
+                    expression = child_expression(parent_expr, parent_type, start, name.strip())
                 return expression, self.frames.get(reference)
         raise InvalidRequest(f"no variable {name!r} in variablesReference {reference}")
 
@@ -475,8 +479,7 @@ class DataBreakpoints:
         body = dict(raw.get("body") or {})
         thread_id = body.get("threadId")
         new = self.watcher.read_now(armed.watch)  # the writer is held: this is its write
-        old = decode_value(hit.old, armed.target.format)
-        new_text = decode_value(new if new is not None else hit.new, armed.target.format)
+        old, new_text = self._values(hit, armed, new)
         image = self._image()
         text = (f"{armed.target.label} changed from {old} to {new_text}: written by thread "
                 f"{self._thread_name(thread_id, hit.tid)!r} (tid {hit.tid}) in "
@@ -562,8 +565,7 @@ class DataBreakpoints:
             thread_name = self._thread_name(thread_id)
         else:
             thread_id, thread_name = self._dap_thread_of(hit.tid)
-        old = decode_value(hit.old, armed.target.format)
-        new = decode_value(hit.new, armed.target.format)
+        old, new = self._values(hit, armed)
         image = self._image()
         symbol = self._symbol(hit.ip, image)
         text = (f"{armed.target.label} changed from {old} to {new}: written by thread "
@@ -576,13 +578,26 @@ class DataBreakpoints:
             body["threadId"] = thread_id
         self._show_stop(hit, thread_id, image, body)
 
+    def _values(self, hit, armed: Armed, new: bytes | None = None) -> tuple[str, str]:
+        """Old and new value of a hit as text, never `?` while the bytes can be read: perf
+        gives the value before the first and after the last write of a batch only, so a
+        hit in between takes as old the value last shown for the watch, and as new the
+        bytes read now."""
+        if new is None:
+            new = hit.new if hit.new is not None else self.watcher.read_now(armed.watch)
+        old = hit.old if hit.old is not None else self._shown.get(armed.id)
+        if new is not None:
+            self._shown[armed.id] = new
+        fmt = armed.target.format
+        return (decode_value(old, fmt) if old is not None else "(not read)",
+                decode_value(new, fmt) if new is not None else "(unreadable now)")
+
     def _report_while_paused(self, hits: list) -> None:
         for hit in hits:
             armed = next((a for a in self.armed.values() if a.watch is hit.watch), None)
             if armed is None:
                 continue
-            old = decode_value(hit.old, armed.target.format)
-            new = decode_value(hit.new, armed.target.format)
+            old, new = self._values(hit, armed)
             self.session.client.send_event("output", {"category": "console", "output":
                 f"ptdebug: {armed.target.label} changed from {old} to {new} while the program "
                 f"was paused (thread tid {hit.tid}, in {self._symbol(hit.ip)})\n"})
@@ -780,31 +795,6 @@ def _one_per_store(hits: list) -> list:
                    and abs(k.time_ns - hit.time_ns) < SAME_STORE_NS for k in kept[-4:]):
             kept.append(hit)
     return kept
-
-
-_RANGE_GROUP = re.compile(r"^\[(\d+):(\d+)\]$")
-_NUMPY_SUMMARY = {"min", "max", "shape", "dtype", "size"}
-"""Children debugpy adds to a numpy array: values it computed, not memory of the program."""
-
-
-def _child_of(parent: str | None, parent_type: str, start: int, name: str) -> str | None:
-    """The expression of a child that debugpy gave no evaluateName: an index (`'02'` -> the
-    parent's [start + 2]), a dict key shown as its repr, or an attribute name."""
-    if parent is None:
-        return None
-    if name.isdigit():
-        return f"{parent}[{start + int(name)}]"
-    if parent_type == "ndarray" and name in _NUMPY_SUMMARY:
-        return None
-    try:
-        key = ast.literal_eval(name)
-    except (ValueError, SyntaxError):
-        key = None
-    if isinstance(key, (str, bytes, int, float, tuple)) and key is not None:
-        return f"{parent}[{name}]"
-    if name.isidentifier():
-        return f"{parent}.{name}"
-    return None
 
 
 def _target_from_id(data_id: str) -> Target | None:

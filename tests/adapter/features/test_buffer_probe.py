@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from adapter.features.buffer_probe import (
+    RANGE_GROUP,
     Buffer,
     NotAnExpression,
+    child_expression,
     decode_value,
     probe_expression,
     watch_range,
@@ -119,3 +121,19 @@ def test_the_owner_is_found_in_locals_as_well_as_globals():
     kv = np.zeros(4)
     found = eval(probe_expression("cache[1]"), {}, {"cache": kv})
     assert Buffer.from_result(repr(found)).owner == "cache"
+
+
+@pytest.mark.parametrize("parent, parent_type, start, name, expected", [
+    ("kv", "ndarray", 0, "2", "kv[2]"),            # a row under debugpy's "[0:4] " group
+    ("kv[2]", "ndarray", 0, "05", "kv[2][5]"),     # zero-padded, as debugpy names them
+    ("kv", "ndarray", 100, "3", "kv[103]"),        # a group that starts further in
+    ("state", "dict", 0, "'w'", "state['w']"),     # a dict key shown as its repr
+    ("model", "MLPClassifier", 0, "coefs_", "model.coefs_"),
+    ("kv", "ndarray", 0, "min", None),             # a value debugpy computed
+    ("kv", "ndarray", 0, "len()", None),
+    (None, "", 0, "2", None),                      # a parent never seen expanded
+])
+def test_child_expression_names_what_debugpy_left_unnamed(parent, parent_type, start, name,
+                                                          expected):
+    assert child_expression(parent, parent_type, start, name) == expected
+    assert RANGE_GROUP.match("[0:8]") and not RANGE_GROUP.match("len()")

@@ -161,6 +161,8 @@ class PythonImage:
     layout: CPythonLayout
     eval_ranges: list[tuple[int, int]]
     """Run-time [start, end) of the interpreter loop's code."""
+    eval_code: list[bytes]
+    """Its machine code (from the file: what a planted INT3 hides in memory)."""
 
 
 def _version_from(elf, path: str, symbols: dict) -> tuple[int, int, int]:
@@ -204,6 +206,8 @@ class InterpreterFile:
     """_PyRuntime."""
     eval_ranges: list[tuple[int, int]]
     """[start, end) of the EVAL_FUNCTIONS found (empty when the file has no sizes for them)."""
+    eval_code: list[bytes]
+    """The machine code of each of eval_ranges, as in the file (no breakpoint planted)."""
 
 
 def layout_from_elf(path: str) -> InterpreterFile:
@@ -234,8 +238,15 @@ def layout_from_elf(path: str) -> InterpreterFile:
             raise LayoutError(f"{path}: no _PyRuntime symbol (not a CPython interpreter)")
         version = _version_from(elf, path, symbols)
         runtime = symbols["_PyRuntime"][0]
-        eval_ranges = [(symbols[n][0], symbols[n][0] + symbols[n][1]) for n in EVAL_FUNCTIONS
-                       if n in symbols and symbols[n][1]]
+        eval_ranges = []
+        eval_code = []
+        for name in EVAL_FUNCTIONS:
+            if name in symbols and symbols[name][1]:
+                start, size = symbols[name]
+                code = _read_at(elf, start, size)
+                if code is not None:
+                    eval_ranges.append((start, start + size))
+                    eval_code.append(code)
         if version[:2] >= (3, 13):
             data = _read_at(elf, runtime, 8 + 70 * 8)
             if data is None:
@@ -249,7 +260,7 @@ def layout_from_elf(path: str) -> InterpreterFile:
                 raise LayoutError(f"{path}: CPython {version[0]}.{version[1]} is not supported "
                                   "(3.10-3.13 are)")
             layout = CPythonLayout(version, f"known layout {version[0]}.{version[1]}", **known)
-        return InterpreterFile(layout, runtime, eval_ranges)
+        return InterpreterFile(layout, runtime, eval_ranges, eval_code)
 
 
 def _load_bias(pid: int, path: str) -> int | None:
@@ -296,7 +307,8 @@ def find_python(pid: int) -> PythonImage:
             errors.append(f"{path}: not mapped from its start in process {pid}")
             continue
         return PythonImage(path, bias, found.runtime + bias, found.layout,
-                           [(lo + bias, hi + bias) for lo, hi in found.eval_ranges])
+                           [(lo + bias, hi + bias) for lo, hi in found.eval_ranges],
+                           found.eval_code)
     if errors:
         raise LayoutError(f"process {pid}: " + "; ".join(errors))
     raise LayoutError(f"process {pid} runs no CPython interpreter (no libpython or python "

@@ -9,10 +9,13 @@ offsets of cpython_layout.py; the sample encoding and line tables are pt_decoder
 (python_frames.py). Knows nothing of the stepper's internals, traces or DAP.
 
 Where it reads: only the interpreter loop (_PyEval_EvalFrameDefault and its cold part) sets
-the current frame and its instruction pointer, so the state is read at stops inside it (and
-at the first stop, where the window opens). A stop elsewhere (numpy, libc, an object's C
-method) cannot see a change the last read in the loop did not see; the stepper stops at
-every bytecode dispatch of the loop (an indirect jump), so each executed bytecode is read.
+the current frame and its instruction pointer, and it moves to the next bytecode through an
+indirect jump (DISPATCH, `goto *opcode_targets[opcode]`), at which the stepper always stops.
+So the state is read at the first stop after each such jump (in the next bytecode's body, or
+at its own dispatch: either way the bytecode the jump went to), and at the first stop of the
+window; at other stops nothing is read. One read per executed bytecode: a frame pushed or
+popped is followed by a dispatch into it, a line changes with a bytecode. (3.10: at every
+stop in the loop, see `_every_loop_stop`.)
 
 Cost per read (3.11): the thread state is found once per thread (a walk of the interpreter's
 thread list); then three preads of /proc/PID/mem: tstate->cframe, cframe->current_frame, and
@@ -32,6 +35,7 @@ MAX_STRING = 4096
 MAX_LINETABLE = 1 << 20
 MAX_DEPTH = 100_000
 RELOOK_EVERY = 64
+OUTSIDE, IN_LOOP, DISPATCH = 0, 1, 2
 """Stops between two walks of the thread list while the thread has no thread state yet."""
 
 
@@ -62,10 +66,16 @@ class PythonFrameProbe:
         lay = self.layout
         self._frame_size = lay.frame_read_size
         self._owner = lay.frame_owner
-        self._eval = list(image.eval_ranges)
-        self._sampled = False
+        self._eval = [(lo, hi, code) for (lo, hi), code in
+                      zip(image.eval_ranges, image.eval_code, strict=True)]
+        self._where: dict[int, int] = {}
+        self._every_loop_stop = lay.instr_kind == "lasti"
+        """3.10: a frame's f_lasti is -1 (its first line) until its first bytecode's dispatch;
+        reading at every stop in the loop sees that state as 3.11+'s RESUME shows it."""
+        self._pending = True
+        """Read at the next stop (the window's first, or one after a dispatch)."""
         self.skipped = 0
-        """Stops outside the interpreter loop, where nothing was read."""
+        """Stops where nothing was read."""
 
     # -- thread state -----------------------------------------------------------------------
 
@@ -114,21 +124,35 @@ class PythonFrameProbe:
             return read(cframe + lay.cframe_current_frame) if cframe else 0
         return read(tstate + lay.tstate_frame)
 
-    def in_eval(self, rip: int) -> bool:
-        for lo, hi in self._eval:
-            if lo <= rip < hi:
-                return True
-        return False
+    def where(self, rip: int) -> int:
+        """OUTSIDE the interpreter loop, IN_LOOP, or at a DISPATCH: an indirect JMP (FF /4,
+        SDM Vol. 2A "JMP") of the loop, a move to the next bytecode."""
+        found = self._where.get(rip)
+        if found is None:
+            found = OUTSIDE
+            for lo, hi, code in self._eval:
+                if lo <= rip < hi:
+                    i = rip - lo
+                    while i < len(code) - 1 and (code[i] in (0x2E, 0x3E) or
+                                                 0x40 <= code[i] <= 0x4F):
+                        i += 1   # segment/notrack and REX prefixes
+                    jmp = i < len(code) - 1 and code[i] == 0xFF and (code[i + 1] >> 3) & 7 == 4
+                    found = DISPATCH if jmp else IN_LOOP
+                    break
+            self._where[rip] = found
+        return found
 
     def __call__(self, regs) -> int | None:
-        if self._sampled and self._eval and not self.in_eval(regs.rip):
+        where = self.where(regs.rip) if self._eval else DISPATCH
+        if not self._pending and not (where == IN_LOOP and self._every_loop_stop):
+            self._pending = where == DISPATCH
             self.skipped += 1
             return None  # the stepper writes nothing: the frame read last still holds
         self.reads += 1
         tstate = self.tstate_of(regs.fs_base)
         if tstate is None:
             return None
-        self._sampled = True
+        self._pending = where == DISPATCH
         try:
             frame = self.current_frame(tstate)
             frame, data = self._python_frame(frame)

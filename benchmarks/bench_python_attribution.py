@@ -14,8 +14,8 @@ multi-threaded one). Paths are checked equal first. Best round kept. Figures:
   probe_share_*              the time spent inside the probe / the recording's time, in
                              the same run (immune to what other processes do to the
                              rates between runs on a shared machine)
-  probe_us_per_call, probe_us_per_read  the probe's own cost (a read: at a stop in the
-                             interpreter loop; other calls return at once)
+  probe_us_per_call, probe_us_per_read  the probe's own cost (a read: at the first stop
+                             after a bytecode dispatch; other calls return at once)
 `python -m benchmarks.bench_python_attribution [--quick]`.
 """
 from __future__ import annotations
@@ -111,7 +111,7 @@ def run(quick: bool = False) -> dict:
     out = {"python": sys.version.split()[0], "call": f"score({n})",
            "instructions": len(reference), "rounds": rounds, "python_samples": samples,
            "code_objects": codes, "probe_reads": probe_reads,
-           "probe_calls_outside_the_loop": probe_skipped}
+           "probe_calls_without_a_read": probe_skipped}
     for breakpoints in ("int3", "dr"):
         plain, python = f"{breakpoints}_plain", f"{breakpoints}_python"
         out[f"{plain}_insn_per_s"] = round(best[plain])

@@ -33,6 +33,7 @@ import dataclasses
 import os
 import re
 import struct
+import threading
 
 
 class LayoutError(Exception):
@@ -195,6 +196,7 @@ def _read_at(elf, vaddr: int, size: int) -> bytes | None:
 EVAL_FUNCTIONS = ("_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold")
 """The interpreter loop and its cold part (GCC's hot/cold split): the only code that sets the
 thread's current frame and its instruction pointer (Python/ceval.c, 3.10-3.13)."""
+REQUIRED_SYMBOLS = ("_PyRuntime", EVAL_FUNCTIONS[0])
 
 
 @dataclasses.dataclass
@@ -210,9 +212,27 @@ class InterpreterFile:
     """The machine code of each of eval_ranges, as in the file (no breakpoint planted)."""
 
 
+_files: dict[tuple[str, int, int], InterpreterFile] = {}
+_files_lock = threading.Lock()
+
+
 def layout_from_elf(path: str) -> InterpreterFile:
-    """The layout, _PyRuntime and interpreter loop of the CPython in ELF file `path`.
-    Raises LayoutError naming the file and what is missing."""
+    """The layout, _PyRuntime and interpreter loop of the CPython in ELF file `path`,
+    remembered per file (path, size, mtime): every capture of a session reads the same
+    libpython. Raises LayoutError naming the file and what is missing."""
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise LayoutError(f"{path}: {exc.strerror}") from None
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    with _files_lock:
+        found = _files.get(key)
+        if found is None:
+            found = _files[key] = _read_interpreter_file(path)
+        return found
+
+
+def _read_interpreter_file(path: str) -> InterpreterFile:
     from elftools.elf.elffile import ELFFile
     try:
         f = open(path, "rb")
@@ -223,11 +243,16 @@ def layout_from_elf(path: str) -> InterpreterFile:
             elf = ELFFile(f)
             symbols = {}
             for name in (".dynsym", ".symtab"):
+                # .dynsym holds what is needed in a shared libpython; the full .symtab (slow
+                # to index: ~1 s for libpython3.11) only when something is missing from it.
+                # The loop's 4-8 byte .cold part is in .symtab only and is not looked for.
+                if name == ".symtab" and all(w in symbols for w in REQUIRED_SYMBOLS):
+                    break
                 table = elf.get_section_by_name(name)
                 if table is None:
                     continue
-                for wanted in ("_PyRuntime", "Py_Version") + EVAL_FUNCTIONS:
-                    if wanted in symbols:
+                for wanted in REQUIRED_SYMBOLS + ("Py_Version", EVAL_FUNCTIONS[1]):
+                    if wanted in symbols or (wanted == EVAL_FUNCTIONS[1] and name == ".dynsym"):
                         continue
                     found = table.get_symbol_by_name(wanted)
                     if found:

@@ -33,7 +33,7 @@ from .cpython_layout import FRAME_OWNED_BY_CSTACK, CPythonLayout, PythonImage, f
 
 MAX_STRING = 4096
 MAX_LINETABLE = 1 << 20
-MAX_DEPTH = 100_000
+MAX_DEPTH = 20_000
 RELOOK_EVERY = 64
 OUTSIDE, IN_LOOP, DISPATCH = 0, 1, 2
 """Stops between two walks of the thread list while the thread has no thread state yet."""
@@ -161,8 +161,8 @@ class PythonFrameProbe:
                 return NO_FRAME
             code, index, previous = self._parse(data)
             depth = self._depth_of(frame, previous)
-        except OSError:
-            return None
+        except (OSError, IndexError, ValueError):
+            return None  # a short read, a pointer into nothing: no sample (never a failure)
         self._last_frame, self._last_previous, self._depth = frame, previous, depth
         return encode_sample(self.code_id(code), index, depth)
 

@@ -562,7 +562,10 @@ class RecordBreakpoints:
                     # failed leaves the program paused, as the user had it (issue 17)
                     release()
             except Exception as exc:
-                log.exception("record breakpoint: letting the program run on failed")
+                # an AdapterError (debugpy did not answer the release, or is gone) is a known
+                # outcome, told to the user below; anything else is a bug: its traceback
+                log.warning("record breakpoint: letting the program run on failed: %s", exc,
+                            exc_info=not isinstance(exc, AdapterError))
                 self.session.client.send_event("output", {"category": "important", "output":
                     f"ptdebug: after the recording, the debugger could not take the program "
                     f"back: {exc}\n"})

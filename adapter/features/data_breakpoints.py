@@ -188,6 +188,7 @@ class DataBreakpoints:
 
     # --- requests -------------------------------------------------------------------------
     def info(self, request: Request, args: DataBreakpointInfoArguments) -> dict:
+        self._start_warming()
         if args.asAddress:
             address = parse_address(args.name)
             known = next((t for t in self.targets.values() if t.address == address), None)
@@ -267,11 +268,8 @@ class DataBreakpoints:
                 done[key] = results[index]
             if not self.armed:
                 self._uninstall_trap()
-        if self.armed and not self._warmed:
-            self._warmed = True
-            addresses = [a.target.address for a in self.armed.values()]
-            threading.Thread(target=self._warm, args=(addresses,), name="ptdebug-symbols",
-                             daemon=True).start()
+        if self.armed:
+            self._start_warming()
         if self.armed and self._poller is None:
             self._poller = threading.Thread(target=self._poll_loop, name="ptdebug-watch",
                                             daemon=True)
@@ -752,10 +750,16 @@ class DataBreakpoints:
             return f"cannot read /proc/{self.watcher.pid}/maps: {exc.strerror or exc}"
         return self.symbols
 
-    def _warm(self, addresses: list[int]) -> None:
-        """Read the symbols a first hit needs while nothing waits for them."""
+    def _start_warming(self) -> None:
+        """Once a session: read the symbols a first hit needs while nothing waits for them,
+        from the first dataBreakpointInfo (the user is choosing what to watch) on."""
+        if not self._warmed:
+            self._warmed = True
+            threading.Thread(target=self._warm, name="ptdebug-symbols", daemon=True).start()
+
+    def _warm(self) -> None:
         try:
-            self.symbols.warm(addresses)
+            self.symbols.warm()
         except OSError as exc:
             log.info("data breakpoints: symbols not read ahead: %s", exc)
 

@@ -15,7 +15,10 @@ So the state is read at the first stop after each such jump (in the next bytecod
 at its own dispatch: either way the bytecode the jump went to), and at the first stop of the
 window; at other stops nothing is read. One read per executed bytecode: a frame pushed or
 popped is followed by a dispatch into it, a line changes with a bytecode. (3.10: at every
-stop in the loop, see `_every_loop_stop`.)
+stop in the loop, see `_every_loop_stop`.) One more: when an invocation of the loop returns
+into C (a C function that called Python: numpy's __array_function__ dispatch, map, sorted),
+no dispatch follows; the first stop outside the loop whose RSP is above the loop's stack
+frame reads the caller's frame.
 
 Cost per read (3.11): the thread state is found once per thread (a walk of the interpreter's
 thread list); then three preads of /proc/PID/mem: tstate->cframe, cframe->current_frame, and
@@ -74,6 +77,9 @@ class PythonFrameProbe:
         reading at every stop in the loop sees that state as 3.11+'s RESUME shows it."""
         self._pending = True
         """Read at the next stop (the window's first, or one after a dispatch)."""
+        self._loop_rsp: int | None = None
+        """RSP at the last stop in the loop: a stop outside it with a higher RSP is in C the
+        loop returned to."""
         self.skipped = 0
         """Stops where nothing was read."""
 
@@ -144,6 +150,13 @@ class PythonFrameProbe:
 
     def __call__(self, regs) -> int | None:
         where = self.where(regs.rip) if self._eval else DISPATCH
+        if where != OUTSIDE:
+            self._loop_rsp = regs.rsp
+        elif self._loop_rsp is not None and regs.rsp > self._loop_rsp:
+            # above the loop's stack frame: that invocation of the loop returned into C (a
+            # C function that called Python): the current frame is its caller's again
+            self._pending = True
+            self._loop_rsp = None
         if not self._pending and not (where == IN_LOOP and self._every_loop_stop):
             self._pending = where == DISPATCH
             self.skipped += 1

@@ -3,12 +3,15 @@ tests/fixtures/programs/py_attribution.py in a real CPython of each installed ve
 (3.10-3.13), from os.getppid() (--from getppid) to before os.getpgrp() (--until getpgrp), with
 the Python frame probe on. The (function, line) sequence found in the decoded history equals
 the one sys.settrace reports for the same call in a separate run; stepping back by Python
-line walks it exactly in reverse; the native code under a line is attributed to that line."""
+line walks it exactly in reverse; the native code under a line is attributed to that line.
+Third-party code: numpy's linspace, whose stacks equal settrace's too (py_numpy_window.py)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 from python_interpreters import VERSIONS, interpreter
@@ -125,3 +128,45 @@ def test_python_auto_records_a_program_without_python_plainly(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "python" not in json.loads((out / "manifest.json").read_text())
     assert "no Python attribution: process" in proc.stderr   # said, not an error
+
+
+NUMPY_FIXTURE = PROGRAMS / "py_numpy_window.py"
+
+
+def test_numpy_linspace_stacks_equal_settrace(tmp_path):
+    """Third-party code: numpy's linspace (Python in numpy over numpy's C, its dispatcher
+    called from C and returning into it). Every line's Python stack, file included, equals
+    what sys.settrace reports; numpy's C runs under numpy's Python lines."""
+    pytest.importorskip("numpy")
+    env = dict(os.environ, PYTHONHASHSEED="0")   # the same dict orders in both runs
+    out = subprocess.run([sys.executable, str(NUMPY_FIXTURE), "settrace"], capture_output=True,
+                         text=True, check=True, timeout=120, env=env).stdout
+    stacks = [[tuple(f) for f in stack] for stack in json.loads(out)]
+    lines = NUMPY_FIXTURE.read_text().splitlines()
+    mark = {m.group(1): n for n, text in enumerate(lines, 1)
+            for m in [re.search(r"# @(\w+)", text)] if m}
+    path = str(NUMPY_FIXTURE)
+    expected = stacks[stacks.index([("main", path, mark["before"])]):
+                      stacks.index([("main", path, mark["after"])]) + 1]
+    bundle = tmp_path / "np.bundle"
+    result = record.record_stepper(str(bundle), command=[sys.executable, str(NUMPY_FIXTURE)],
+                                   start="getppid",
+                                   end=stepper.EndCondition(until_spec="getpgrp"),
+                                   python="on", trigger_timeout=60, env=env)
+    assert result.manifest["status"] == "complete", result.manifest["partial_reason"]
+    (thread,) = python_histories(bundle)
+    hist = thread.history
+    found = []
+    for pos, _ in hist.python.line_sequence():
+        stack = [(f.qualname, f.filename, f.line) for f in hist.python_stack(pos)]
+        found.append(stack[[name for name, _, _ in stack].index("main"):])
+    assert found == expected
+    assert any(f[0] == "linspace" and "numpy" in f[1] for stack in found for f in stack)
+    # numpy's C extension ran under numpy's Python lines
+    umath = [im for im in result.manifest["images"] if "_multiarray_umath" in im["path"]]
+    assert umath
+    lo = min(im["load_address"] for im in umath)
+    hi = max(im["load_address"] + im["size"] for im in umath)
+    under = {hist.python_frame(pos).qualname for pos in range(len(hist))
+             if lo <= hist.ip(pos) < hi and hist.python_frame(pos) is not None}
+    assert "linspace" in under

@@ -421,10 +421,12 @@ class DataBreakpoints:
         the address and the reason, and the next hit is handled as usual."""
         try:
             handle(*args)
+        except AdapterError as exc:  # a known way for a hit to fail: the user is told
+            log.warning("data breakpoint hit of tid %d not stopped: %s", hit.tid, exc.message)
+            self._report_unstopped(hit, exc.message)
         except Exception as exc:  # one bad hit must not end the engine
             log.exception("data breakpoint hit failed")
-            reason = exc.message if isinstance(exc, AdapterError) else f"{exc!r}"
-            self._report_unstopped(hit, reason)
+            self._report_unstopped(hit, f"{exc!r}")
 
     def _hold_for(self, hit) -> None:
         """A hit of a signalling watch: its thread is held in the debuggee's handler (or is

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -331,17 +332,18 @@ class ProcessSymbols:
             return self._perf_map[1]
 
     def warm(self, addresses=()) -> None:
-        """Read the module list and every symbol table ahead of the first hit, the likeliest
-        first (the modules holding `addresses`, libc, libpython, numpy's core), so that hit
-        does not wait for them (a second or two of reading in a numpy process)."""
+        """Read the module list and the symbol tables a first hit most likely needs (the
+        modules holding `addresses`, libc, libpython, numpy's core: about 0.5 s of reading),
+        so that hit does not wait for them. Not every module's: reading them all (numpy's
+        BLAS alone 0.65 s) held the GIL long enough to delay the adapter's other threads."""
         self.refresh()
         likely = ("libc.so", "libc-", "libpython", "_multiarray_umath")
         wanted = [self.module_at(a) for a in addresses]
-        wanted += sorted(self.modules, key=lambda m: not os.path.basename(m.path).startswith(
-            likely))
+        wanted += [m for m in self.modules if os.path.basename(m.path).startswith(likely)]
         for module in wanted:
             if module is not None:
                 self.table(module)
+                time.sleep(0.01)  # let the adapter's other threads have the GIL between
 
 
 def elf_layout(path: str) -> tuple[tuple[tuple[int, int, int], ...], str | None] | None:

@@ -161,7 +161,17 @@ def summary(manifest: dict, bundle, backend: str, program_exit: int | None = Non
     return {"status": manifest.get("status"), "bundle": os.path.abspath(bundle),
             "backend": backend, "threads": [t.get("tid") for t in manifest.get("threads", [])],
             "instructions": stats.get("instructions"), "end_reason": stats.get("end_reason"),
-            "partial_reason": manifest.get("partial_reason"), "program_exit": program_exit}
+            "partial_reason": manifest.get("partial_reason"), "program_exit": program_exit,
+            "python": _python_summary(manifest)}
+
+
+def _python_summary(manifest: dict) -> dict | None:
+    """What the Python attribution recorded (docs/python.md), or None without it."""
+    table = manifest.get("python")
+    if not isinstance(table, dict):
+        return None
+    return {"version": table.get("version"), "samples": table.get("samples"),
+            "code_objects": len(table.get("codes") or {})}
 
 
 def main(argv: list[str]) -> int:
@@ -212,6 +222,10 @@ def main(argv: list[str]) -> int:
         print(f"{m['status']}: {stats.get('instructions', 0)} instructions of thread "
               f"{m['threads'][0]['tid'] if m['threads'] else '?'} in {result.bundle} "
               f"({stats.get('end_reason', '')})")
+    python = _python_summary(m)
+    if python is not None and not args.json:
+        log(f"Python attribution: CPython {python['version']}, {python['samples']} frame "
+            f"samples, {python['code_objects']} code objects")
     killed = _report_program(result.target_exit, log)
     if m["status"] != "complete":
         log(f"partial: {m['partial_reason']}")

@@ -242,6 +242,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                 partial += f" ({go_window.describe()})"
         if python_probe is not None:
             writer.manifest["python"] = python_probe.manifest_entry()
+            writer.manifest["python"]["samples"] = len(rec.ptw)
             python_probe.close()
         if recorder.alive:
             _add_images(writer, target.pid, known)  # code mapped during the recording

@@ -120,6 +120,21 @@ def test_python_on_for_a_program_without_python_is_refused(tmp_path):
         python_histories(out)
 
 
+def test_record_says_what_python_attribution_recorded(tmp_path):
+    out = tmp_path / "py.bundle"
+    proc = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--from", "getppid",
+                                     "--until", "getpgrp", "-o", str(out), "--json", "--",
+                                     sys.executable, str(FIXTURE)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.splitlines()[-1])
+    python = summary["python"]
+    assert python["version"] == ".".join(map(str, sys.version_info[:3]))
+    assert python["code_objects"] >= 4 and python["samples"] > 100
+    (thread,) = python_histories(out)
+    assert python["samples"] == len(thread.samples)   # each one reached the trace
+
+
 def test_python_auto_records_a_program_without_python_plainly(tmp_path):
     out = tmp_path / "c.bundle"
     proc = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--count", "100",
@@ -127,6 +142,7 @@ def test_python_auto_records_a_program_without_python_plainly(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "python" not in json.loads((out / "manifest.json").read_text())
+    assert "frame samples" not in proc.stderr
     assert "no Python attribution: process" in proc.stderr   # said, not an error
 
 

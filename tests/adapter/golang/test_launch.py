@@ -31,7 +31,7 @@ def held_binary(tmp_path_factory):
     shutil.copytree(PROGRAMS / "go_held", package)
     out = str(package.parent / "held")
     flags = "-ldflags='-X main.greeting=hello' -tags=ptdebug"
-    assert build("debug", ".", str(package), out, flags, GO_ENV) == out
+    assert build("debug", ".", str(package), out, flags) == out
     return out
 
 
@@ -55,7 +55,7 @@ def test_build_test_makes_the_package_test_binary(tmp_path):
     package = tmp_path / "go_held"
     shutil.copytree(PROGRAMS / "go_held", package)
     out = str(tmp_path / "held.test")
-    assert build("test", ".", str(package), out, None, GO_ENV) == out
+    assert build("test", ".", str(package), out, None) == out
     done = subprocess.run([out, "-test.v", "-test.run", "TestGreet"], capture_output=True,
                           text=True, timeout=30, cwd=package, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -68,7 +68,7 @@ def test_a_compile_error_is_a_build_failure_with_the_compilers_words(tmp_path):
     (package / "broken.go").write_text('package main\n\nvar broken int = "text"\n')
     out = tmp_path / "held"
     with pytest.raises(BuildFailed) as info:
-        build("debug", ".", str(package), str(out), None, GO_ENV)
+        build("debug", ".", str(package), str(out), None)
     assert info.value.status == 1
     assert "broken.go:3" in info.value.text and "cannot use" in info.value.text
     assert str(info.value) == info.value.text
@@ -79,7 +79,7 @@ def test_a_bad_build_flag_is_a_build_failure(tmp_path):
     package = tmp_path / "go_held"
     shutil.copytree(PROGRAMS / "go_held", package)
     with pytest.raises(BuildFailed) as info:
-        build("debug", ".", str(package), str(tmp_path / "held"), "-no-such-flag", GO_ENV)
+        build("debug", ".", str(package), str(tmp_path / "held"), "-no-such-flag")
     assert info.value.status != 0 and "no-such-flag" in info.value.text
 
 
@@ -87,7 +87,7 @@ def test_go_test_of_a_package_without_tests_is_a_clear_build_failure(tmp_path):
     package = tmp_path / "go_park"
     shutil.copytree(PROGRAMS / "go_park", package)
     with pytest.raises(BuildFailed) as info:
-        build("test", ".", str(package), str(tmp_path / "park.test"), None, GO_ENV)
+        build("test", ".", str(package), str(tmp_path / "park.test"), None)
     assert "no test files" in info.value.text and str(package) in info.value.text
 
 

@@ -242,11 +242,21 @@ def _read_interpreter_file(path: str) -> InterpreterFile:
         try:
             elf = ELFFile(f)
             symbols = {}
+            for name in (".gnu.hash", ".hash"):
+                # the dynamic linker's hash table: a few ms instead of indexing every symbol
+                table = elf.get_section_by_name(name)
+                if table is None or not hasattr(table, "get_symbol"):
+                    continue
+                for wanted in REQUIRED_SYMBOLS + ("Py_Version",):
+                    found = table.get_symbol(wanted)
+                    if found is not None and wanted not in symbols:
+                        symbols[wanted] = (found["st_value"], found["st_size"])
+                break
             for name in (".dynsym", ".symtab"):
                 # .dynsym holds what is needed in a shared libpython; the full .symtab (slow
                 # to index: ~1 s for libpython3.11) only when something is missing from it.
                 # The loop's 4-8 byte .cold part is in .symtab only and is not looked for.
-                if name == ".symtab" and all(w in symbols for w in REQUIRED_SYMBOLS):
+                if all(w in symbols for w in REQUIRED_SYMBOLS):
                     break
                 table = elf.get_section_by_name(name)
                 if table is None:

@@ -8,7 +8,9 @@ the backend, debugpy's `evaluate`, `threads`, `stackTrace`, `variables` and `pau
   in a frame, or a raw address with `asAddress`) is probed in the debuggee (features.buffer_probe)
   for the address and size of its buffer; a buffer larger than the debug registers cover is
   watched on its first bytes, and the description says which. The `dataId` is
-  `ADDRESS/LENGTH` in hex/decimal, valid for the life of the object.
+  `ADDRESS/LENGTH` in hex/decimal, valid for the life of the object. A variable debugpy gave
+  no evaluateName (a numpy row or element) is named from its parent's expression, learnt from
+  the `variables` responses the client got (`paths`); a temporary is refused by the probe.
 - `setDataBreakpoints` arms a perf breakpoint event per watch on every thread of the debuggee
   (the engine's job); the debuggee never stops for the hardware, so a hit is turned into a
   stop here: debugpy is asked to `pause`, and its `stopped` event (reason `pause`) is replaced

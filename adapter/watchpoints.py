@@ -134,6 +134,22 @@ class LostHits:
     reason: str
 
 
+SAME_STORE_NS = 1_000_000
+"""Samples of one watch, thread and IP closer than this are one store seen by several
+registers (a 32-byte store into a 32-byte watch: four), not several writes."""
+
+
+def one_per_store(hits: list) -> list:
+    """The hits of `hits` less the repeats of one store: a store wider than one register (a
+    32-byte AVX store into a 32-byte watch) matches several registers and perf reports each."""
+    kept: list = []
+    for hit in hits:
+        if not any(k.watch is hit.watch and k.tid == hit.tid and k.ip == hit.ip
+                   and abs(k.time_ns - hit.time_ns) < SAME_STORE_NS for k in kept[-4:]):
+            kept.append(hit)
+    return kept
+
+
 def plan(request: WatchRequest) -> list[tuple[int, int]]:
     """The (address, length) pieces, one debug register each, or WatchError.
 

@@ -75,7 +75,14 @@ from adapter.memory import parse_address
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import DataBreakpointInfoArguments, SetDataBreakpointsArguments
-from adapter.watchpoints import Access, LostHits, PerfWatcher, WatchError, WatchRequest
+from adapter.watchpoints import (
+    Access,
+    LostHits,
+    PerfWatcher,
+    WatchError,
+    WatchRequest,
+    one_per_store,
+)
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -405,7 +412,7 @@ class DataBreakpoints:
                     events = []
         if not self.armed:
             self._closed.wait(POLL_INTERVAL)
-        hits = _one_per_store([e for e in events if not isinstance(e, LostHits)])
+        hits = one_per_store([e for e in events if not isinstance(e, LostHits)])
         lost = sum(e.count for e in events if isinstance(e, LostHits))
         if lost:
             self._tell(f"ptdebug: {lost} watchpoint hits were lost\n")
@@ -791,20 +798,6 @@ class DataBreakpoints:
 HANDLER_FRAMES = 4
 """Python frames the writer's SIGTRAP handler may add above the writer's own (on_trap and what
 it calls, when debugpy shows library code): asked for beyond a page, then cut."""
-SAME_STORE_NS = 1_000_000
-"""Samples of one watch, thread and IP closer than this are one store seen by several
-registers (a 32-byte store into a 32-byte watch: four), not several writes."""
-
-
-def _one_per_store(hits: list) -> list:
-    kept: list = []
-    for hit in hits:
-        if not any(k.watch is hit.watch and k.tid == hit.tid and k.ip == hit.ip
-                   and abs(k.time_ns - hit.time_ns) < SAME_STORE_NS for k in kept[-4:]):
-            kept.append(hit)
-    return kept
-
-
 def _target_from_id(data_id: str) -> Target | None:
     match = _DATA_ID.match(data_id.strip())
     if match is None:

@@ -19,6 +19,9 @@ whose goids were recorded (the stepper's goid probe), each goroutine also gets a
 slice per run of it on a thread (adapter/golang's index of the goids). Frames entered before
 the recording window start with the window; a return past the first frame opens a slice for
 the caller it returns to. A gap in the trace closes every open slice and starts again after it.
+A Python capture (the stepper's Python probe) also gets, per thread, a "Python" track: a slice
+per Python function activation and inside it one per source line run
+(adapter/python/timeline.py), with their instructions and cycles.
 """
 from __future__ import annotations
 
@@ -181,11 +184,46 @@ def trace_events(decoded: DecodedBundle) -> dict:
                            "dur": _us(end - ns[r.start]),
                            "args": {"instructions": r.stop - r.start,
                                     cycles_name: prefix[r.stop] - prefix[r.start]}})
+    pythons = python_timelines(decoded)
+    if pythons:
+        # A Python capture: the Python functions and lines of each thread, a third process of
+        # tracks (adapter/python/timeline.py), each end with its instructions and cycles.
+        ppid = PYTHON_PID_BASE + pid
+        events.append({"ph": "M", "name": "process_name", "pid": ppid, "tid": 0,
+                       "args": {"name": f"Python of {' '.join(command) or pid}"}})
+        for thread, marks in pythons:
+            events.append({"ph": "M", "name": "thread_name", "pid": ppid, "tid": thread.tid,
+                           "args": {"name": f"Python, thread {thread.tid}"}})
+            ns = decoded.times_ns(thread)
+            prefix = _prefix_sums(thread.cycle_weights())
+            open_at = []
+            for phase, position, name, category in marks:
+                stamp = ns[min(position, len(ns) - 1)]
+                event = {"ph": phase, "pid": ppid, "tid": thread.tid, "ts": _us(stamp - origin)}
+                if phase == "B":
+                    event.update(name=name, cat=category)
+                    open_at.append(position)
+                else:
+                    start = open_at.pop()
+                    event["args"] = {"instructions": position - start,
+                                     cycles_name: prefix[position] - prefix[start]}
+                events.append(event)
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"bundle": os.path.abspath(decoded.root), "time_origin_ns": origin,
                           "backend": decoded.manifest.get("backend"),
                           "timing": decoded.timing_note() or "TSC time and CPU cycles",
                           "status": decoded.manifest.get("status")}}
+
+
+def python_timelines(decoded: DecodedBundle) -> list[tuple[ThreadTrace, list]]:
+    """(thread, adapter.python.timeline marks) of each thread of a Python capture (the
+    manifest's "python" table, the stepper's Python probe); [] for other bundles."""
+    table = decoded.manifest.get("python")
+    if not isinstance(table, dict):
+        return []
+    from adapter.python.timeline import python_marks
+    return [(t, python_marks(table, t.ptwrites, len(t.history))) for t in decoded.threads
+            if len(t.history)]
 
 
 def _process_name(decoded: DecodedBundle, command: list, pid: int) -> str:
@@ -196,6 +234,8 @@ def _process_name(decoded: DecodedBundle, command: list, pid: int) -> str:
 
 GOROUTINE_PID_BASE = 1 << 30
 """JSON: the pid of the goroutine tracks' process is this plus the recorded pid."""
+PYTHON_PID_BASE = 1 << 29
+"""JSON: the pid of the Python tracks' process is this plus the recorded pid."""
 
 # Perfetto's trace.proto field numbers (protos/perfetto/trace/trace_packet.proto and
 # track_event/*.proto in the Perfetto repository).
@@ -210,6 +250,8 @@ SLICE_BEGIN, SLICE_END = 1, 2                             # TrackEvent.Type
 ANNOTATION_INT, ANNOTATION_NAME = 4, 10                   # DebugAnnotation
 SEQUENCE_ID = 1
 GOROUTINE_UUID_BASE = 1 << 62
+PYTHON_UUID_BASE = 1 << 61
+"""Proto: the Python track of thread T is this plus T."""
 
 
 def trace_proto(decoded: DecodedBundle) -> bytes:
@@ -272,6 +314,28 @@ def trace_proto(decoded: DecodedBundle) -> bytes:
             stamp = ns[position] if position < len(ns) else ns[-1]
             packet(Message().int(PACKET_TIMESTAMP, stamp, keep_zero=True)
                    .int(PACKET_SEQUENCE_ID, SEQUENCE_ID + 1).message(PACKET_TRACK_EVENT, event))
+    for thread, marks in python_timelines(decoded):
+        track = PYTHON_UUID_BASE + thread.tid
+        packet(Message().message(PACKET_TRACK_DESCRIPTOR, Message()
+                                 .int(DESCRIPTOR_UUID, track).int(DESCRIPTOR_PARENT, process_uuid)
+                                 .string(DESCRIPTOR_NAME, f"Python, thread {thread.tid}")))
+        ns = times[thread.tid]
+        prefix = _prefix_sums(thread.cycle_weights())
+        open_at = []
+        for phase, position, name, category in marks:
+            event = Message().int(EVENT_TYPE, SLICE_BEGIN if phase == "B" else SLICE_END) \
+                .int(EVENT_TRACK, track)
+            if phase == "B":
+                event.string(EVENT_CATEGORIES, category).string(EVENT_NAME, name)
+                open_at.append(position)
+            else:
+                start = open_at.pop()
+                for key, value in (("instructions", position - start),
+                                   (decoded.cycles_name, prefix[position] - prefix[start])):
+                    event.message(EVENT_ANNOTATIONS, Message().string(ANNOTATION_NAME, key)
+                                  .int(ANNOTATION_INT, value, keep_zero=True))
+            packet(Message().int(PACKET_TIMESTAMP, ns[min(position, len(ns) - 1)], keep_zero=True)
+                   .int(PACKET_SEQUENCE_ID, SEQUENCE_ID + 2).message(PACKET_TRACK_EVENT, event))
     return bytes(out)
 
 

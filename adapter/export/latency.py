@@ -6,7 +6,8 @@ symbols and line table; knows nothing of DAP.
 
 A code point is `0xADDR`, `FILE:LINE` (the addresses where statements of that line begin,
 as a breakpoint would be placed; FILE may be a path suffix or a base name) or a function
-name (its entry address). Pairing: B closes the most recent A before it on the same thread
+name (its entry address). In a Python capture (the stepper's Python probe), `FILE:LINE` of a
+recorded Python file names that Python line: the positions where a run of it begins. Pairing: B closes the most recent A before it on the same thread
 (an A repeated before any B restarts the interval); when A and B are the same point, each
 pass to the next is one interval (a loop's period). Times are the instructions' TSC times
 (trace.py, never running backwards); with the ptrace stepper they change only at its stops,
@@ -33,8 +34,14 @@ class CodePointError(ValueError):
 class CodePoint:
     text: str
     addresses: frozenset[int]
+    python_line: tuple[str, int] | None = None
+    """(file, line) of a Python source line of a Python capture: the point is where a run of
+    that line begins in the history (adapter/python/timeline.py's line slices), not an
+    address."""
 
     def describe(self) -> str:
+        if self.python_line is not None:
+            return f"{self.text} [Python line]"
         shown = ", ".join(f"{a:#x}" for a in sorted(self.addresses)[:3])
         more = f" (+{len(self.addresses) - 3} more)" if len(self.addresses) > 3 else ""
         return f"{self.text} [{shown}{more}]"
@@ -104,6 +111,9 @@ def resolve(decoded: DecodedBundle, text: str) -> CodePoint:
     match = re.fullmatch(r"(.+):(\d+)", spec)
     if match:
         file, line = match.group(1), int(match.group(2))
+        python = _python_file(decoded, file)
+        if python is not None:
+            return CodePoint(spec, frozenset(), (python, line))
         addresses = decoded.lines.statement_addresses(file, line)
         if not addresses:
             raise CodePointError(f"{spec}: no code of the recorded images is on that line "
@@ -116,10 +126,35 @@ def resolve(decoded: DecodedBundle, text: str) -> CodePoint:
     return CodePoint(spec, frozenset({found[0]}))
 
 
+def _python_file(decoded: DecodedBundle, file: str) -> str | None:
+    """The file of a Python capture's code objects that `file` names (the whole path, a path
+    suffix or the base name), or None (not a Python capture, or no such Python file)."""
+    table = decoded.manifest.get("python")
+    if not isinstance(table, dict):
+        return None
+    names = {str(c.get("filename", "")) for c in (table.get("codes") or {}).values()}
+    for name in sorted(names):
+        if name == file or name.endswith("/" + file.lstrip("/")):
+            return name
+    return None
+
+
+def _python_positions(decoded: DecodedBundle, thread, point: CodePoint) -> set[int]:
+    """Positions where a run of the point's Python line begins in `thread`."""
+    from pt_decoder.python_frames import PythonFrames
+    file, line = point.python_line
+    frames = PythonFrames.from_manifest(decoded.manifest["python"], thread.ptwrites,
+                                        len(thread.history))
+    return {pos for pos, frame in frames.line_sequence()
+            if frame.filename == file and frame.line == line}
+
+
 def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> LatencyReport:
     """Every A -> B interval of every thread of the bundle."""
     report = LatencyReport(source, target, stepper_note=decoded.timing_note())
     for thread in decoded.threads:
+        py_source = _python_positions(decoded, thread, source) if source.python_line else None
+        py_target = _python_positions(decoded, thread, target) if target.python_line else None
         history = thread.history
         ips = history.ips()
         cycles_column = history.cycles_range()
@@ -130,11 +165,13 @@ def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> Lat
             if pos in gap_positions:
                 start = None  # an interval never spans lost trace
             ip = ips[pos]
-            if ip in target.addresses and start is not None and pos != start:
+            at_target = pos in py_target if py_target is not None else ip in target.addresses
+            at_source = pos in py_source if py_source is not None else ip in source.addresses
+            if at_target and start is not None and pos != start:
                 report.intervals.append(Interval(
                     thread.tid, start, pos, times[pos] - times[start],
                     max(0, cycles_column[pos] - cycles_column[start])))
                 start = None
-            if ip in source.addresses:
+            if at_source:
                 start = pos
     return report

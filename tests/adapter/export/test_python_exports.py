@@ -1,8 +1,9 @@
-"""`ptdebug export perfetto` of a Python capture: a real stepper recording of score() in
-tests/fixtures/programs/py_attribution.py (Python probe on) gets a Python track per thread:
-a slice per function activation (score once, weight and clamp three times, nested as they
-called each other) and inside it one per source line, each with its instructions; the
-protobuf output has the same Python slices as the JSON."""
+"""The offline views of a Python capture (a real stepper recording of score() in
+tests/fixtures/programs/py_attribution.py, Python probe on). `ptdebug export perfetto`: a
+Python track per thread, a slice per function activation (score once, weight and clamp three
+times, nested as they called each other) and inside it one per source line, each with its
+instructions; the protobuf output has the same Python slices as the JSON. `ptdebug latency`:
+FILE:LINE of a Python file measures between Python lines."""
 from __future__ import annotations
 
 import json
@@ -88,3 +89,17 @@ def test_perfetto_protobuf_has_the_python_track(python_bundle, tmp_path):
     begun = [message(p[11][0])[23][0].decode() for p in packets
              if 11 in p and message(p[11][0])[11][0] == track and message(p[11][0])[9][0] == 1]
     assert begun == expected
+
+
+def test_latency_between_python_lines(python_bundle):
+    bundle, _ = python_bundle
+    add, mul = marker_line(FIXTURE, "score_add"), marker_line(FIXTURE, "weight_mul")
+    out = ptdebug("latency", str(bundle), "--from", f"py_attribution.py:{add}",
+                  "--to", f"py_attribution.py:{mul}", "--json").stdout
+    summary = json.loads(out)
+    assert summary["count"] == 3           # once per iteration of score(3)
+    assert summary["instructions"]["min"] > 10
+    # to main's line after score() returned: only the last score_add run pairs with it
+    out = ptdebug("latency", str(bundle), "--from", f"py_attribution.py:{add}",
+                  "--to", f"py_attribution.py:{marker_line(FIXTURE, 'after')}", "--json").stdout
+    assert json.loads(out)["count"] == 1

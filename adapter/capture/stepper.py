@@ -30,14 +30,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import os
 import signal
 import threading
 import time
 from array import array
 
 from adapter.capture import blocks
+from adapter.hw import perf
 from adapter.hw import ptrace as pt
-from adapter.hw.exec_breakpoints import ExecBreakpoints
+from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
 
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
@@ -88,18 +90,38 @@ class _DebugRegisters:
     perf breakpoint events that give their slots back when cleared, or the
     debug registers through ptrace where perf refuses). Slots are reused
     least-recently-armed first; an address already armed costs nothing, which
-    keeps loops free of register writes."""
+    keeps loops free of register writes.
+
+    The slots are shared with whatever else holds breakpoints in the thread: a
+    data breakpoint of the DAP session is a perf breakpoint event per thread
+    (adapter.watchpoints) taking 1-4 of them. The kernel gives a thread four in
+    all (arch/x86 hw_breakpoint slot accounting: ENOSPC beyond), so the
+    recorder counts the slots it can still open (`free_slots`) and uses only
+    those; `usable` is how many it uses (0: every instruction is stepped)."""
 
     def __init__(self, tid: int, reserved: int | None = None):
         self.tid = tid
-        self.regs = ExecBreakpoints(tid)
+        free = free_slots(tid)
+        # fewer than four: perf events only (a ptrace write would take a slot of its own
+        # until the thread exits); none: the ptrace way may still reuse DRn a tracer left
+        self.regs = ExecBreakpoints(tid, "perf" if 0 < free < 4 else "auto")
+        self.usable = free if free else 4
         self.slots: list[int] = [0, 0, 0, 0]
-        self._order = [0, 1, 2, 3]
+        self._order = list(range(self.usable))
         self.armed: set[int] = set()
         self.writes = 0
-        if reserved is not None:  # the --until address keeps slot 3 for itself
-            self._write_slot(3, reserved)
-            self._order.remove(3)
+        self.reserved = None
+        """The --until address while it keeps slot 3 for itself (all four slots free)."""
+        if reserved is not None and self.usable == 4:  # the --until address keeps slot 3
+            try:
+                self._write_slot(3, reserved)
+            except BreakpointError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                self.usable, self._order = 0, []  # every slot taken: the recorder steps
+            else:
+                self._order.remove(3)
+                self.reserved = reserved
 
     def _write_slot(self, slot: int, addr: int) -> None:
         old = self.slots[slot]
@@ -110,11 +132,21 @@ class _DebugRegisters:
         self.armed.add(addr)
 
     def arm(self, addr: int) -> None:
+        """Raises NoFreeSlot when another tool holds every slot (the recorder then steps)."""
         if addr in self.armed:
             return
+        if not self._order:
+            raise NoFreeSlot(f"thread {self.tid}: every debug-register slot is taken")
         slot = self._order.pop(0)
         self._order.append(slot)
-        self._write_slot(slot, addr)
+        try:
+            self._write_slot(slot, addr)
+        except BreakpointError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self.usable = 0  # taken by another tool after all: step from here on
+            self._order = []
+            raise NoFreeSlot(str(exc)) from None
 
     def hit(self, regs) -> int | None:
         """The armed address this SIGTRAP stop came from (an instruction
@@ -132,6 +164,35 @@ class _DebugRegisters:
         self.regs.clear()
         self.slots = [0, 0, 0, 0]
         self.armed = set()
+
+
+class NoFreeSlot(Exception):
+    """No debug-register slot can be armed in the thread (data breakpoints hold them)."""
+
+
+PROBE_ADDRESS = 0x1000
+"""Where `free_slots` opens its probing breakpoints: user space, never executed (page 1 is
+never mapped, vm.mmap_min_addr), and only while the thread is stopped anyway."""
+
+
+def free_slots(tid: int) -> int:
+    """How many instruction breakpoints perf can open on thread `tid` now (0-4): the slots
+    no other breakpoint event (a data breakpoint's, another tool's) holds. 4 where perf
+    refuses breakpoints for another reason (an old kernel, perf_event_paranoid): the
+    ptrace way is used then, as before."""
+    fds = []
+    try:
+        for _ in range(4):
+            try:
+                fds.append(perf.perf_event_open(perf.exec_trap_attr(PROBE_ADDRESS), tid))
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    break
+                return 4
+        return len(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 class _Int3Breakpoints:
@@ -322,6 +383,8 @@ class ThreadRecorder:
         self.pending_signal = 0
         """A signal the thread was stopped for while being brought to a stop for
         cleanup: to be delivered when it is let go."""
+        self._watchdog: _Watchdog | None = None
+        """The run's watchdog, told of single steps too (no slot left: every instruction)."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -378,7 +441,7 @@ class ThreadRecorder:
             self.bp = _DebugRegisters(self.tid, end.until)
         shadow: list[blocks.ShadowEntry] = []
         regs = pt.getregs(self.tid)
-        watchdog = _Watchdog()
+        watchdog = self._watchdog = _Watchdog()
         try:
             with watchdog:
                 try:
@@ -482,13 +545,21 @@ class ThreadRecorder:
                         shadow.append(blocks.ShadowEntry(ins.next, regs.rsp))
                     regs.eflags &= ~RF  # an armed address at the target must fire
                     pos = start = new
+            if start is not None and not step and self._no_slot():
+                # no debug register to run to: step the instruction (a performed branch
+                # is done: the loop goes on at its target)
+                if kind in (Kind.SYSCALL, Kind.PLAIN):
+                    step = True
+                else:
+                    continue
             if start is not None and not step:
                 # walk to the next instruction that needs the registers
                 saved_shadow = list(shadow)
                 origin = (start, regs.rsp, regs.rbp)
                 armed = self.bp.armed if kind != Kind.PLAIN else set(self.bp.armed) - {pos}
-                if end.stop_at:  # the walk ends before one (pos is not one: checked above)
-                    armed = set(armed) | end.stop_at
+                stops = self._walk_stops
+                if stops:  # the walk ends before one (pos is not one: checked above)
+                    armed = set(armed) | stops
                 budget = self.budget_total - len(ips) - (kind == Kind.SYSCALL)
                 walk = self.walker.walk(start, regs.rsp, regs.rbp, shadow, armed,
                                         min(budget, MAX_WALK))
@@ -511,12 +582,35 @@ class ThreadRecorder:
                     return
                 pos = regs.rip
                 continue
-            self.bp.arm(walk.stop)
+            try:
+                self.bp.arm(walk.stop)
+            except NoFreeSlot:
+                # another tool took the last slot: from here every instruction is
+                # stepped; the walk is undone (nothing of it ran)
+                shadow[:] = saved_shadow
+                if kind == Kind.SYSCALL:
+                    ips.pop()
+                    regs.eflags &= ~RF
+                self._setregs(regs)
+                continue
             self._setregs(regs)
             if self._run_to(walk, origin, saved_shadow, shadow, regs, deadline,
                             watchdog) is not None:
                 return
             pos = regs.rip
+
+    def _no_slot(self) -> bool:
+        """Data breakpoints (or another tool) hold every debug-register slot."""
+        return self.mode == "dr" and self.bp.usable == 0
+
+    @property
+    def _walk_stops(self) -> frozenset:
+        """Addresses a walk ends before besides the armed ones: a debugger's breakpoints, and
+        the --until address when it has no slot of its own (fewer than four free)."""
+        end = self.end
+        if end.until is not None and self.mode == "dr" and self.bp.reserved is None:
+            return end.stop_at | {end.until}
+        return end.stop_at
 
     def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, watchdog):
         """Continue the thread until it stops at walk.stop, handling what comes
@@ -647,7 +741,12 @@ class ThreadRecorder:
         self._step()
         rec.single_steps += 1
         while True:
-            status = self._wait()
+            try:
+                status = self._wait()
+            except _Watchdog.Tick:
+                continue  # a blocking system call being stepped: its end ends the step
+            if self._watchdog is not None:
+                self._watchdog.stops_seen += 1  # a step is a stop (all of them without slots)
             if status.gone:
                 return self._gone(status)
             if status.event:

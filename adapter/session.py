@@ -42,9 +42,12 @@ ADAPTER_CAPABILITIES = {
     "supportsReadMemoryRequest": True,
     "supportsWriteMemoryRequest": True,
     "supportsDisassembleRequest": True,
+    "supportsSteppingGranularity": True,
 }
-"""What ptdebug answers itself, whatever the backend. Features add theirs at run time through
-`Session.announce_capabilities` (e.g. supportsDataBreakpoints once the probe succeeds)."""
+"""What ptdebug answers itself, whatever the backend (steps by instruction: features/reverse.py
+in a recorded history, Delve live; debugpy steps a line whatever the granularity). Features
+add theirs at run time through `Session.announce_capabilities` (e.g. supportsDataBreakpoints
+once the probe succeeds)."""
 
 LOCAL_CAPABILITIES = frozenset({
     "supportsReadMemoryRequest", "supportsWriteMemoryRequest", "supportsDisassembleRequest",

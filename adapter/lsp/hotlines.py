@@ -17,6 +17,10 @@ Definitions (the tests check the lenses against them):
   its share is of the window's instructions, the exact measure.
 - branches: per conditional branch on the line, how often it was taken and not taken; per
   call and indirect jump, how often each target (function) was reached.
+- Python lines of a Python capture (the stepper's Python probe): a line's instructions and
+  cycles are those run while it was the running Python line, native code under it included;
+  executions are runs of it (coming back from a call it made continues one execution); no
+  branches (`_python_lines`).
 """
 from __future__ import annotations
 
@@ -150,7 +154,7 @@ class HotLines:
                 if f & insn_flags.INDIRECT:
                     entry.indirect[name] += count
         by_file: dict[str, dict[int, LineStats]] = {}
-        for entry in stats.values():
+        for entry in list(stats.values()) + _python_lines(decoded):
             by_file.setdefault(entry.file, {})[entry.line] = entry
         return cls(os.path.abspath(decoded.root), by_file, total_cycles, total_instructions,
                    decoded.stepper)
@@ -182,6 +186,55 @@ class HotLines:
             elif common == best_len and common:
                 best = None  # two recorded files match as well: do not guess
         return self.by_file.get(best, {}) if best else {}
+
+
+def _python_lines(decoded: DecodedBundle) -> list[LineStats]:
+    """The Python source lines of a Python capture (the stepper's Python probe,
+    docs/python.md): each line gets the instructions and cycles run while it was the running
+    Python line (the native code under it included) and its executions (runs of it; coming back
+    from a call it made continues the same execution, as for native lines)."""
+    table = decoded.manifest.get("python")
+    if not isinstance(table, dict):
+        return []
+    from pt_decoder.python_frames import PythonFrames
+    out: dict[tuple[str, int], LineStats] = {}
+    for thread in decoded.threads:
+        n = len(thread.history)
+        if not n:
+            continue
+        frames = PythonFrames.from_manifest(table, thread.ptwrites, n)
+        weights = thread.cycle_weights()
+        segments = list(frames.stacks())
+        last_by_depth: list[tuple[int, int] | None] = []   # (code, line) last run per depth
+        previous = None
+        for k, (start, stack) in enumerate(segments):
+            stop = segments[k + 1][0] if k + 1 < len(segments) else n
+            if not stack:
+                last_by_depth = []
+                previous = None
+                continue
+            code, index = stack[-1]
+            info = frames.codes.get(code)
+            if info is None:
+                continue
+            line = info.line(index)
+            depth = len(stack)
+            key = (code, line)
+            entry = out.get((info.filename, line))
+            if entry is None:
+                entry = out[(info.filename, line)] = LineStats(info.filename, line)
+            entry.instructions += stop - start
+            entry.cycles += sum(weights[start:stop])
+            del last_by_depth[depth:]
+            while len(last_by_depth) < depth:
+                last_by_depth.append(None)
+            returned_into = previous is not None and previous[1] > depth and \
+                last_by_depth[depth - 1] == key
+            if (key, depth) != previous and not returned_into:
+                entry.executions += 1
+            last_by_depth[depth - 1] = key
+            previous = (key, depth)
+    return list(out.values())
 
 
 def format_count(n: float) -> str:

@@ -103,3 +103,26 @@ def test_latency_between_python_lines(python_bundle):
     out = ptdebug("latency", str(bundle), "--from", f"py_attribution.py:{add}",
                   "--to", f"py_attribution.py:{marker_line(FIXTURE, 'after')}", "--json").stdout
     assert json.loads(out)["count"] == 1
+
+
+def test_hot_lines_of_the_python_file(python_bundle):
+    """The language server's hot lines for the fixture's own file: each Python line's
+    executions as the call ran them, and the instructions run under it."""
+    from adapter.export.trace import DecodedBundle
+    from adapter.lsp.hotlines import HotLines
+    bundle, _ = python_bundle
+    decoded = DecodedBundle.open(bundle)
+    lines = HotLines.from_decoded(decoded).for_path(str(FIXTURE))
+    runs = {name: lines[marker_line(FIXTURE, name)].executions
+            for name in ("score_init", "score_for", "score_add", "weight_mul", "weight_ret",
+                         "clamp_if", "clamp_hi", "clamp_x", "score_ret", "call")}
+    # score(3): the for line runs 4 times, its body 3 (coming back from weight() continues
+    # the line), clamp's branch goes to `return hi` once (i=2: 6 > 5) and `return x` twice
+    assert runs == {"score_init": 1, "score_for": 4, "score_add": 3, "weight_mul": 3,
+                    "weight_ret": 3, "clamp_if": 3, "clamp_hi": 1, "clamp_x": 2,
+                    "score_ret": 1, "call": 1}
+    (thread,) = decoded.threads
+    attributed = sum(entry.instructions for entry in lines.values())
+    assert 0 < attributed <= len(thread.history)
+    # the line calling weight() holds the instructions run in the native code under it too
+    assert lines[marker_line(FIXTURE, "score_add")].instructions > 1000

@@ -271,6 +271,15 @@ def _read_interpreter_file(path: str) -> InterpreterFile:
             raise LayoutError(f"{path}: not a readable ELF file ({exc})") from None
         if "_PyRuntime" not in symbols:
             raise LayoutError(f"{path}: no _PyRuntime symbol (not a CPython interpreter)")
+        if elf.elfclass != 64 or elf["e_machine"] != "EM_X86_64":
+            raise LayoutError(f"{path}: an {elf['e_machine']} {elf.elfclass}-bit interpreter; "
+                              "ptdebug reads x86-64 CPython only")
+        table = elf.get_section_by_name(".gnu.hash") or elf.get_section_by_name(".hash")
+        if table is not None and hasattr(table, "get_symbol") and \
+                table.get_symbol("_Py_NegativeRefcount") is not None:
+            # Py_REF_DEBUG (a --with-pydebug build): other object headers than the table's
+            raise LayoutError(f"{path}: a debug build of CPython (--with-pydebug) is not "
+                              "supported (its objects are laid out differently)")
         version = _version_from(elf, path, symbols)
         runtime = symbols["_PyRuntime"][0]
         eval_ranges = []

@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 from python_interpreters import VERSIONS, interpreter
@@ -103,3 +104,20 @@ def test_a_process_without_python_is_named():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_files_that_are_not_a_supported_interpreter_are_named(tmp_path):
+    with pytest.raises(LayoutError, match="no _PyRuntime symbol"):
+        layout_from_elf("/bin/true")
+    with pytest.raises(LayoutError, match="No such file"):
+        layout_from_elf(str(tmp_path / "missing.so"))
+    # the interpreter running the tests, its ELF header saying another machine (AArch64)
+    library = pathlib.Path(sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY"))
+    if not library.is_file():
+        pytest.skip("the running interpreter has no shared libpython")
+    data = bytearray(library.read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")   # e_machine = EM_AARCH64
+    other = tmp_path / library.name
+    other.write_bytes(bytes(data))
+    with pytest.raises(LayoutError, match="EM_AARCH64 64-bit interpreter; ptdebug reads x86-64"):
+        layout_from_elf(str(other))

@@ -443,9 +443,14 @@ class DataBreakpoints:
         armed = self._armed_of(hit)
         if armed is None:
             return
+        hidden = self.session.run_control.hidden_stop_in_progress()
         held = self._take_held(hit.tid, RESUME_GRACE if self.paused else TRAP_WAIT)
         if held is not None:
             self._stop_held(hit, armed, held)
+        elif self._after_hidden_stop(hit):
+            pass  # the handler's stop, if any, is held by ptdebug's own stop meanwhile
+        elif hidden:
+            self._stop_after_hidden(hit)  # the hidden stop ended while we waited
         elif self.paused:
             self._report_while_paused([hit])
         else:
@@ -542,12 +547,50 @@ class DataBreakpoints:
 
     def _pause_for(self, hit, count: int) -> None:
         """Without the handler: ask debugpy to pause; the writer stops at its next line."""
+        if self._after_hidden_stop(hit):
+            return
         # debugpy's `continued` may arrive after the first write of a resumed thread: give
         # it a moment before calling a write "while paused".
         if self.paused and not self._resumed.wait(RESUME_GRACE):
             self._report_while_paused([hit])
             return
         self._stop_for(hit, count)
+
+    def _after_hidden_stop(self, hit) -> bool:
+        """A hit while ptdebug holds the program for itself (a record breakpoint's window,
+        captureNow): the program would have been running, so the write is a stop, shown once
+        the hidden operation is over (run_control.after_hidden_stop). False: none is."""
+        return self.session.run_control.after_hidden_stop(
+            lambda: self._guarded(hit, self._stop_after_hidden, hit))
+
+    def _stop_after_hidden(self, hit) -> None:
+        """The stop of a hit made during a hidden stop, now that it is over: the handler's
+        stop of the writer if it came (held back by the capture, delivered since), else a
+        stop made now: the program is paused for it, or, already stopped (an earlier hit's
+        stop, every thread suspended), the writer's thread is named as stopped by it."""
+        armed = self._armed_of(hit)
+        if armed is None:
+            return  # the data breakpoint was removed meanwhile
+        held = self._take_held(hit.tid, RESUME_GRACE)
+        if held is not None:
+            self._stop_held(hit, armed, held)
+            return
+        stop_all = self.session.launch_arguments.get("stopAllThreadsOnSuspend", True)
+        if stop_all is False or self.session.run_control.program_runs():
+            self._stop_for(hit, 1)
+            return
+        thread_id, thread_name = self._dap_thread_of(hit.tid)
+        old, new = self._values(hit, armed)
+        image = self._image()
+        text = (f"{armed.target.label} changed from {old} to {new}: written by thread "
+                f"{thread_name!r} (tid {hit.tid}) in {self._symbol(hit.ip, image)} while "
+                "ptdebug recorded a trace window")
+        body = {"reason": "data breakpoint", "description": text, "text": text,
+                "hitBreakpointIds": [armed.id], "preserveFocusHint": False,
+                "allThreadsStopped": True}
+        if thread_id is not None:
+            body["threadId"] = thread_id
+        self._show_stop(hit, thread_id, image, body)
 
     def _stop_for(self, hit, count: int) -> None:
         armed = next((a for a in self.armed.values() if a.watch is hit.watch), None)

@@ -26,8 +26,9 @@ How a record breakpoint fires (Python backend):
   the session's captures directory (adapter/capture/captures_dir.py), made self-contained
   after the decode (bundle.copy_images_in), and outlives the session: only the user removes it.
 - A replayed bundle's threads become captures too (`adopt_replay`, for backends.replay).
-- Nothing is recorded while data breakpoints are armed (both need the thread's debug
-  registers); a failure is told to the user in an `output` event and the program runs on.
+- Data breakpoints armed at the same time share the thread's debug registers with the
+  recorder (it uses the slots they leave); a failure is told to the user in an `output` event
+  and the program runs on.
 """
 from __future__ import annotations
 
@@ -483,12 +484,10 @@ class RecordBreakpoints:
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
                                              breakpoint.get("recordWindow"))
-            watches = getattr(self.session.data_breakpoints, "armed", None)
-            if watches:
-                # Both use the thread's four debug registers (SDM Vol. 3B §17.2); a recorder
-                # sharing them with perf watchpoints cannot trust its breakpoints.
-                raise AdapterError(f"{len(watches)} data breakpoint(s) are armed and hold the "
-                                   "debug registers the recorder needs; remove them to record")
+            # Data breakpoints armed meanwhile hold some of the thread's four debug registers
+            # (SDM Vol. 3B §17.2): the stepper uses the slots they leave, and steps every
+            # instruction where they leave none (capture/stepper.py, free_slots). Their hits
+            # in the window are stops once it is over (data_breakpoints, after_hidden_stop).
             if backend.name == "delve":
                 # Delve holds the program with ptrace, and a thread has one tracer: Delve lets
                 # go of it for the window and comes back after (DelveBackend.hand_over)

@@ -37,7 +37,7 @@ def _hold_slots(tid: int, count: int) -> list[int]:
     them (per (thread, CPU) pair): each takes one slot of the thread."""
     fds = []
     for slot in range(count):
-        attr = perf.breakpoint_attr(WATCHED + 8 * slot, 8, perf.HW_BREAKPOINT_W, inherit=False)
+        attr = perf.breakpoint_attr(WATCHED + 8 * slot, 8, perf.HW_BREAKPOINT_W, inherit=True)
         for cpu in range(os.cpu_count()):
             fds.append(perf.perf_event_open(attr, tid, cpu))
     return fds

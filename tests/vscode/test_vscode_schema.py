@@ -1,5 +1,6 @@
 """The VS Code extension's launch/attach schema (vscode-extension/package.json and
-src/schema.ts) follows the adapter's one source, `adapter/protocol/schema.py`."""
+src/schema.ts) follows the adapter's one source, `adapter/protocol/schema.py`, followed by the
+keys ptdebug passes through to debugpy and Delve (sync_schema.PASS_THROUGH)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +10,21 @@ import subprocess
 import sys
 import typing
 
+import pytest
+
 from adapter.protocol import schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXTENSION = ROOT / "vscode-extension"
+
+
+def _sync_schema():
+    sys.path.insert(0, str(EXTENSION / "scripts"))
+    try:
+        import sync_schema
+    finally:
+        sys.path.pop(0)
+    return sync_schema
 
 
 def _attributes() -> dict:
@@ -41,7 +53,9 @@ def test_package_json_has_exactly_the_fields_of_the_schema_dataclasses():
     for request, cls in (("launch", schema.LaunchConfig), ("attach", schema.AttachConfig)):
         properties = attributes[request]["properties"]
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        assert list(properties) == list(fields), (
+        passed_through = _sync_schema().PASS_THROUGH[request]
+        assert not set(passed_through) & set(fields), "a pass-through key shadows schema.py"
+        assert list(properties) == list(fields) + list(passed_through), (
             f"{request}: package.json has {sorted(set(properties) - set(fields))} beyond "
             f"schema.py and lacks {sorted(set(fields) - set(properties))}")
         hints = typing.get_type_hints(cls)
@@ -70,11 +84,7 @@ def test_generated_files_are_up_to_date():
 
 def test_check_notices_a_drift(tmp_path, monkeypatch):
     """--check must fail when schema.py gains a field package.json does not have."""
-    sys.path.insert(0, str(EXTENSION / "scripts"))
-    try:
-        import sync_schema
-    finally:
-        sys.path.pop(0)
+    sync_schema = _sync_schema()
 
     @dataclasses.dataclass
     class Grown(schema.LaunchConfig):
@@ -88,3 +98,29 @@ def test_check_notices_a_drift(tmp_path, monkeypatch):
     monkeypatch.setattr(sync_schema, "SCHEMA_TS", EXTENSION / "src" / "schema.ts")
     assert sync_schema.main(["--check"]) == 1
     assert "recordOnStart" in sync_schema.updated_package_json(package.read_text())
+
+
+def test_pass_through_keys_reach_the_backends():
+    """The Go keys are those adapter/backends/delve.py hands to Delve's `attach`; the Python
+    ones reach debugpy because the debugpy backend forwards every key but `backend`."""
+    delve = (ROOT / "adapter" / "backends" / "delve.py").read_text()
+    go_keys = [k for k in _sync_schema().PASS_THROUGH["launch"]
+               if "Delve's option" in _sync_schema().PASS_THROUGH["launch"][k]["description"]]
+    assert go_keys
+    for key in go_keys:
+        assert f'"{key}"' in delve, f"{key} is offered for Go but delve.py does not pass it on"
+    debugpy = (ROOT / "adapter" / "backends" / "debugpy.py").read_text()
+    assert 'arguments.pop("backend", None)' in debugpy
+
+
+def test_a_pass_through_key_that_schema_py_defines_is_refused(monkeypatch):
+    sync_schema = _sync_schema()
+
+    @dataclasses.dataclass
+    class Grown(schema.LaunchConfig):
+        console: str = "internalConsole"
+        """Now ptdebug's own."""
+
+    monkeypatch.setattr(schema, "LaunchConfig", Grown)
+    with pytest.raises(ValueError, match=r"launch: schema.py now defines \['console'\]"):
+        sync_schema.configuration_attributes()

@@ -36,6 +36,80 @@ REQUESTS = {"launch": "LaunchConfig", "attach": "AttachConfig"}
 VARIABLE_PATTERN = r"^\$\{command:[A-Za-z0-9_.]+\}$"
 """A string an integer field may hold in launch.json: a variable VS Code substitutes."""
 
+_PY = "Python (debugpy's option, passed through): "
+_GO = "Go (Delve's option, passed through): "
+_MAPPINGS = {"type": "array", "items": {
+    "type": "object", "required": ["localRoot", "remoteRoot"],
+    "properties": {"localRoot": {"type": "string"}, "remoteRoot": {"type": "string"}}}}
+_SUBSTITUTE = {"type": "array", "items": {
+    "type": "object", "required": ["from", "to"],
+    "properties": {"from": {"type": "string"}, "to": {"type": "string"}}}}
+_DEBUGPY_COMMON = {
+    "pathMappings": {"description": _PY + "source roots on this machine and in the debuggee.",
+                     **_MAPPINGS},
+    "subProcess": {"description": _PY + "debug the child processes the program starts too.",
+                   "type": "boolean", "default": True},
+    "django": {"description": _PY + "Django templates and exceptions.", "type": "boolean",
+               "default": False},
+    "flask": {"description": _PY + "Flask (Jinja) templates and exceptions.",
+              "type": "boolean", "default": False},
+    "jinja": {"description": _PY + "Jinja templates.", "type": "boolean", "default": False},
+    "pyramid": {"description": _PY + "Pyramid applications.", "type": "boolean",
+                "default": False},
+    "gevent": {"description": _PY + "gevent's monkey-patched threads.", "type": "boolean",
+               "default": False},
+    "showReturnValue": {"description": _PY + "show the value a function returns.",
+                        "type": "boolean", "default": True},
+    "redirectOutput": {"description": _PY + "send the program's output to the debug console.",
+                       "type": "boolean"},
+    "logToFile": {"description": _PY + "write debugpy's logs.", "type": "boolean",
+                  "default": False},
+}
+_DELVE = {
+    "substitutePath": {"description": _GO + "rewrite source paths between this machine "
+                                            "and the binary's build ({from, to}).",
+                       **_SUBSTITUTE},
+    "showGlobalVariables": {"description": _GO + "a Globals scope of the package.",
+                            "type": "boolean", "default": False},
+    "showRegisters": {"description": _GO + "a Registers scope.", "type": "boolean",
+                      "default": False},
+    "hideSystemGoroutines": {"description": _GO + "list user goroutines only.",
+                             "type": "boolean", "default": False},
+    "goroutineFilters": {"description": _GO + "which goroutines the Call Stack lists "
+                                              "(Delve's `goroutines` filter syntax).",
+                         "type": "string"},
+    "showPprofLabels": {"description": _GO + "pprof labels of goroutines.",
+                        "type": "boolean", "default": False},
+    "stackTraceDepth": {"description": _GO + "how many frames a stack trace loads.",
+                        "type": "integer", "default": 50},
+}
+PASS_THROUGH = {
+    "launch": {
+        "python": {"description": _PY + "the interpreter that runs the program (a path, or "
+                                        "a command as a list). Without it: the Python "
+                                        "extension's selected interpreter, else the "
+                                        "workspace's .venv, else ptdebug's.",
+                   "type": ["string", "array"], "items": {"type": "string"}},
+        "pythonArgs": {"description": _PY + "interpreter options, e.g. [\"-X\", \"dev\"].",
+                       "type": "array", "items": {"type": "string"}, "default": []},
+        "console": {"description": _PY + "where the program's input and output go.",
+                    "type": "string",
+                    "enum": ["internalConsole", "integratedTerminal", "externalTerminal"],
+                    "default": "integratedTerminal"},
+        "envFile": {"description": "A file of NAME=VALUE lines added to `env` (`env` wins); "
+                                   "read by the extension, as ms-python and vscode-go do.",
+                    "type": "string"},
+        "sudo": {"description": _PY + "run the program with sudo.", "type": "boolean",
+                 "default": False},
+        **_DEBUGPY_COMMON,
+        **_DELVE,
+    },
+    "attach": {**_DEBUGPY_COMMON, **_DELVE},
+}
+"""Keys the adapter does not define but forwards to debugpy (all of a launch/attach's other
+keys) or Delve (those adapter/backends/delve.py passes to Delve's `attach`), so that
+launch.json accepts them: appended after the schema's own fields, never replacing one."""
+
 
 def _schema_module():
     sys.path.insert(0, str(ROOT))
@@ -125,7 +199,16 @@ def object_schema(cls: type) -> dict:
 
 def configuration_attributes() -> dict:
     schema = _schema_module()
-    return {request: object_schema(getattr(schema, name)) for request, name in REQUESTS.items()}
+    attributes = {request: object_schema(getattr(schema, name))
+                  for request, name in REQUESTS.items()}
+    for request, extra in PASS_THROUGH.items():
+        properties = attributes[request]["properties"]
+        clash = sorted(set(properties) & set(extra))
+        if clash:
+            raise ValueError(f"{request}: schema.py now defines {clash}; remove them from "
+                             "PASS_THROUGH in sync_schema.py")
+        properties.update(extra)
+    return attributes
 
 
 # --- TypeScript ----------------------------------------------------------------------------

@@ -24,19 +24,34 @@ export interface CommandLine {
     args: string[];
 }
 
-/** The interpreter: the setting, else the workspace's .venv, else python3 on PATH. */
+/**
+ * The interpreter that runs ptdebug: the setting, else the workspace's `.venv` when ptdebug is
+ * installed in it (its `bin/ptdebug` exists), else undefined (see ptdebugCommand). A workspace
+ * .venv without ptdebug is the program's interpreter (debuggee.ts), not the adapter's.
+ */
 export function pythonInterpreter(settings: PtdebugSettings, workspaceFolders: string[],
-    exists: (file: string) => boolean): string {
+    exists: (file: string) => boolean): string | undefined {
     if (settings.pythonPath.trim()) {
         return expandHome(settings.pythonPath.trim());
     }
     for (const folder of workspaceFolders) {
-        const candidate = path.join(folder, '.venv', 'bin', 'python');
-        if (exists(candidate)) {
-            return candidate;
+        const bin = path.join(folder, '.venv', 'bin');
+        if (exists(path.join(bin, 'python')) && exists(path.join(bin, 'ptdebug'))) {
+            return path.join(bin, 'python');
         }
     }
-    return 'python3';
+    return undefined;
+}
+
+/** `name` in the directories of PATH, as the shell finds it; undefined when absent. */
+export function searchPath(name: string, exists: (file: string) => boolean,
+    pathVariable: string | undefined = process.env.PATH): string | undefined {
+    for (const dir of (pathVariable ?? '').split(path.delimiter)) {
+        if (dir && path.isAbsolute(dir) && exists(path.join(dir, name))) {
+            return path.join(dir, name);
+        }
+    }
+    return undefined;
 }
 
 /**
@@ -51,21 +66,33 @@ export function pythonInterpreter(settings: PtdebugSettings, workspaceFolders: s
 export const SAFE_START = "import sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
     + "from adapter.cli import main; sys.exit(main())";
 
-/** `ptdebug SUBCOMMAND` as a command line, through the console script or the interpreter. */
+/**
+ * `ptdebug SUBCOMMAND` as a command line, from wherever ptdebug is installed: the
+ * `ptdebug.adapterPath` console script; the interpreter of `ptdebug.pythonPath` or of a
+ * workspace .venv holding ptdebug; the `ptdebug` console script on PATH (pipx, pip --user,
+ * a system install: a console script's sys.path starts at its own bin/, never the cwd); else
+ * `python3`.
+ */
 export function ptdebugCommand(subcommand: string[], settings: PtdebugSettings,
-    workspaceFolders: string[], exists: (file: string) => boolean): CommandLine {
+    workspaceFolders: string[], exists: (file: string) => boolean,
+    pathVariable: string | undefined = process.env.PATH): CommandLine {
     if (settings.adapterPath.trim()) {
         return { command: expandHome(settings.adapterPath.trim()), args: [...subcommand] };
     }
-    return {
-        command: pythonInterpreter(settings, workspaceFolders, exists),
-        args: ['-c', SAFE_START, ...subcommand],
-    };
+    const python = pythonInterpreter(settings, workspaceFolders, exists);
+    if (python) {
+        return { command: python, args: ['-c', SAFE_START, ...subcommand] };
+    }
+    const script = searchPath('ptdebug', exists, pathVariable);
+    if (script) {
+        return { command: script, args: [...subcommand] };
+    }
+    return { command: 'python3', args: ['-c', SAFE_START, ...subcommand] };
 }
 
 /** The DAP adapter over stdio, with the log options the settings ask for. */
 export function adapterCommand(settings: PtdebugSettings, workspaceFolders: string[],
-    exists: (file: string) => boolean): CommandLine {
+    exists: (file: string) => boolean, pathVariable: string | undefined = process.env.PATH): CommandLine {
     const sub = ['dap'];
     if (settings.adapterLogFile.trim()) {
         sub.push('--log-file', expandHome(settings.adapterLogFile.trim()));
@@ -73,7 +100,7 @@ export function adapterCommand(settings: PtdebugSettings, workspaceFolders: stri
     if (settings.logLevel && settings.logLevel !== 'INFO') {
         sub.push('--log-level', settings.logLevel);
     }
-    return ptdebugCommand(sub, settings, workspaceFolders, exists);
+    return ptdebugCommand(sub, settings, workspaceFolders, exists, pathVariable);
 }
 
 function expandHome(file: string): string {

@@ -171,3 +171,30 @@ export function formatDuration(ns: number): string {
     if (ns >= 1e3) { return `${(ns / 1e3).toFixed(1)} µs`; }
     return `${ns} ns`;
 }
+
+/** The argument of a hot-line lens's `ptdebug.showLine` command (adapter/lsp/server.py). */
+export interface HotLineArgument {
+    file: string;
+    line: number;
+    executions: number;
+    instructions: number;
+    cycles: number;
+    /** Fraction of the window (of its cycles; of its instructions for the stepper). */
+    share: number;
+    /** "stepper": cycles are ptrace-slowed nanoseconds, not CPU cycles. */
+    clock?: 'stepper' | 'tsc';
+    bundle: string;
+}
+
+/** One sentence with a lens's exact numbers, shown when the lens is clicked. */
+export function describeHotLine(arg: HotLineArgument): string {
+    if (!arg || typeof arg.file !== 'string' || typeof arg.line !== 'number') {
+        throw new Error('the lens has no {file, line} argument');
+    }
+    const share = `${(100 * (arg.share ?? 0)).toFixed(2)}% of the window`;
+    const time = arg.clock === 'stepper'
+        ? `${formatDuration(arg.cycles)} stepper time (ptrace-slowed, not CPU time)`
+        : `${arg.cycles.toLocaleString('en-US')} cycles`;
+    return `${path.basename(arg.file)}:${arg.line} ran ${arg.executions.toLocaleString('en-US')}× — ` +
+        `${arg.instructions.toLocaleString('en-US')} instructions, ${time}, ${share} (capture ${arg.bundle})`;
+}

@@ -15,12 +15,14 @@ import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import { CommandLine, PtdebugSettings, adapterCommand, ptdebugCommand } from './adapterCommand';
-import { Capture, CaptureEventBody, CaptureStore, captureLabel, describeCapture, invalidCaptureBody } from './captureModel';
+import { Capture, CaptureEventBody, CaptureStore, HotLineArgument, captureLabel, describeCapture, describeHotLine, invalidCaptureBody } from './captureModel';
 import { CapturesView } from './capturesView';
 import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, resolveConfiguration, resolveSubstituted } from './configuration';
+import { PythonExtensionApi, applyEnvFile, chooseInterpreter, interpreterFromPythonExtension, isPythonLaunch } from './debuggee';
 import { renderGoroutineHistory } from './historyText';
 import { HotLines } from './hotLines';
 import { codePoint, latencyArgs, parseLatencyOutput, renderLatency } from './latencyText';
+import { listProcesses, processItems, wantedKind } from './processes';
 import type { GoroutineHistoryIn, GoroutineHistoryOut } from './schema';
 import { TraceScopeView } from './traceScopeView';
 
@@ -52,7 +54,7 @@ export function activate(context: vscode.ExtensionContext): void {
 
     context.subscriptions.push(
         output,
-        vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, new ConfigurationProvider()),
+        vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, new ConfigurationProvider(output)),
         vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, {
             provideDebugConfigurations: () => initialConfigurations(editorContext(undefined)) as vscode.DebugConfiguration[],
         }, vscode.DebugConfigurationProviderTriggerKind.Dynamic),
@@ -134,6 +136,23 @@ export function activate(context: vscode.ExtensionContext): void {
             }
         }),
         vscode.commands.registerCommand('ptdebug.refreshTraceScope', () => traceScope.refresh()),
+        // `${command:pickProcess}` (the debugger's `variables`) and `${command:ptdebug.pickProcess}`:
+        // VS Code passes the configuration being resolved; its backend narrows the list.
+        vscode.commands.registerCommand('ptdebug.pickProcess', (config?: RawConfiguration) => pickProcess(config)),
+        // The command of each hot-line lens of `ptdebug lsp` (its SHOW_LINE_COMMAND).
+        vscode.commands.registerCommand('ptdebug.showLine', async (arg?: HotLineArgument) => {
+            try {
+                const text = describeHotLine(arg as HotLineArgument);
+                const editor = await vscode.window.showTextDocument(vscode.Uri.file(arg!.file), { preview: true });
+                const position = new vscode.Position(Math.max(0, arg!.line - 1), 0);
+                editor.selection = new vscode.Selection(position, position);
+                editor.revealRange(new vscode.Range(position, position), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+                output.appendLine(text);
+                void vscode.window.showInformationMessage(`ptdebug: ${text}`);
+            } catch (error) {
+                void vscode.window.showErrorMessage(`ptdebug: hot line: ${(error as Error).message}`);
+            }
+        }),
         vscode.commands.registerCommand('ptdebug.latency', async (capture?: Capture) => {
             const picked = await pickCapture(store, capture);
             if (!picked) { return; }
@@ -200,6 +219,8 @@ function editorContext(folder: vscode.WorkspaceFolder | undefined): EditorContex
 }
 
 class ConfigurationProvider implements vscode.DebugConfigurationProvider {
+    constructor(private readonly output: vscode.OutputChannel) {}
+
     provideDebugConfigurations(folder: vscode.WorkspaceFolder | undefined): vscode.DebugConfiguration[] {
         return initialConfigurations(editorContext(folder)) as vscode.DebugConfiguration[];
     }
@@ -214,15 +235,68 @@ class ConfigurationProvider implements vscode.DebugConfigurationProvider {
         return result.configuration as vscode.DebugConfiguration;
     }
 
-    resolveDebugConfigurationWithSubstitutedVariables(_folder: vscode.WorkspaceFolder | undefined,
-        config: vscode.DebugConfiguration): vscode.DebugConfiguration | undefined {
-        const result = resolveSubstituted(config as RawConfiguration);
+    /** After `${...}` substitution: process ids as numbers, envFile read into env, and the
+     * interpreter of a Python launch (debuggee.ts says in which order). */
+    async resolveDebugConfigurationWithSubstitutedVariables(folder: vscode.WorkspaceFolder | undefined,
+        config: vscode.DebugConfiguration): Promise<vscode.DebugConfiguration | undefined> {
+        let result = resolveSubstituted(config as RawConfiguration);
+        if (result.ok) {
+            result = applyEnvFile(result.configuration, file => fs.readFileSync(file, 'utf8'));
+        }
         if (!result.ok) {
             void vscode.window.showErrorMessage(result.message);
             return undefined;
         }
-        return result.configuration as vscode.DebugConfiguration;
+        const resolved = result.configuration;
+        if (isPythonLaunch(resolved)) {
+            const workspace = folder ?? vscode.workspace.workspaceFolders?.[0];
+            const choice = chooseInterpreter(resolved, await pythonExtensionInterpreter(workspace, this.output),
+                workspace?.uri.fsPath, fs.existsSync);
+            if (choice.python !== undefined) {
+                resolved.python = choice.python;
+            }
+            this.output.appendLine(`session ${resolved.name}: the program's interpreter: ` +
+                (choice.python === undefined ? "the adapter's" : `${JSON.stringify(choice.python)}`) + ` (${choice.source})`);
+        }
+        return resolved as vscode.DebugConfiguration;
     }
+}
+
+/** The interpreter the Python extension (ms-python.python) has selected for the folder, when
+ * that extension is installed; undefined otherwise or when it cannot say. */
+async function pythonExtensionInterpreter(folder: vscode.WorkspaceFolder | undefined,
+    output: vscode.OutputChannel): Promise<string | string[] | undefined> {
+    const extension = vscode.extensions.getExtension<PythonExtensionApi>('ms-python.python');
+    if (!extension) { return undefined; }
+    try {
+        const api = extension.isActive ? extension.exports : await extension.activate();
+        return await interpreterFromPythonExtension(api, folder?.uri);
+    } catch (error) {
+        output.appendLine(`the Python extension did not give its interpreter: ${(error as Error).message}`);
+        return undefined;
+    }
+}
+
+/** The quick pick of `ptdebug.pickProcess`: the pid as a string (VS Code substitutes it), or
+ * undefined when the user cancels (VS Code then does not start the session). */
+async function pickProcess(config: RawConfiguration | undefined): Promise<string | undefined> {
+    const kind = wantedKind(config);
+    let items;
+    try {
+        items = processItems(listProcesses(kind));
+    } catch (error) {
+        void vscode.window.showErrorMessage(`ptdebug: ${(error as Error).message}`);
+        return undefined;
+    }
+    if (items.length === 0) {
+        void vscode.window.showErrorMessage(`ptdebug: no running ${kind === 'go' ? 'Go' : kind === 'python' ? 'Python' : 'Python or Go'} process to attach to.`);
+        return undefined;
+    }
+    const picked = await vscode.window.showQuickPick(items, {
+        placeHolder: `Attach to which ${kind === 'go' ? 'Go' : kind === 'python' ? 'Python' : 'Python or Go'} process?`,
+        matchOnDescription: true, matchOnDetail: true,
+    });
+    return picked ? String(picked.pid) : undefined;
 }
 
 class AdapterFactory implements vscode.DebugAdapterDescriptorFactory {

@@ -13,7 +13,9 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { DebugClient } from '@vscode/debugadapter-testsupport';
 import { DebugProtocol } from '@vscode/debugprotocol';
+import * as os from 'os';
 import { CommandLine, adapterCommand } from '../src/adapterCommand';
+import { applyEnvFile } from '../src/debuggee';
 import { FIXTURES, PYTHON, ROOT, markerLine } from './helpers';
 
 const FIXTURE = path.join(FIXTURES, 'vscode_session.py');
@@ -91,6 +93,8 @@ describe('ptdebug adapter through the DAP test client', { timeout: 4 * TIMEOUT }
             linesStartAt1: true, columnsStartAt1: true, pathFormat: 'path', supportsProgressReporting: true });
         assert.equal(response.body?.supportsConfigurationDoneRequest, true);
         assert.equal(response.body?.supportsReadMemoryRequest, true);
+        // instruction steps are served (history, Delve): VS Code's Disassembly view needs this
+        assert.equal(response.body?.supportsSteppingGranularity, true);
         Object.assign(client.capabilities, response.body);
     });
 });
@@ -196,5 +200,38 @@ describe('record breakpoint, capture event and step back (when the adapter offer
         assert.equal(back.body.reason, 'step');
         const stack = await client.stackTraceRequest({ threadId: back.body.threadId });
         assert.ok(stack.body.stackFrames.length > 0, 'a stop in the history has a frame');
+    });
+});
+
+describe('envFile: the extension reads it, the program sees its variables', { timeout: 4 * TIMEOUT }, () => {
+    let client: PtdebugClient;
+    let dir: string;
+
+    before(() => {
+        dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ptdebug-envfile-'));
+        client = newClient();
+        return client.start();
+    });
+    after(async () => {
+        await client.stop();
+        fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    test('a variable of the file and one of env, env winning over the file', async () => {
+        const program = path.join(dir, 'show_env.py');
+        fs.writeFileSync(program, 'import os\nprint("seen:", os.environ.get("GREETING"), os.environ.get("BOTH"), flush=True)\n');
+        const envFile = path.join(dir, 'dev.env');
+        fs.writeFileSync(envFile, '# from the file\nGREETING="hello from envFile"\nBOTH=file\n');
+        // What the configuration provider does after VS Code substitutes the variables.
+        const resolved = applyEnvFile({ type: 'ptdebug', request: 'launch', name: 'envFile', backend: 'python',
+            program, console: 'internalConsole', envFile, env: { BOTH: 'env' } }, file => fs.readFileSync(file, 'utf8'));
+        assert.ok(resolved.ok);
+        assert.equal(resolved.configuration.envFile, undefined);
+        await Promise.all([
+            client.waitForEvent('initialized').then(() => client.configurationDoneRequest()),
+            client.launch(resolved.configuration as DebugProtocol.LaunchRequestArguments),
+            client.assertOutput('stdout', 'seen: hello from envFile env'),
+            client.waitForEvent('terminated'),
+        ]);
     });
 });

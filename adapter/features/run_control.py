@@ -127,6 +127,10 @@ class RunControl:
         """monotonic() of the last `stopped`."""
         self._releasing = False
         """ptdebug's own `continue` (release) is out."""
+        self._stopped_since_continued = False
+        """A `stopped` came after the last `continued`."""
+        self._continueds_seen = 0
+        """How many `continued` events were taken (`_runs_after`)."""
         self._after: list[Callable[[], None]] = []
         """Feature stops queued during a hidden operation (after_hidden_stop)."""
         self._in_flight = 0
@@ -155,6 +159,7 @@ class RunControl:
         with self._cond:
             if name == "stopped":
                 self._stops_seen += 1
+                self._stopped_since_continued = True
                 self._last_stop_at = time.monotonic()
                 self._stale_resume = False  # pydevd announced a stop: it answers a resume
                 self._resume_sent = bool(self._in_flight or self._releasing)
@@ -170,6 +175,8 @@ class RunControl:
                 self._stale_resume = True
                 self._stale_event = raw
             elif name == "continued":
+                self._stopped_since_continued = False
+                self._continueds_seen += 1
                 if body.get("allThreadsContinued", True):
                     self._running()
                 else:
@@ -194,6 +201,18 @@ class RunControl:
                 log.debug("run control: pydevd announced the stop again; not shown")
                 return True
         return False
+
+    def _runs_after(self, continueds_before: int) -> bool:
+        """Whether the program runs once a resume request decided when `_continueds_seen`
+        was `continueds_before` is answered with success (under the lock). A `stopped` that
+        came after the request's own `continued` is a stop since: it does not run. Without
+        that `continued` yet (debugpy's adapter relays a `continue`'s answer before the
+        event pydevd sent first, and pydevd answers a step before its event), every stop so
+        far came before the resume took effect (a pause's stop, re-announced half a second
+        later): it runs, and a later stop's event follows the `continued`."""
+        if self._continueds_seen != continueds_before:
+            return not self._stopped_since_continued
+        return True
 
     def _running(self) -> None:
         self.stopped.clear()
@@ -274,11 +293,11 @@ class RunControl:
             if not pause:
                 self._in_flight += 1
                 self._resume_sent = True
-            stops_before = self._stops_seen
             # debugpy's all-stop mode (stopAllThreadsOnSuspend) resumes every thread on a step
             # too, and answers a step before its `continued` event: the next request is
             # decided on the answer, so the answer must already mean "all threads run"
             resumes_all = command == "continue" or self.all_stopped
+            continueds_before = self._continueds_seen
         if pause:  # sent outside the lock: a write to debugpy may block for a while
             self.session.backend.forward(request)
             return DEFERRED
@@ -286,7 +305,7 @@ class RunControl:
         def answered(response: dict) -> None:
             with self._cond:
                 self._in_flight -= 1
-                if response.get("success") and self._stops_seen == stops_before:
+                if response.get("success") and self._runs_after(continueds_before):
                     if resumes_all:
                         self._running()
                     else:
@@ -381,14 +400,13 @@ class RunControl:
                                 "after %g s; no release sent", IN_FLIGHT_WAIT)
                     return
                 runs = not self.stopped and not self.all_stopped
-                stops_before = self._stops_seen
             if runs:
                 log.info("run control: the program already runs; no release sent")
                 return
             self._ready_to_resume(thread_id)
             with self._cond:
-                stops_before = self._stops_seen
                 self._releasing = self._resume_sent = True
+                continueds_before = self._continueds_seen
             try:
                 response = backend.request("continue", {"threadId": thread_id},
                                            timeout=RELEASE_TIMEOUT)
@@ -396,7 +414,7 @@ class RunControl:
                 with self._cond:
                     self._releasing = False
             with self._cond:
-                if response.success and self._stops_seen == stops_before:
+                if response.success and self._runs_after(continueds_before):
                     self._running()
         finally:
             self._let_go(hold)

@@ -176,14 +176,19 @@ def test_the_end_of_one_capture_does_not_let_go_of_the_next_ones_hold(session):
     requests through while the second hidden stop is in progress (the fuzzer saw a user's
     `stepOut` reach debugpy in the middle of a capture)."""
     control = session.run_control
+
+    def pydevd(command: str) -> None:  # a continue's `continued` comes before its answer
+        if command == "continue":
+            _event(session, "continued", threadId=2, allThreadsContinued=True)
+    session.backend.on_request = pydevd
     _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
     first = control.hold("record breakpoint")
     time.sleep(run_control.SETTLE)
     control.release(2, first)
-    _event(session, "continued", threadId=2, allThreadsContinued=True)
     _event(session, "stopped", reason="breakpoint", threadId=3, allThreadsStopped=True)
     second = control.hold("record breakpoint")
     resumed = _ask(session, "continue", 1)
+    time.sleep(run_control.SETTLE)
     control.done(first)
     time.sleep(0.2)
     assert not resumed.answered and control.holding()
@@ -210,3 +215,33 @@ def test_a_step_answered_before_its_continued_event_means_the_program_runs(sessi
     assert step.answered
     assert session.test_client.response(resumed.seq)["body"] == {"allThreadsContinued": True}
     assert session.backend.sent == ["stepOut"]
+
+
+def test_a_stop_before_a_steps_answer_does_not_keep_the_program_stopped(session):
+    """A `pause`'s stop that arrives after a `next` was sent but before pydevd ran it: the
+    step still resumes every thread, so the `continue` queued behind it must be answered by
+    ptdebug, not forwarded to a running program (seed 1971368202 of the long run)."""
+    _event(session, "stopped", reason="breakpoint", threadId=1, allThreadsStopped=True)
+    time.sleep(run_control.SETTLE)
+    _ask(session, "next", 2)
+    resumed = _ask(session, "continue", 3)
+    _until(lambda: session.backend.sent == ["next"])
+    _event(session, "stopped", reason="pause", threadId=1, allThreadsStopped=True)
+    _answer(session, 0, continued=False)
+    _until(lambda: resumed.answered)
+    assert session.test_client.response(resumed.seq)["body"] == {"allThreadsContinued": True}
+    assert session.backend.sent == ["next"]
+
+
+def test_a_continue_answered_before_its_continued_event_means_the_program_runs(session):
+    """debugpy's adapter relays a `continue`'s answer before the `continued` event pydevd sent
+    first: the `continue` queued behind it must still see a running program."""
+    _event(session, "stopped", reason="breakpoint", threadId=1, allThreadsStopped=True)
+    time.sleep(run_control.SETTLE)
+    _ask(session, "continue", 1)
+    second = _ask(session, "continue", 1)
+    _until(lambda: session.backend.sent == ["continue"])
+    _answer(session, 0, continued=False)
+    _until(lambda: second.answered)
+    assert session.test_client.response(second.seq)["body"] == {"allThreadsContinued": True}
+    assert session.backend.sent == ["continue"]

@@ -2,7 +2,8 @@
 and timings, plus mutated messages, sent to `ptdebug dap` in front of real debugpy and a small
 threaded Python program (tests/fixtures/programs/dap_run_control.py).
 
-It fails on any request left unanswered past REQUEST_LIMIT (a wedge), on a message that breaks
+It fails on any request left unanswered past REQUEST_LIMIT or on debugpy given up as stuck
+(a wedge: backends/debugpy.py's STUCK_AFTER), on a message that breaks
 the DAP schema, on an adapter that dies before the fuzzer's own `disconnect`, and on a
 traceback in the adapter's log. Sessions follow one another until the time is spent; a random
 `disconnect` ends one early (it must be answered and the adapter must exit, leaving nothing).
@@ -94,6 +95,11 @@ class Fuzzer:
         for event in client._events:
             if event["event"] == "stopped" and "threadId" in event.get("body", {}):
                 self.threads.add(event["body"]["threadId"])
+            # a debugpy given up as stuck answers everything at once afterwards: still a wedge
+            stuck = event["event"] == "output" and "debugpy stopped answering" in \
+                event["body"].get("output", "")
+            assert not stuck, (f"debugpy wedged (seed {self.seed}): {event['body']['output']}"
+                               f"adapter log tail:\n{self.run.log()[-3000:]}")
         client._events.clear()
         client.received.clear()
         now = time.monotonic()

@@ -14,7 +14,10 @@ const debuggerContribution = pkg.contributes.debuggers.find((d: { type: string }
 test('main points at the bundle that vscode:prepublish builds', () => {
     assert.equal(pkg.main, './dist/extension.js');
     assert.match(pkg.scripts['vscode:prepublish'], /\bnpm run bundle\b/);
-    assert.match(pkg.scripts.bundle, /^esbuild src\/extension\.ts --bundle --outfile=dist\/extension\.js --external:vscode /);
+    assert.equal(pkg.scripts.bundle, 'node scripts/bundle.js');
+    assert.equal(pkg.devDependencies.esbuild, '0.28.2');
+    const notices = fs.readFileSync(path.join(EXTENSION, 'dist', 'ThirdPartyNotices.txt'), 'utf8');
+    assert.match(notices, /^vscode-languageclient 9\.0\.1 \(MIT\)$/m, 'the bundled client\'s licence ships');
     assert.ok(fs.existsSync(path.join(EXTENSION, pkg.main)), `${pkg.main} (npm run compile bundles it)`);
 });
 

@@ -32,13 +32,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
+from adapter.golang.build_dir import make_build_dir
 from adapter.golang.park import Parked, park, unpark
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import (
@@ -228,7 +228,7 @@ class DelveBackend(Backend):
             env = _environment(getattr(config, "env", None) or {})
             dlv = find_dlv()
             if isinstance(config, LaunchConfig):
-                self.output_dir = tempfile.mkdtemp(prefix="ptdebug-go-")
+                self.output_dir = make_build_dir()
                 self._launch(dlv, launch_plan(config, self.output_dir), config, env)
             else:
                 # not --continue: Delve's DAP server resumes the process at configurationDone

@@ -255,18 +255,46 @@ class ReplayBackend(Backend):
             entry = {"id": number, "verified": bool(found), "line": line,
                      "source": {"path": path}}
             if not found:
-                entry["message"] = "no recorded code at this line (no image of the bundle " \
-                                   "has a statement there)"
+                entry["message"] = ("no recorded Python code at this line (no recorded code "
+                                    "object's line table has it)" if path.endswith(".py") else
+                                    "no recorded code at this line (no image of the bundle "
+                                    "has a statement there)")
             answered.append(entry)
         return {"breakpoints": answered}
 
     def _statements(self, path: str, line) -> list[int]:
+        """Native statement addresses of `path`:`line`; for a .py file of a Python capture,
+        [line] when a recorded code object's line table holds the line (the trace features stop
+        where that line runs)."""
         from pt_decoder.errors import PtError
+        if path.endswith(".py"):
+            return [line] if line in self._python_lines(path) else []
         try:
             return list(self.replayed.trace.lines.statement_addresses(path, line))
         except (PtError, OSError, TypeError) as exc:
             log.info("replay: no line table for %s:%s: %s", path, line, exc)
             return []
+
+    def _python_lines(self, path: str) -> set[int]:
+        """Lines of `path` in the recorded code objects' line tables (empty: no Python
+        attribution, or no code of that file was recorded)."""
+        table = self.replayed.trace.manifest.get("python")
+        if not isinstance(table, dict):
+            return set()
+        from pt_decoder.python_frames import CodeInfo, line_ranges
+        wanted = os.path.realpath(path)
+        found: set[int] = set()
+        for ident, entry in (table.get("codes") or {}).items():
+            try:
+                info = CodeInfo.from_json(entry)
+                if os.path.realpath(info.filename) != wanted:
+                    continue
+                ranges = line_ranges(info.linetable, info.firstlineno, info.fmt)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.info("replay: Python code object %s unreadable: %s", ident, exc)
+                continue
+            found.update(line for _, _, line in ranges if line is not None)
+        return found
 
     def _setFunctionBreakpoints(self, arguments: dict) -> dict:
         return {"breakpoints": [{"verified": False, "message": "not supported in a replay"}

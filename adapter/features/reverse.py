@@ -22,11 +22,17 @@ In a Go capture each recorded frame, the stop's text and the threads pane name t
 that ran at the position (features.goroutine_view); stepping back by line keeps to the
 goroutine at the cursor and passes over the runtime's own lines (golang/user_lines.py), as
 Delve's `next` does; stepping by instruction goes wherever the thread went.
+In a Python capture (the recorder wrote Python frame samples: features.python_replay) the
+stack shows the recorded Python frames in place of the interpreter's, line steps in a Python
+frame move by Python line and function, and breakpoints on .py files are hit where their line
+runs; stepping by instruction is unchanged.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from adapter.features import python_replay
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, NotSupportedYet
 from adapter.protocol.messages import Request
@@ -56,6 +62,8 @@ class Reverse:
         """DAP thread id -> where it is in its capture, while replaying."""
         self.frames: dict[int, tuple[int, object, int]] = {}
         """recorded frame id -> (thread id, capture, position)."""
+        self.python_frames: dict[int, object] = {}
+        """recorded Python frame id -> its PyFrame (python_replay)."""
         self._next_frame = FRAME_ID_BASE
         recording.on_capture(self._captured)
         interceptors = session.request_interceptors
@@ -71,6 +79,9 @@ class Reverse:
 
     def _captured(self, capture) -> None:
         self.session.announce_capabilities(supportsStepBack=True)
+        if isinstance(capture.trace.manifest.get("python"), dict) and capture._lines is None:
+            # a Python capture: native lines of the user's own C only (python_replay)
+            capture._lines = python_replay.native_lines(capture)
         if capture.replay_from is not None:
             # a replayed bundle's thread (backends.replay): in its history from the start
             self.replays[capture.thread_id] = Replay(capture, capture.replay_from)
@@ -126,6 +137,9 @@ class Reverse:
                    "stepped back one instruction")
             if gap:
                 target = position
+        elif python_replay.frame_at(capture, position) is not None:
+            step = python_replay.step_back(capture, position)
+            target, why = step.position, _python_why(step, "stepped back one Python line")
         else:
             step, others = self._prev_line_in_goroutine(capture, position)
             target = step.position
@@ -183,6 +197,13 @@ class Reverse:
         start = len(history) - 1 if position is None else position
         addresses = self._breakpoint_addresses(capture)
         step = history.prev_at(start, addresses) if start > 0 else None
+        python = self._python_hit(capture, start, forward=False)
+        if python is not None and (step is None or step.reason != "found" or
+                                   python > step.position):
+            self._stop_at(request, args.threadId, capture, python, "breakpoint",
+                          "reverse-continued to a Python breakpoint hit in the recorded "
+                          "history")
+            return DEFERRED
         if step is not None and step.reason == "found":
             self._stop_at(request, args.threadId, capture, step.position, "breakpoint",
                           "reverse-continued to a breakpoint hit in the recorded history")
@@ -193,6 +214,17 @@ class Reverse:
             self._stop_at(request, args.threadId, capture, bound, "step",
                           f"no breakpoint hit before this point: stopped at {why}")
         return DEFERRED
+
+    def _python_hit(self, capture, position: int, forward: bool) -> int | None:
+        """The nearest Python breakpoint hit before (after) `position` with no gap between,
+        or None (python_replay.breakpoint_hits)."""
+        hits = python_replay.breakpoint_hits(capture, self.recording.breakpoint_lines())
+        history = capture.history
+        found = ([h for h in hits if h > position][:1] if forward else
+                 [h for h in hits if h < position][-1:])
+        if not found or history.gaps_between(position, found[0]):
+            return None
+        return found[0]
 
     def _breakpoint_addresses(self, capture) -> list[int]:
         lines = capture.lines
@@ -223,15 +255,24 @@ class Reverse:
 
     def _next(self, request: Request) -> object:
         return self._forward_step(request, lambda c, h, p, g: _forward(
-            h.next_line(p, c.lines) if g != "instruction" else None, p, h))
+            _python_line(c, p, g, over_calls=True) or
+            (h.next_line(p, c.lines) if g != "instruction" else None), p, h))
 
     def _step_in(self, request: Request) -> object:
         return self._forward_step(request, lambda c, h, p, g: _forward(
-            h.next_line(p, c.lines, over_calls=False) if g != "instruction" else None,
+            _python_line(c, p, g, over_calls=False) or
+            (h.next_line(p, c.lines, over_calls=False) if g != "instruction" else None),
             p, h))
 
     def _step_out(self, request: Request) -> object:
         def move(capture, history, position, granularity):
+            if granularity != "instruction" and \
+                    python_replay.frame_at(capture, position) is not None:
+                step = python_replay.step_out(capture, position)
+                if step is None or step.reason == "end" or step.position <= position:
+                    return None, ""
+                return step.position, _python_why(step, "stepped out to the caller's next "
+                                                  "Python line")
             ret = history.next_return(position)
             if ret is None or ret + 1 >= len(history):
                 return None, ""
@@ -247,6 +288,12 @@ class Reverse:
         step = None
         if replay.position + 1 < len(history):
             step = history.next_at(replay.position, self._breakpoint_addresses(replay.capture))
+        python = self._python_hit(replay.capture, replay.position, forward=True)
+        if python is not None and (step is None or step.reason != "found" or
+                                   python < step.position):
+            self._stop_at(request, thread_id, replay.capture, python, "breakpoint",
+                          "replayed to a Python breakpoint hit in the recorded history")
+            return DEFERRED
         if step is not None and step.reason == "found":
             self._stop_at(request, thread_id, replay.capture, step.position, "breakpoint",
                           "replayed to a breakpoint hit in the recorded history")
@@ -283,6 +330,10 @@ class Reverse:
         from adapter.features.goroutine_view import switch_note
         from adapter.features.trace_scope import where
         place = where(capture, history.ip(position))
+        frame = python_replay.frame_at(capture, position)
+        if frame is not None:
+            place = (f"Python {frame.qualname} ({os.path.basename(frame.filename)}:"
+                     f"{frame.line}), in {place}")
         text = (f"{why}: instruction {position} of {len(history)} in capture {capture.id}, "
                 f"{place}")
         text += switch_note(capture, before.position if before is not None and
@@ -302,6 +353,11 @@ class Reverse:
         capture, history = replay.capture, replay.capture.history
         frames = []
         position = replay.position
+        merged = python_replay.merged_stack(capture, position, MAX_FRAMES)
+        if merged is not None:  # a Python capture: Python frames in place of the interpreter
+            frames = [self._frame(thread_id, capture, entry.position) if entry.python is None
+                      else self._python_frame(thread_id, capture, entry) for entry in merged]
+            position = None
         while position is not None and len(frames) < MAX_FRAMES:
             frames.append(self._frame(thread_id, capture, position))
             position = history.caller(position)
@@ -332,14 +388,34 @@ class Reverse:
                           "line": line[1], "column": 1})
         return frame
 
+    def _python_frame(self, thread_id: int, capture, entry) -> dict:
+        """A recorded Python frame (python_replay.merged_stack): function, file and line."""
+        frame = entry.python
+        self._next_frame += 1
+        self.frames[self._next_frame] = (thread_id, capture, entry.position)
+        self.python_frames[self._next_frame] = frame
+        name = python_replay.frame_name(frame)
+        out = {"id": self._next_frame, "name": f"{name} [recorded Python, insn "
+               f"{entry.position}]", "line": 0, "column": 0, "presentationHint": "normal"}
+        if frame is not None and frame.filename:
+            out.update({"source": {"name": os.path.basename(frame.filename),
+                                   "path": frame.filename},
+                        "line": frame.line, "column": 1})
+        return out
+
     def _scopes(self, request: Request) -> object:
         from adapter.features.trace_scope import scope
-        frame = self.frames.get((request.raw.get("arguments") or {}).get("frameId"))
+        frame_id = (request.raw.get("arguments") or {}).get("frameId")
+        frame = self.frames.get(frame_id)
         if frame is None:
             return None
         _, capture, position = frame
+        python = self.python_frames.get(frame_id)
+        text = (f"the values of {python_replay.frame_name(python)}'s local variables "
+                f"were not recorded (a Python frame of the recording): {NOT_RECORDED}"
+                if frame_id in self.python_frames else NOT_RECORDED)
         note = self.recording.reference(lambda: [{
-            "name": "note", "value": NOT_RECORDED, "variablesReference": 0}])
+            "name": "note", "value": text, "variablesReference": 0}])
         return {"scopes": [
             {"name": "Locals (not recorded)", "variablesReference": note, "expensive": False},
             scope(self.recording, capture, position)]}
@@ -355,6 +431,7 @@ class Reverse:
             self.replays = {thread_id: replay for thread_id, replay in self.replays.items()
                             if replay.capture.replay_from is not None}
             self.frames.clear()
+            self.python_frames.clear()
         return False
 
 
@@ -379,3 +456,19 @@ def _forward(step, position: int, history) -> tuple[int | None, str]:
     if step.reason == "gap":
         return step.position, f"a gap in the trace ({step.gap.reason}) stops the step"
     return step.position, "stepped one line"
+
+
+def _python_line(capture, position: int, granularity, over_calls: bool):
+    """The Python line step from `position` (python_replay), or None where the position is no
+    Python frame's or the step is by instruction."""
+    if granularity == "instruction" or python_replay.frame_at(capture, position) is None:
+        return None
+    return python_replay.step_forward(capture, position, over_calls)
+
+
+def _python_why(step, found: str) -> str:
+    """The stop's text of a Python line step."""
+    return {"found": found, "start": "the start of the recorded history",
+            "end": "the end of the recorded history",
+            "gap": f"a gap in the trace ({step.gap.reason if step.gap else ''}) stops the "
+                   "step"}[step.reason]

@@ -1,0 +1,227 @@
+"""Replay in Python terms (issue 13 item 3): the recorded Python frames of a capture whose
+recorder wrote Python frame samples, for reverse stepping and the Processor Trace scope.
+
+Layer: features, beside reverse.py (its only user besides trace_scope.py). Reads a capture's
+History with its PythonFrames attached (pt_decoder/python_frames.py; attached here, once, from
+the bundle manifest's "python" table and the stream's PTWRITE samples) and the capture's
+symbols; knows nothing of DAP messages beyond the frame dictionaries it builds.
+
+What it decides (docs/python.md, "Replaying a Python capture"):
+- The stack at a position, as `py-spy --native` merges them, innermost first: the native
+  frames above the interpreter's innermost `_PyEval_EvalFrameDefault` activation (the C code
+  the running Python line called into: libc, numpy, a C extension), then the recorded Python
+  stack in place of the interpreter's frames. The interpreter's own frames under it (the eval
+  loop's activations and the C glue between them) are not shown: the Python frames say what
+  they ran.
+- Line steps in a Python frame move by Python line: `stepBack` to the first instruction of the
+  previous line run (into a callee's last line: the exact reverse of what `sys.settrace`
+  reports), `stepIn` to the next line run (into a callee's first line), `next` over calls,
+  `stepOut` to the caller's next line after the frame returns.
+- Breakpoints on a .py file are hit where a run of the line begins in a frame of that file
+  (each iteration of a loop is a hit; the caller's line resumed after a call returns is not).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+INTERPRETER_LOOP = "_PyEval_EvalFrameDefault"
+"""The function whose activations the Python frames stand in for (and its .cold part)."""
+
+
+def python_history(capture):
+    """The capture's History when it has Python attribution (attached on first use from the
+    manifest's "python" table and the stream's PTWRITE samples), else None."""
+    history = capture.history
+    if history.python is not None:
+        return history
+    table = capture.trace.manifest.get("python")
+    if not isinstance(table, dict):
+        return None
+    cached = getattr(history, "_python_checked", False)
+    if cached:
+        return None
+    from pt_decoder.python_frames import PythonFrames
+    history._python_checked = True
+    samples = capture.trace.threads[capture.stream].ptwrites
+    try:
+        frames = PythonFrames.from_manifest(table, samples, len(history))
+    except (KeyError, ValueError, TypeError):
+        return None  # a damaged table: the capture replays in native terms
+    if not len(frames):
+        return None
+    history.attach_python(frames)
+    return history
+
+
+def native_lines(capture):
+    """The LineTable a Python capture's native frames and stop texts use: the modules that ran
+    in the capture and carry their own line information (a C extension built with -g), not the
+    interpreter (its frames are shown as Python frames) nor system libraries whose lines live
+    in separate debug packages (reading libc's and libpython's took some 40 s here, for lines
+    a Python developer does not step through)."""
+    from adapter.export.trace import _has_own_lines
+    from pt_decoder.lines import LineTable
+    table = capture.trace.manifest.get("python") or {}
+    interpreter = os.path.basename(str(table.get("interpreter") or "")) or None
+    ips = capture.history.distinct_ips
+
+    def accept(module) -> bool:
+        name = os.path.basename(module.path)
+        if interpreter and name.startswith(interpreter):
+            return False
+        lo, hi = module.load_address, module.load_address + module.size
+        import bisect
+        i = bisect.bisect_left(ips, lo)
+        return i < len(ips) and ips[i] < hi and _has_own_lines(module.path)
+
+    return LineTable.for_image(capture.trace.symbols, accept=accept)
+
+
+def frame_at(capture, position: int):
+    """The recorded Python frame (PyFrame) at `position`, or None (no Python attribution, or
+    no Python frame ran there)."""
+    history = python_history(capture)
+    return history.python_frame(position) if history is not None else None
+
+
+def is_interpreter(name: str) -> bool:
+    return name.startswith(INTERPRETER_LOOP)
+
+
+@dataclass
+class StackEntry:
+    """One frame of the merged stack: native (position, python None) or Python."""
+
+    position: int
+    python: object = None
+    """PyFrame for a Python frame."""
+
+
+def merged_stack(capture, position: int, limit: int) -> list[StackEntry] | None:
+    """The merged stack at `position`, innermost first (module docstring); None where no
+    Python frame ran (the caller shows the native stack)."""
+    history = python_history(capture)
+    if history is None:
+        return None
+    stack = history.python_stack(position)
+    if not stack or stack[-1] is None:
+        return None
+    out: list[StackEntry] = []
+    native = position
+    while native is not None and len(out) < limit:
+        name, _ = capture.function(history.ip(native))
+        if is_interpreter(name):
+            break
+        out.append(StackEntry(native))
+        native = history.caller(native)
+    for frame in reversed(stack):
+        if len(out) >= limit:
+            break
+        out.append(StackEntry(position, frame))
+    return out
+
+
+def frame_name(frame) -> str:
+    if frame is None:
+        return "[python frame not recorded]"
+    return frame.qualname
+
+
+# --- steps ----------------------------------------------------------------------------------
+def step_back(capture, position: int):
+    """History.Step: back by Python line, into callees (module docstring)."""
+    return python_history(capture).prev_python_line(position)
+
+
+def step_forward(capture, position: int, over_calls: bool):
+    """History.Step: on by Python line (`next`: over calls; `stepIn`: into them)."""
+    return python_history(capture).next_python_line(position, over_calls=over_calls)
+
+
+def step_out(capture, position: int):
+    """(Step to the caller's next line once the frame at `position` returned, or None when it
+    does not return in the history)."""
+    history = python_history(capture)
+    frames = history.python
+    here = frames.frame_at(position)
+    if here is None:
+        return None
+    target = position
+    while True:
+        change = frames.next_line_change(target)
+        if change is None:
+            return None
+        target = change
+        frame = frames.frame_at(target)
+        if frame is not None and frame.depth < here.depth:
+            break
+    gap = history.gaps_between(position, target)
+    if gap:
+        from pt_decoder.history import Step
+        return Step(gap[0].position, "gap", gap[0])
+    return history.next_python_line(target, over_calls=True)
+
+
+# --- breakpoints ----------------------------------------------------------------------------
+def _same_file(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def breakpoint_hits(capture, breakpoint_lines: dict[str, list[int]]) -> list[int]:
+    """Positions, in order, where a run of a breakpoint line of a .py file begins in a frame of
+    that file; a run that resumes the caller's line after a call returned is no hit."""
+    history = python_history(capture)
+    if history is None:
+        return []
+    wanted = {(path, line) for path, lines in breakpoint_lines.items()
+              if path.endswith(".py") for line in lines}
+    if not wanted:
+        return []
+    files = {path for path, _ in wanted}
+    hits = []
+    previous = None
+    known: dict[str, str | None] = {}
+    for position, frame in history.python.line_sequence():
+        resumed = previous is not None and previous.depth > frame.depth
+        previous = frame
+        if resumed:
+            continue
+        path = known.get(frame.filename, "")
+        if path == "":
+            path = known[frame.filename] = next(
+                (p for p in files if _same_file(p, frame.filename)), None)
+        if path is not None and (path, frame.line) in wanted:
+            hits.append(position)
+    return hits
+
+
+# --- the Processor Trace scope --------------------------------------------------------------
+def line_costs(capture, code: int) -> list[tuple[int, int, int, int]]:
+    """(line, instructions, ns, runs) of each line of code object `code` in the capture: the
+    instructions run while it was the running Python line, native code under it included
+    (adapter/lsp/hotlines.py counts the same way), in line order."""
+    history = python_history(capture)
+    frames = history.python
+    times = capture.trace.threads[capture.stream].times_ns(capture.trace.tsc_hz)
+    runs = frames.line_sequence()
+    table: dict[int, list[int]] = {}
+    for k, (start, frame) in enumerate(runs):
+        # a line's run ends where the next Python run begins (a run without a Python frame
+        # between them belongs to no line; line_sequence leaves such runs out)
+        stop = runs[k + 1][0] if k + 1 < len(runs) else len(history)
+        change = frames.next_line_change(start)
+        if change is not None and change < stop:
+            stop = change
+        if frame.code != code:
+            continue
+        entry = table.setdefault(frame.line, [0, 0, 0])
+        entry[0] += stop - start
+        entry[1] += times[stop - 1] - times[start]
+        entry[2] += 1
+    return [(line, n, ns, r) for line, (n, ns, r) in sorted(table.items())]

@@ -99,13 +99,20 @@ class _DebugRegisters:
     recorder counts the slots it can still open (`free_slots`) and uses only
     those; `usable` is how many it uses (0: every instruction is stepped)."""
 
-    def __init__(self, tid: int, reserved: int | None = None):
+    def __init__(self, tid: int, reserved: int | None = None, held: int = 0):
         self.tid = tid
-        free = free_slots(tid)
+        # `held`: registers the caller knows other breakpoints take in this thread (a DAP
+        # session's data breakpoints). The kernel's slot count can miss them: in a debugpy
+        # session (kernel 6.18) the threads created after a watch was armed carry it by
+        # `inherit` and hit it, yet perf opened four more breakpoints on them; the
+        # recorder's then never fired (not installed in the hardware: "lost the flow").
+        free = min(free_slots(tid), 4 - held)
         # fewer than four: perf events only (a ptrace write would take a slot of its own
-        # until the thread exits); none: the ptrace way may still reuse DRn a tracer left
-        self.regs = ExecBreakpoints(tid, "perf" if 0 < free < 4 else "auto")
-        self.usable = free if free else 4
+        # until the thread exits); none that perf sees, and none known held: the ptrace
+        # way may still reuse the DRn another tracer left (ExecBreakpoints "auto")
+        ptrace_may_reuse = free == 0 and not held
+        self.regs = ExecBreakpoints(tid, "auto" if free == 4 or ptrace_may_reuse else "perf")
+        self.usable = 4 if ptrace_may_reuse else free
         self.slots: list[int] = [0, 0, 0, 0]
         self._order = list(range(self.usable))
         self.armed: set[int] = set()
@@ -164,6 +171,12 @@ class _DebugRegisters:
         self.regs.clear()
         self.slots = [0, 0, 0, 0]
         self.armed = set()
+
+
+OTHER_BREAKPOINT_SLOTS = 0
+"""Debug registers other breakpoints are known to hold in every thread of the target, for a
+ThreadRecorder not told otherwise: set by the DAP recorder process (one recording each,
+adapter.features.record_breakpoints) to what the session's data breakpoints hold."""
 
 
 class NoFreeSlot(Exception):
@@ -346,7 +359,8 @@ class ThreadRecorder:
     def __init__(self, tid: int, pid: int, end: EndCondition, *,
                  predict_returns: bool = True, ptw_probe=None, max_instructions: int = 50_000_000,
                  entry_rsp: int | None = None, return_address: int | None = None,
-                 breakpoints: str = "dr", withheld_signals: frozenset = frozenset()):
+                 breakpoints: str = "dr", withheld_signals: frozenset = frozenset(),
+                 held_slots: int | None = None):
         """`breakpoints`: "dr" (debug registers; any process) or "int3" (planted
         bytes; faster, only for a process whose one thread is this one, traced
         with PTRACE_O_TRACECLONE so that a new thread is noticed).
@@ -357,6 +371,9 @@ class ThreadRecorder:
         self.tid = tid
         self.pid = pid
         self.end = end
+        self.held_slots = OTHER_BREAKPOINT_SLOTS if held_slots is None else held_slots
+        """Debug registers other breakpoints hold in the thread (data breakpoints): the
+        recorder uses at most the others."""
         self.mem = pt.Memory(tid)
         self.mode = breakpoints
         self.bp = None
@@ -438,7 +455,7 @@ class ThreadRecorder:
         if self.mode == "int3":
             self.bp = _Int3Breakpoints(self.tid, self.mem, end.until)
         else:
-            self.bp = _DebugRegisters(self.tid, end.until)
+            self.bp = _DebugRegisters(self.tid, end.until, self.held_slots)
         shadow: list[blocks.ShadowEntry] = []
         regs = pt.getregs(self.tid)
         watchdog = self._watchdog = _Watchdog()
@@ -684,7 +701,7 @@ class ThreadRecorder:
         if self.mode == "int3":
             self.bp.clear()
             self.mode = "dr"
-            self.bp = _DebugRegisters(self.tid, self.end.until)
+            self.bp = _DebugRegisters(self.tid, self.end.until, self.held_slots)
         self.rec.threads_created.append(new)
         if not status.gone:
             try:

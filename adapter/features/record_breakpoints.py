@@ -657,7 +657,8 @@ class RecordBreakpoints:
                 "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
                 else None,
                 "parked": parked.to_json() if parked else None,
-                "stop_at": sorted(stop_at or ())}
+                "stop_at": sorted(stop_at or ()),
+                "held_slots": _data_breakpoint_registers(self.session)}
         # not `python -m`: the workspace is our cwd, and its own `adapter/` would be imported
         child = subprocess.Popen(module_command("adapter.features.record_breakpoints",
                                                 json.dumps(spec)), stdout=subprocess.PIPE,
@@ -805,6 +806,14 @@ def _tgid(tid: int) -> int:
     raise OSError(f"no thread {tid}")
 
 
+def _data_breakpoint_registers(session) -> int:
+    """Debug registers the session's data breakpoints hold in every thread: the recorder
+    leaves them alone (the kernel's count misses those of threads created after a watch
+    was armed; capture/stepper.py, _DebugRegisters)."""
+    watcher = getattr(getattr(session, "data_breakpoints", None), "watcher", None)
+    return watcher.registers.in_use() if watcher is not None else 0
+
+
 def _any_between(sorted_values, low: int, high: int) -> bool:
     import bisect
     i = bisect.bisect_left(sorted_values, low)
@@ -827,6 +836,8 @@ def _record_worker(spec_text: str) -> int:
     `attached` once the thread is held, then one JSON line: the result or {"error": text}."""
     from adapter.capture.record import RecordFailed, record_stepper
     spec = json.loads(spec_text)
+    from adapter.capture import stepper
+    stepper.OTHER_BREAKPOINT_SLOTS = int(spec.get("held_slots") or 0)  # data breakpoints'
     window = RecordWindow(**spec["window"])
     tid = spec["tid"]
     probe = None

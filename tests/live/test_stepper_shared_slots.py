@@ -79,3 +79,28 @@ def test_records_with_the_slots_data_breakpoints_leave(rec_work, reference, held
         target.release()
         if target.launched is not None:
             assert target.launched.wait(30) == 0
+
+
+def test_records_with_the_slots_it_is_told_are_held(rec_work, reference):
+    """A caller that knows better than the kernel's count (a DAP session's data breakpoints,
+    held_slots) keeps the recorder to the other slots: told 3, it uses one."""
+    target = Target.launch([str(rec_work), "12", "2"], no_aslr=True)
+    try:
+        tid = target.run_to(target.resolve("work"))
+        target.keep_only(tid)
+        regs = pt.getregs(tid)
+        with pt.Memory(tid) as mem:
+            return_address = mem.read_u64(regs.rsp)
+        recorder = stepper.ThreadRecorder(tid, target.pid,
+                                          stepper.EndCondition(until_return=True),
+                                          entry_rsp=regs.rsp, return_address=return_address,
+                                          breakpoints="dr", held_slots=3)
+        rec = recorder.run()
+        assert rec.partial_reason is None, rec.partial_reason
+        assert list(rec.ips) == reference
+        assert recorder.bp.usable == 1
+        assert recorder.bp.regs.method == "perf"
+    finally:
+        target.release()
+        if target.launched is not None:
+            target.launched.wait(30)

@@ -202,26 +202,52 @@ def breakpoint_hits(capture, breakpoint_lines: dict[str, list[int]]) -> list[int
 
 
 # --- the Processor Trace scope --------------------------------------------------------------
-def line_costs(capture, code: int) -> list[tuple[int, int, int, int]]:
-    """(line, instructions, ns, runs) of each line of code object `code` in the capture: the
-    instructions run while it was the running Python line, native code under it included
-    (adapter/lsp/hotlines.py counts the same way), in line order."""
+def _runs(capture) -> list[tuple[int, int, object, bool]]:
+    """(start, stop, frame, resumed) of every run of one Python line (line_sequence), its stop
+    where the next Python run or a stretch without a Python frame begins; `resumed`: the run
+    continues the line's execution after a call it made returned."""
     history = python_history(capture)
     frames = history.python
-    times = capture.trace.threads[capture.stream].times_ns(capture.trace.tsc_hz)
     runs = frames.line_sequence()
-    table: dict[int, list[int]] = {}
+    out = []
     for k, (start, frame) in enumerate(runs):
-        # a line's run ends where the next Python run begins (a run without a Python frame
-        # between them belongs to no line; line_sequence leaves such runs out)
         stop = runs[k + 1][0] if k + 1 < len(runs) else len(history)
         change = frames.next_line_change(start)
         if change is not None and change < stop:
             stop = change
+        resumed = k > 0 and runs[k - 1][1].depth > frame.depth
+        out.append((start, stop, frame, resumed))
+    return out
+
+
+def _cost(capture, start: int, stop: int) -> tuple[int, int, int]:
+    """(instructions, ns, cycles) of positions start..stop-1."""
+    history = capture.history
+    thread = capture.trace.threads[capture.stream]
+    times = thread.times_ns(capture.trace.tsc_hz)
+    return (stop - start, times[stop - 1] - times[start],
+            history.cycles(stop - 1) - history.cycles(start))
+
+
+def run_at(capture, position: int) -> tuple[int, int, tuple[int, int, int]] | None:
+    """(start, stop, cost) of the Python line run holding `position`, or None."""
+    for start, stop, _, _ in _runs(capture):
+        if start <= position < stop:
+            return start, stop, _cost(capture, start, stop)
+    return None
+
+
+def line_costs(capture, code: int) -> list[tuple[int, int, int, int, int]]:
+    """(line, instructions, ns, cycles, executions) of each line of code object `code` in the
+    capture, in line order: what ran while it was the running Python line, native code under
+    it included, its callees' lines not (adapter/lsp/hotlines.py counts the same way); a
+    call's return continues the calling line's execution."""
+    table: dict[int, list[int]] = {}
+    for start, stop, frame, resumed in _runs(capture):
         if frame.code != code:
             continue
-        entry = table.setdefault(frame.line, [0, 0, 0])
-        entry[0] += stop - start
-        entry[1] += times[stop - 1] - times[start]
-        entry[2] += 1
-    return [(line, n, ns, r) for line, (n, ns, r) in sorted(table.items())]
+        entry = table.setdefault(frame.line, [0, 0, 0, 0])
+        for k, value in enumerate(_cost(capture, start, stop)):
+            entry[k] += value
+        entry[3] += 0 if resumed else 1
+    return [(line, n, ns, cycles, runs) for line, (n, ns, cycles, runs) in sorted(table.items())]

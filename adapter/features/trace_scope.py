@@ -8,7 +8,9 @@ own references locally. Reverse stepping asks it for the scope of a replay posit
 
 The position shown is the replay position while replaying, else the capture's last instruction.
 A Go capture adds the goroutine that ran there and the time per goroutine in the window
-(features.goroutine_view).
+(features.goroutine_view). A Python capture (the recorder wrote Python frame samples) adds the
+Python frame at the position, the run of its line, and per line of its function the
+instructions and time spent while it was the running line (features.python_replay).
 Times: the bundle's TSC; CYC is the cumulative cycle count of the trace's CYC packets (Intel
 SDM Vol. 3C §33.3.7 "Cycle-Accurate Mode"); IPC is instructions over cycles in the window.
 A capture of the ptrace stepper has no CPU time: its TSC is CLOCK_MONOTONIC ns read at its
@@ -18,6 +20,8 @@ once, named "stepper time, not CPU time" (adapter/export/trace.py says the same 
 exports); it shows no IPC.
 """
 from __future__ import annotations
+
+import os
 
 from adapter.features import goroutine_view
 from adapter.protocol.channel import DEFERRED
@@ -119,6 +123,8 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
     ]
     if capture.partial:
         variables.append(plain("partial", capture.partial))
+    # a Python capture: the Python frame here, its line's run, the cost of each of its lines
+    variables[2:2] = _python_variables(recording, capture, position, plain)
     # a Go capture: which goroutine ran here, and time per goroutine in the window
     variables[2:2] = goroutine_view.scope_variables(recording, capture, position)
     return variables
@@ -149,6 +155,42 @@ def _stepper_timing(capture, position: int, plain) -> list[dict]:
               "recorder's stops)", STEPPER_TIME),
         plain("IPC", "n/a: the stepper records no CPU cycles (its cycles are its ns)"),
     ]
+
+
+def _python_variables(recording, capture, position: int, plain) -> list[dict]:
+    """The Python items of a capture with Python frame samples at a position a Python frame
+    ran (features.python_replay): the frame, the run of its line holding the position, and
+    per line of its function the instructions and time (stepper time, named so, for a
+    stepper capture; CPU cycles besides for Intel PT) spent while it was the running line."""
+    from adapter.features import python_replay
+    frame = python_replay.frame_at(capture, position)
+    if frame is None:
+        return []
+    stepper = capture.trace.manifest.get("backend") == "stepper"
+    kind = STEPPER_TIME if stepper else "instructions, time, cycles"
+
+    def cost(n: int, ns: int, cycles: int) -> str:
+        text = f"{n} instructions, {ns / 1e6:.3f} ms"
+        return text if stepper else text + f", {cycles} cycles"
+
+    place = f"{frame.qualname} ({os.path.basename(frame.filename)}:{frame.line})"
+    items = [plain("Python frame", f"{place}, {frame.depth} frames deep", "recorded Python")]
+    run = python_replay.run_at(capture, position)
+    if run is not None:
+        start, stop, spent = run
+        items.append(plain("Python line run", f"{cost(*spent)}: instructions {start}.."
+                           f"{stop - 1}, {position - start} of them before this point", kind))
+    lines = python_replay.line_costs(capture, frame.code)
+
+    def line_items() -> list[dict]:
+        return [plain(f"line {line}", f"{cost(n, ns, cycles)} in {runs} executions", kind)
+                for line, n, ns, cycles, runs in lines]
+
+    items.append({"name": f"Python lines of {frame.qualname}", "value":
+                  f"{len(lines)} lines: what each took while it was the running line "
+                  "(native code under it included, callees' lines not)", "type": kind,
+                  "variablesReference": recording.reference(line_items) if lines else 0})
+    return items
 
 
 def scope(recording, capture, position: int) -> dict:

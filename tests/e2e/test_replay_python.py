@@ -101,8 +101,8 @@ def test_next_step_in_and_step_out_move_by_python_line_and_function(start_adapte
     run = start_adapter()
     client = run.client
     thread_id = start_replay(run, py_bundle, stopOnEntry=True)["threadId"]
-    mark = {name: marker(FIXTURE, name) for name in ("before", "call", "after", "score_add",
-                                                      "weight_mul")}
+    mark = {name: marker(FIXTURE, name) for name in ("before", "call", "after", "score_for",
+                                                      "score_add", "score_ret")}
     assert python_top(client, thread_id)[:2] == ("main", mark["before"])
     move(client, "next", thread_id)
     assert python_top(client, thread_id)[:2] == ("main", mark["call"])
@@ -118,6 +118,23 @@ def test_next_step_in_and_step_out_move_by_python_line_and_function(start_adapte
         seen.append(python_top(client, thread_id)[:2])
     assert all(name == "score" for name, _ in seen), seen
     assert ("score", mark["score_add"]) in seen
+    # the Processor Trace scope: the Python frame, its line's run, score's lines' cost
+    stopped = move(client, "next", thread_id)
+    _, line, frame, _ = python_top(client, thread_id)
+    scope = client.call("scopes", {"frameId": frame["id"]})["scopes"][-1]
+    shown = {v["name"]: v for v in client.call(
+        "variables", {"variablesReference": scope["variablesReference"]})["variables"]}
+    assert shown["Python frame"]["value"].startswith(f"score (py_attribution.py:{line}), 3 ")
+    run_text = shown["Python line run"]["value"]
+    assert f"instructions {recorded_position(stopped)}.." in run_text
+    assert "0 of them before this point" in run_text
+    assert shown["Python line run"]["type"] == "stepper time, not CPU time"
+    per_line = {v["name"]: v["value"] for v in client.call("variables", {
+        "variablesReference": shown["Python lines of score"]["variablesReference"]})["variables"]}
+    for name in ("score_for", "score_add", "score_ret"):
+        executions = settrace_lines.count(("score", mark[name])) if name != "score_add" else 3
+        assert per_line[f"line {mark[name]}"].endswith(f"in {executions} executions"), per_line
+    assert all(int(text.split(" ")[0]) > 0 for text in per_line.values())
     # stepIn at score_add goes into weight(); stepOut comes back to score's next line
     while python_top(client, thread_id)[:2] != ("score", mark["score_add"]):
         move(client, "next", thread_id)

@@ -159,7 +159,8 @@ def step_out(capture, position: int):
     gap = history.gaps_between(position, target)
     if gap:
         from pt_decoder.history import Step
-        return Step(gap[0].position, "gap", gap[0])
+        # the last instruction before the gap, as History.next_line stops at one
+        return Step(max(position, gap[0].position - 1), "gap", gap[0])
     return history.next_python_line(target, over_calls=True)
 
 

@@ -131,7 +131,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    wait_for_exit: bool = True, breakpoints: str = "auto",
                    output_fd: int | None = None, max_instructions: int = 50_000_000,
                    log=lambda msg: None, on_attached=None,
-                   before_release=None, python: str = "off") -> RecordResult:
+                   before_release=None, python: str = "off",
+                   stage=lambda name: None, release_first: bool = False) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
     ptdebug launched that has one thread, since they stop twice as fast; debug
@@ -147,7 +148,12 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     otherwise it is let go to run on, and waited for when `wait_for_exit` (on failure the
     caller waits, through RecordFailed.program). `python`: "auto" writes Python frame samples
     (adapter/python/frame_probe.py) when the target runs CPython, "on" requires it, "off"
-    never (a `ptw_probe` given wins)."""
+    never (a `ptw_probe` given wins). `stage(name)` is called as each step ends (the DAP
+    recorder times them in the adapter's log). `release_first`: the target is let go as soon
+    as the window has closed, and only then are its mappings read into the bundle and the
+    path encoded (both take hundreds of milliseconds, which a thread held by a DAP record
+    breakpoint would otherwise wait): code mapped and unmapped during the window, or code of a
+    process that exits right after it, may then be missing from the bundle."""
     if python not in ("auto", "on", "off"):
         raise RecordFailed(f"python must be auto, on or off, not {python!r}")
     end = end or stepper_mod.EndCondition(count=100_000)
@@ -173,6 +179,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         else:
             target = Target.attach(pid=pid, tid=tid)
         writer.manifest["pid"] = target.pid
+        stage("thread held")
         if on_attached is not None:
             on_attached()
         entry_rsp = return_address = None
@@ -200,8 +207,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         comm = _comm(rec_tid)
         writer.add_thread(rec_tid, target.pid, comm)
         known: set = set()
-        for warning in _add_images(writer, target.pid, known):
-            log(f"warning: {warning}")
+        if not release_first:
+            for warning in _add_images(writer, target.pid, known):
+                log(f"warning: {warning}")
+            stage("images listed")
         writer.write_manifest()
         python_probe = None
         if python != "off" and ptw_probe is None:
@@ -220,6 +229,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                                               withheld_signals=getattr(
                                                   ptw_probe, "withheld_signals", frozenset()))
         log(f"recording thread {rec_tid}")
+        stage("recorder set up")
         began = True
         try:
             rec = recorder.run()
@@ -234,6 +244,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             elif recorder.pending_signal:
                 target.keep_signal(rec_tid, recorder.pending_signal)
         partial = rec.partial_reason
+        stage(f"window recorded ({len(rec.ips)} instructions)")
         if go_window is not None:
             go_window.close()
             writer.manifest["go"] = {"goroutines": go_window.describe(),
@@ -244,12 +255,23 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             writer.manifest["python"] = python_probe.manifest_entry()
             writer.manifest["python"]["samples"] = len(rec.ptw)
             python_probe.close()
-        if recorder.alive:
+        if release_first:
+            if recorder.alive and before_release is not None:
+                before_release(rec_tid, pt.getregs(rec_tid).rip)
+            with stepper_mod.signals_held():
+                target.release()
+            stage("target released")
+            for warning in _add_images(writer, target.pid, known):
+                log(f"warning: {warning}")
+            stage("images listed")
+        elif recorder.alive:
             _add_images(writer, target.pid, known)  # code mapped during the recording
             if before_release is not None:
                 before_release(rec_tid, pt.getregs(rec_tid).rip)
+            stage("images after the window listed")
         data = encode_recording(rec, recorder.code.read_code)
         writer.add_stream_bytes(rec_tid, data, pid=target.pid)
+        stage("trace encoded and written")
         writer.manifest["stats"] = {
             "instructions": len(rec.ips), "stops": rec.stops,
             "single_steps": rec.single_steps, "signals": len(rec.async_events),
@@ -286,6 +308,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                     _kill_quietly(target.pid)
                     target.wait_launched()
                     killed = target.pid
+            if not release_first:
+                stage("target released")
     try:
         manifest = writer.finish(partial)
     except OSError as exc:

@@ -13,14 +13,19 @@ How a record breakpoint fires (Python backend):
   gives back to the `record` ones are remembered.
 - When debugpy reports a stop whose `hitBreakpointIds` are all record breakpoints, the event is
   consumed (the user never sees it). Off the reader thread, the stopped thread's OS id is asked
-  of debugpy (`threading.get_native_id()` in its top frame); a recorder child process (`python -m
-  adapter.features.record_breakpoints`: the stepper's watchdog is a SIGALRM handler, which Python
-  runs only on a main thread) seizes that one thread with ptrace and stops it; only then is
+  of debugpy (`threading.get_native_id()` in its top frame; once per thread); a recorder child
+  process (adapter/features/recorder_worker.py, started once per session and kept warm: the
+  stepper's watchdog is a SIGALRM handler, which Python runs only on a main thread) seizes that
+  one thread with ptrace and stops it; only then is
   debugpy told to `continue` (pydevd works in-process, so the thread it releases is still held
   by ptrace and cannot run away); the stepper then lets it
   run to the window's native function (a debug-register breakpoint) or records at once, for N
-  instructions / T ms / until that function returns, and releases it. Stops the thread reaches
-  while its capture is being decoded are held back and delivered after, so they see it.
+  instructions / T ms / until that function returns, and releases it before it reads the
+  process's mappings and encodes the trace (the request waits for the window only). Stops
+  reached while a capture holds its thread, and stops other than a record breakpoint's while
+  captures are being encoded and decoded, are held back and delivered after, so they see it; a
+  record breakpoint's stop during another capture's decoding starts its own capture at once.
+  Each capture's steps are timed in one INFO line of the adapter's log (StepClock).
 - Each capture is decoded into a History, kept in `captures`, and announced by the custom event
   `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps). Its bundle is in
   the session's captures directory (adapter/capture/captures_dir.py), made self-contained
@@ -38,14 +43,12 @@ import json
 import logging
 import os
 import pathlib
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
 from adapter.golang.park import Parked, park, resume_preemption, unpark
 from adapter.golang.user_lines import WithoutRuntime
 from adapter.protocol.channel import DEFERRED
@@ -59,7 +62,6 @@ from adapter.protocol.schema import (
     RecordWindowSettings,
     parse,
 )
-from adapter.spawn import module_command
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -274,8 +276,15 @@ class RecordBreakpoints:
         self._recording_thread: int | None = None
         self._held: list[tuple[dict, int]] = []
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
-        self._child: subprocess.Popen | None = None
+        self._child: RecorderWorker | None = None
         """The recorder process of the capture in progress."""
+        self._workers = RecorderWorkers()
+        self._phase_lock = threading.Lock()
+        self._finishing = 0
+        """Captures whose thread is let go, being encoded and decoded."""
+        self._next_number = 1
+        self._native_ids: dict[int, int] = {}
+        """debugpy thread id -> its OS thread id (asked once: two debugpy round trips)."""
         self._listeners: list = []
         self._lock = threading.Lock()
         session.request_interceptors.setdefault("setBreakpoints", []).append(
@@ -351,6 +360,9 @@ class RecordBreakpoints:
                         self.session.launch_arguments.get("recordWindow"), bp.get("recordWindow"))
                     result["message"] = f"record: a trace window opens here ({window.describe()})"
             self.sources[path] = entry
+            if entry.record_ids:  # its first capture should not wait for a recorder to start
+                threading.Thread(target=self._workers.warm_up, daemon=True,
+                                 name="ptdebug-recorder-warm-up").start()
 
         self.session.backend.forward(request, observe)
         return DEFERRED
@@ -375,16 +387,20 @@ class RecordBreakpoints:
         if raw.get("event") != "stopped":
             return False
         body = raw.get("body") or {}
-        if self._recording_thread is not None:
-            # delivered once the capture is kept, unless the program resumed meanwhile
-            self._held.append((raw, self.session.run_control.resumes_seen()))
-            self.session.paused = False
-            return True
         ids = body.get("hitBreakpointIds") or []
-        if body.get("reason") != "breakpoint" or not ids:
-            return False
-        if any(self._record_breakpoint([i]) is None for i in ids):
-            return False  # a normal breakpoint on the same line: the user sees the stop
+        record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
+                       all(self._record_breakpoint([i]) is not None for i in ids))
+        with self._phase_lock:
+            # while a capture holds the thread, every stop waits; while captures are only
+            # being decoded (the program runs again), a record breakpoint's stop starts its
+            # own capture at once and the others wait, so that they see the capture
+            if self._recording_thread is not None or (self._finishing and not record_stop):
+                # delivered once the capture is kept, unless the program resumed meanwhile
+                self._held.append((raw, self.session.run_control.resumes_seen()))
+                self.session.paused = False
+                return True
+        if not record_stop:
+            return False  # (a normal breakpoint on the same line: the user sees the stop)
         breakpoint = self._record_breakpoint(ids)
         self.session.paused = False
         hold = self.session.run_control.hold("record breakpoint")  # the user's continue waits
@@ -462,6 +478,7 @@ class RecordBreakpoints:
         hold's only: the next record breakpoint's may begin before this one ends)."""
         thread_id = stopped.get("threadId")
         backend = self.session.backend
+        steps = StepClock(f"capture of thread {thread_id}")
         released = threading.Event()
         parked: list[Parked] = []
         """Set once Delve has let go of the program (Go): the thread spins at its pc until
@@ -474,6 +491,17 @@ class RecordBreakpoints:
         """Go: address -> WindowStop, the user's breakpoints that close the window."""
         unwatched: dict = {}
         """Go: those whose condition was false when the window opened (told if passed)."""
+
+        released_target = []
+
+        def target_released() -> None:
+            # the recorder has let the thread go (the window is closed; the trace is still to
+            # be encoded and decoded): the next record breakpoint's stop may begin a capture
+            with self._phase_lock:
+                if not released_target:
+                    released_target.append(True)
+                    self._recording_thread = None
+                    self._finishing += 1
 
         def release() -> None:
             if not released.is_set() and not parked:
@@ -510,6 +538,7 @@ class RecordBreakpoints:
                 clock.append(time.monotonic())
             else:
                 tid = self._native_id(thread_id)
+                steps.mark("OS thread id asked of debugpy")
                 window = dataclasses.replace(window, until=self._native_position(window))
 
             def take_back() -> None:
@@ -534,12 +563,15 @@ class RecordBreakpoints:
             capture = self._record(tid, thread_id, window, breakpoint.get("id"), release,
                                    parked=parked[0] if parked else None,
                                    parked_at_end=parked_at_end,
-                                   recorded=take_back if parked else None, stop_at=stops)
+                                   recorded=take_back if parked else None, stop_at=stops,
+                                   clock=steps, target_released=target_released)
             self._tell_unwatched(capture, unwatched)
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
             self._keep(capture)
             kept = True
+            steps.mark("kept")
+            steps.report()
             if answer is not None:
                 answer.respond(capture.event_body())
         except Exception as exc:
@@ -568,8 +600,14 @@ class RecordBreakpoints:
                 self.session.client.send_event("output", {"category": "important", "output":
                     f"ptdebug: after the recording, the debugger could not take the program "
                     f"back: {exc}\n"})
-            self._recording_thread = None
-            held, self._held = self._held, []
+            with self._phase_lock:
+                if released_target:
+                    self._finishing -= 1
+                else:
+                    self._recording_thread = None
+                # another capture in progress delivers them when it ends
+                idle = self._recording_thread is None and not self._finishing
+                held, self._held = (self._held, []) if idle else ([], self._held)
             for raw, mark in held:
                 if self.session.run_control.resumed_since(mark):
                     log.info("record breakpoint: a stop held back during the capture is stale "
@@ -628,6 +666,9 @@ class RecordBreakpoints:
         return hex(min(addresses))
 
     def _native_id(self, thread_id: int) -> int:
+        known = self._native_ids.get(thread_id)
+        if known is not None:  # debugpy never gives a thread's id to another thread
+            return known
         backend = self.session.backend
         frames = backend.request("stackTrace", {"threadId": thread_id, "levels": 1}, timeout=10)
         stack = (frames.raw.get("body") or {}).get("stackFrames") or []
@@ -638,12 +679,14 @@ class RecordBreakpoints:
         if not answer.success:
             raise AdapterError(f"cannot learn the OS id of thread {thread_id}: "
                                f"{answer.error_text}")
-        return int(answer.raw["body"]["result"])
+        self._native_ids[thread_id] = int(answer.raw["body"]["result"])
+        return self._native_ids[thread_id]
 
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
                 release, parked: Parked | None = None,
                 parked_at_end: list | None = None, recorded=None,
-                stop_at: dict | None = None) -> Capture:
+                stop_at: dict | None = None, clock: StepClock | None = None,
+                target_released=None) -> Capture:
         """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
         Python runs only on a main thread); `release()` once the child holds the thread.
         With `parked` (Go: no debugger holds the program), the child unparks the thread when it
@@ -651,7 +694,9 @@ class RecordBreakpoints:
         `parked_at_end`. `recorded()` runs once the child has ended, before the decoding.
         `stop_at` (Go): address -> WindowStop where the window closes before its end."""
         from adapter.export.trace import DecodedBundle, TraceError
-        number = len(self.captures) + 1
+        with self._phase_lock:  # captures may overlap (one decoded, the next recorded)
+            number = max(len(self.captures) + 1, self._next_number)
+            self._next_number = number + 1
         output = str(self._new_bundle_directory(number))
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
                 "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
@@ -659,37 +704,52 @@ class RecordBreakpoints:
                 "parked": parked.to_json() if parked else None,
                 "stop_at": sorted(stop_at or ()),
                 "held_slots": _data_breakpoint_registers(self.session)}
-        # not `python -m`: the workspace is our cwd, and its own `adapter/` would be imported
-        child = subprocess.Popen(module_command("adapter.features.record_breakpoints",
-                                                json.dumps(spec)), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
-        self._child = child
+        clock = clock or StepClock(f"capture {number}")
+        try:  # a warm recorder process (adapter/features/recorder_worker.py)
+            worker = self._workers.take()
+        except (RuntimeError, OSError) as exc:
+            raise AdapterError(f"recording thread {tid} failed: {exc}") from None
+        self._child = worker
+        clock.what += f" (recorder process {worker.process.pid})"
+        worker.send(spec)
+        clock.mark("recorder asked")
         # A recorder that neither finishes nor fails is ended (it then detaches, keeping what
         # it had): the program must never stay held by a window that cannot close.
         limit = window.timeout + (window.milliseconds or 0) / 1000 + RECORDER_GRACE
-        watchdog = threading.Timer(limit, _stop_recorder, (child,))
+        watchdog = threading.Timer(limit, worker.stop)
         watchdog.daemon = True
         watchdog.start()
+        result = None
         try:
-            result = None
-            for line in child.stdout:
-                if line.startswith("attached"):
+            for line in worker.lines():
+                if line.startswith("stage "):  # stamped by the recorder (CLOCK_MONOTONIC)
+                    at, _, step = line[6:].strip().partition(" ")
+                    clock.mark(step, float(at))
+                    if step == "target released" and target_released is not None:
+                        target_released()
+                elif line.startswith("log "):  # the recorder's warnings, tracebacks
+                    log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
+                elif line.startswith("attached"):
+                    clock.mark("recorder says attached")
                     release()
+                    clock.mark("debugger released the program")
                 elif line.startswith("parked ") and parked is not None:
                     parked_at_end.append(Parked.from_json(json.loads(line[7:])))
                 elif line.startswith("{"):
                     result = json.loads(line)
-            child.wait(timeout=window.timeout + 30)
         finally:
             watchdog.cancel()
             self._child = None
-            if child.poll() is None:
-                _stop_recorder(child)
+            failure = None
+            if result is None:
+                worker.stop()  # ends the recording early (partial), and then the worker
+                failure = worker.error_text()
+            self._workers.give_back(worker, reusable=result is not None)
+        clock.mark("recorder done")
         if recorded is not None:
             recorded()
         if result is None or "error" in result:
-            reason = result["error"] if result else (child.stderr.read().strip()[-400:] or
-                                                     f"the recorder exited with {child.returncode}")
+            reason = result["error"] if result else failure
             raise AdapterError(f"recording thread {tid} failed: {reason}")
         try:
             trace = DecodedBundle.open(output)
@@ -698,7 +758,9 @@ class RecordBreakpoints:
         if not trace.threads or not len(trace.threads[0].history):
             raise AdapterError(f"the window recorded no instructions "
                                f"({result.get('partial_reason') or 'empty'})")
+        clock.mark("bundle decoded")
         self._make_self_contained(output, trace)
+        clock.mark("images copied into the bundle")
         capture = Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                           result.get("end_reason", ""), result.get("partial_reason"))
         stop = (stop_at or {}).get(result.get("stopped_at"))
@@ -770,20 +832,29 @@ class RecordBreakpoints:
     def close(self) -> None:
         """The session ends: a recording still running is stopped (its bundle is kept, marked
         partial by the recorder). Captures are never removed: they are the user's."""
-        child = self._child
-        if child is not None and child.poll() is None:  # the session ends mid-recording
-            _stop_recorder(child)
+        self._workers.stop_all()  # a recording in progress ends partial
 
 
-def _stop_recorder(child: subprocess.Popen) -> None:
-    """End a recorder early with SIGINT: it then stops recording, clears the thread's debug
-    registers and detaches (record_stepper's KeyboardInterrupt path), keeping a partial bundle."""
-    child.send_signal(signal.SIGINT)
-    try:
-        child.wait(5)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait(5)
+class StepClock:
+    """The steps of one capture, timed from the stop that began it; `report()` logs them in
+    one INFO line (where a captured request's extra latency goes: docs/PERFORMANCE.md)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.start = time.monotonic()
+        self.steps: list[tuple[str, float]] = []
+
+    def mark(self, step: str, at: float | None = None) -> None:
+        self.steps.append((step, time.monotonic() if at is None else at))
+
+    def report(self) -> None:
+        last = self.start
+        parts = []
+        for step, at in sorted(self.steps, key=lambda s: s[1]):
+            parts.append(f"{step} +{1e3 * (at - last):.1f} ms")
+            last = at
+        log.info("%s: %s (%.1f ms in all)", self.what, ", ".join(parts),
+                 1e3 * (last - self.start))
 
 
 def _has_pclntab(path: str) -> bool:
@@ -831,6 +902,22 @@ def install_trace_features(session) -> None:
     session.reverse = Reverse(session, recording)
 
 
+ADAPTER_GONE: list = []
+"""Set (in a recorder process) once its stdout is a broken pipe: the adapter is gone."""
+
+
+def _say(*parts) -> None:
+    """One line to the adapter (recorder process side). An adapter that is gone (killed) is no
+    reason to stop: the recording goes on to its end, the target is let go and the bundle's
+    manifest finished (record_stepper), and the worker then exits (recorder_worker)."""
+    if ADAPTER_GONE:
+        return
+    try:
+        print(*parts, flush=True)
+    except (BrokenPipeError, ValueError):
+        ADAPTER_GONE.append(True)
+
+
 def _record_worker(spec_text: str) -> int:
     """The child process of `_record`: one stepper recording of a thread into a bundle. Prints
     `attached` once the thread is held, then one JSON line: the result or {"error": text}."""
@@ -855,7 +942,7 @@ def _record_worker(spec_text: str) -> int:
             # the thread was spinning on `jmp .` (DelveBackend.hand_over); held now, it may
             # have its instruction back and be recorded from there
             unpark(Parked.from_json(spec["parked"]))
-        print("attached", flush=True)
+        _say("attached")
 
     stop_at = frozenset(spec.get("stop_at") or ())
     stopped_at = []
@@ -865,23 +952,29 @@ def _record_worker(spec_text: str) -> int:
             stopped_at.append(ip)
         if spec.get("parked"):
             # held where the window closed until the debugger is back (_capture unparks it)
-            print("parked", json.dumps(park(_tgid(thread), ip).to_json()), flush=True)
+            _say("parked", json.dumps(park(_tgid(thread), ip).to_json()))
 
     try:
         result = record_stepper(spec["output"], tid=tid, start=window.function,
                                 end=dataclasses.replace(window.end_condition(), stop_at=stop_at),
                                 trigger_timeout=window.timeout,
                                 copy_images=False, breakpoints="dr", ptw_probe=probe,
-                                on_attached=attached, before_release=before_release)
+                                on_attached=attached, before_release=before_release,
+                                stage=lambda name: _say("stage", time.monotonic(), name),
+                                release_first=True,
+                                log=lambda text: _say("log", text.replace("\n", "\\n")))
     except RecordFailed as exc:
-        print(json.dumps({"error": str(exc)}), flush=True)
+        _say(json.dumps({"error": str(exc)}))
         return 1
     stats = result.manifest.get("stats") or {}
-    print(json.dumps({"end_reason": stats.get("end_reason", ""),
+    _say(json.dumps({"end_reason": stats.get("end_reason", ""),
                       "partial_reason": result.manifest.get("partial_reason"),
-                      "stopped_at": stopped_at[0] if stopped_at else None}), flush=True)
+                      "stopped_at": stopped_at[0] if stopped_at else None}))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(_record_worker(sys.argv[1]))
+def preload_recorder() -> None:
+    """What a recording imports, imported ahead (a warm recorder process, before its first
+    capture)."""
+    import adapter.capture.record  # noqa: F401
+    import pt_decoder.image  # noqa: F401

@@ -1,0 +1,247 @@
+"""The recorder processes of DAP record breakpoints, kept warm: started once per session
+(when the first record breakpoint is set) instead of once per capture, so that a captured
+request does not wait for a Python interpreter to start and import the stepper.
+
+Layer: features (the process side of adapter/features/record_breakpoints.py). A worker is
+`python -I adapter -m adapter.features.recorder_worker` (adapter/spawn.py: isolated, as every
+child ptdebug starts); it imports the recorder once, says `ready`, then reads one JSON spec a
+line on its stdin and records each on its main thread (the stepper's watchdog is a SIGALRM
+handler, which Python runs only there) with record_breakpoints._record_worker, which prints
+`attached`, `stage T NAME` lines and one JSON result line. The worker ends when its stdin
+closes (the session ended, or the adapter died: a recording in progress is finished and its
+bundle written first), on SIGINT (a recording in progress ends early, partial, and the worker
+exits after writing its result: a stopped recorder is never reused), or when it is killed (the
+kernel then detaches the thread it traced; record_stepper holds the thread only while tracing
+it and writes no byte outside INT3 mode, which DAP captures do not use).
+
+One worker records one capture at a time, and encodes its trace after letting the thread go;
+the next capture may begin meanwhile (record_breakpoints: a record breakpoint's stop during
+another capture's decoding starts its own). So a worker taken for a capture has another
+started as a spare, and at most MAX_IDLE idle workers are kept.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+from adapter.spawn import module_command
+
+log = logging.getLogger("ptdebug.dap")
+MODULE = "adapter.features.recorder_worker"
+MAX_IDLE = 2
+"""Workers kept warm between captures: the one that records (taken last, reused each time)
+and the spare a capture starts when it takes the last idle one."""
+READY_TIMEOUT = 30.0
+"""Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
+
+
+class RecorderWorker:
+    """One warm recorder process, adapter side."""
+
+    def __init__(self):
+        self.errors = tempfile.TemporaryFile(mode="w+")
+        """Its stderr (a file, not a pipe: a long session's warnings never fill a pipe)."""
+        self.process = subprocess.Popen(module_command(MODULE), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.errors, text=True)
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self.failure: str | None = None
+        self.stopped = False
+        """stop() was called: it exits after its recording and is not reused."""
+
+    def wait_ready(self) -> None:
+        """Block until the worker has imported the recorder (one reader at a time: the
+        warm-up thread may still be waiting); raises RuntimeError if it died."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            if self.failure is not None:
+                raise RuntimeError(self.failure)
+            readable, _, _ = select.select([self.process.stdout], [], [], READY_TIMEOUT)
+            if not readable:  # (a recorder that never starts must not hold a capture)
+                self.process.kill()
+                self.failure = f"the recorder process did not start within {READY_TIMEOUT:g} s"
+                raise RuntimeError(self.failure)
+            line = self.process.stdout.readline()
+            if line.strip() != "ready":
+                self.failure = f"the recorder process did not start: {self.error_text()}"
+                raise RuntimeError(self.failure)
+            self._ready = True
+
+    def send(self, spec: dict) -> None:
+        self.process.stdin.write(json.dumps(spec) + "\n")
+        self.process.stdin.flush()
+
+    def lines(self):
+        """The worker's lines for the capture in progress, up to its JSON result line
+        (included); ends early if the worker is gone."""
+        for line in self.process.stdout:
+            yield line
+            if line.startswith("{"):
+                return
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def error_text(self) -> str:
+        try:
+            self.process.wait(2)
+        except subprocess.TimeoutExpired:
+            pass
+        self.errors.seek(0)
+        text = self.errors.read().strip()[-400:]
+        code = self.process.returncode
+        if text:
+            return text
+        if code is not None and code < 0:
+            return f"the recorder process was ended by signal {-code} ({signal.Signals(-code).name})"
+        return f"the recorder exited with {code}"
+
+    def stop(self) -> None:
+        """End a recording early (SIGINT: the stepper stops, clears the debug registers and
+        detaches, keeping a partial bundle); the worker exits after it."""
+        self.stopped = True
+        if self.alive():
+            self.process.send_signal(signal.SIGINT)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Ask it to exit (stdin closed) and wait; killed if it does not."""
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self.errors.close()
+
+
+class RecorderWorkers:
+    """The session's warm workers."""
+
+    def __init__(self):
+        self._idle: list[RecorderWorker] = []
+        self._busy: set[RecorderWorker] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._starting = False
+
+    def warm_up(self) -> None:
+        """Start a worker in the background if none is idle (the first record breakpoint was
+        set: its first capture should not wait for one to start)."""
+        with self._lock:
+            if self._idle or self._closed or self._starting:
+                return
+            self._starting = True
+        try:  # (not under the lock: a capture may take an idle worker meanwhile)
+            worker = RecorderWorker()
+        finally:
+            with self._lock:
+                self._starting = False
+        with self._lock:
+            if self._closed:
+                worker.close(0.1)
+                return
+            self._idle.append(worker)
+        threading.Thread(target=self._ready_quietly, args=(worker,), daemon=True,
+                         name="ptdebug-recorder-warm-up").start()
+
+    @staticmethod
+    def _ready_quietly(worker: RecorderWorker) -> None:
+        try:
+            worker.wait_ready()
+        except (RuntimeError, OSError, ValueError) as exc:
+            worker.failure = str(exc)  # take() then starts another
+            log.warning("recorder worker %s: %s", worker.process.pid, exc)
+
+    def take(self) -> RecorderWorker:
+        """A ready worker for one capture (a new one if none is idle)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the session is ending")
+            while self._idle:
+                worker = self._idle.pop()  # the one given back last
+                if worker.alive() and worker.failure is None:
+                    break
+                log.info("recorder worker %s is gone (%s); another starts",
+                         worker.process.pid, worker.failure or worker.process.returncode)
+                worker.close(0.1)
+            else:
+                worker = RecorderWorker()
+            self._busy.add(worker)
+            spare = not self._idle
+        if spare:  # the next capture may begin while this one's trace is being encoded
+            threading.Thread(target=self.warm_up, daemon=True,
+                             name="ptdebug-recorder-warm-up").start()
+        try:
+            worker.wait_ready()
+        except Exception:
+            self.give_back(worker, reusable=False)
+            raise
+        return worker
+
+    def give_back(self, worker: RecorderWorker, reusable: bool) -> None:
+        """After a capture: kept warm if `reusable` and alive and none is idle, else ended."""
+        with self._lock:
+            self._busy.discard(worker)
+            keep = (reusable and not worker.stopped and worker.alive()
+                    and len(self._idle) < MAX_IDLE and not self._closed)
+            if keep:
+                self._idle.append(worker)
+        if not keep:
+            worker.close()
+
+    def stop_all(self) -> None:
+        """The session ends: recordings in progress end early (partial bundles), idle workers
+        exit."""
+        with self._lock:
+            self._closed = True
+            busy, idle, self._idle = list(self._busy), self._idle, []
+        for worker in busy:
+            worker.stop()
+        for worker in idle + busy:
+            worker.close()
+
+
+def _serve() -> int:
+    """The worker's main loop (see the module docstring)."""
+    from adapter.features import record_breakpoints
+    record_breakpoints.preload_recorder()
+    interrupted = []
+
+    def on_interrupt(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            record_breakpoints._record_worker(line)
+            if interrupted or record_breakpoints.ADAPTER_GONE:
+                return 1
+    except (KeyboardInterrupt, BrokenPipeError):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        status = _serve()
+    except BrokenPipeError:  # the adapter is gone
+        status = 1
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    sys.exit(status)

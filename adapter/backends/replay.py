@@ -11,6 +11,8 @@ reverseContinue / continue through it, the Processor Trace scope. This module an
 debugger would answer besides: threads, breakpoints (verified where the recorded code has the
 line), `evaluate` (values were not recorded), the goroutine requests, and the memory and
 disassembly of the bundle's images. Like every backend it knows nothing of the features.
+A Python capture (the manifest's "python" table) has its breakpoints on .py files verified
+against the recorded code objects' line tables.
 
 Threads: one a recorded stream (thread or CPU) of the bundle, ids 1, 2, ...; for a Go bundle
 whose recorder wrote goroutine ids, one a goroutine (id = goid) on the stream where it ran most.
@@ -246,7 +248,9 @@ class ReplayBackend(Backend):
 
     def _setBreakpoints(self, arguments: dict) -> dict:
         """Verified where the recorded images have code for the line (one of their line
-        tables has a statement there); a replay stops at them when it passes that code."""
+        tables has a statement there; for a .py file, a recorded code object's line table has
+        the line); a replay stops at them when it passes that code. Conditions, hit counts and
+        log messages cannot be evaluated on a recording: the answer says so."""
         path = (arguments.get("source") or {}).get("path") or ""
         answered = []
         for number, asked in enumerate(arguments.get("breakpoints") or [], 1):
@@ -259,6 +263,11 @@ class ReplayBackend(Backend):
                                     "object's line table has it)" if path.endswith(".py") else
                                     "no recorded code at this line (no image of the bundle "
                                     "has a statement there)")
+            elif any(asked.get(key) for key in ("condition", "hitCondition", "logMessage")):
+                # said, not dropped: the replay stops at every recorded run of the line
+                entry["message"] = ("its condition is not evaluated in a replay: "
+                                    f"{NOT_RECORDED}; it stops at every recorded run of "
+                                    "the line")
             answered.append(entry)
         return {"breakpoints": answered}
 

@@ -169,8 +169,11 @@ def test_python_breakpoint_reached_by_reverse_continue_and_continue(start_adapte
                                                               {"line": blank}]})["breakpoints"]
     assert [b["verified"] for b in answered] == [True, False]
     assert "no recorded Python code" in answered[1]["message"]
-    client.call("setBreakpoints", {"source": {"path": str(FIXTURE)},
-                                   "breakpoints": [{"line": weight_mul}]})
+    # a condition cannot be evaluated on recorded data, and the answer says so
+    answered = client.call("setBreakpoints", {"source": {"path": str(FIXTURE)},
+                                              "breakpoints": [{"line": weight_mul,
+                                                               "condition": "i == 2"}]})
+    assert "condition is not evaluated in a replay" in answered["breakpoints"][0]["message"]
     back = []
     for _ in range(runs + 1):
         client.call("reverseContinue", {"threadId": thread_id})

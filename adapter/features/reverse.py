@@ -254,15 +254,12 @@ class Reverse:
         return DEFERRED
 
     def _next(self, request: Request) -> object:
-        return self._forward_step(request, lambda c, h, p, g: _forward(
-            _python_line(c, p, g, over_calls=True) or
-            (h.next_line(p, c.lines) if g != "instruction" else None), p, h))
+        return self._forward_step(request, lambda c, h, p, g: _line_or_instruction(
+            c, h, p, g, over_calls=True))
 
     def _step_in(self, request: Request) -> object:
-        return self._forward_step(request, lambda c, h, p, g: _forward(
-            _python_line(c, p, g, over_calls=False) or
-            (h.next_line(p, c.lines, over_calls=False) if g != "instruction" else None),
-            p, h))
+        return self._forward_step(request, lambda c, h, p, g: _line_or_instruction(
+            c, h, p, g, over_calls=False))
 
     def _step_out(self, request: Request) -> object:
         def move(capture, history, position, granularity):
@@ -443,7 +440,20 @@ def _last_of_goroutine(capture, goid: int) -> int | None:
     return stretches[-1][1] - 1 if stretches else None
 
 
-def _forward(step, position: int, history) -> tuple[int | None, str]:
+def _line_or_instruction(capture, history, position: int, granularity,
+                         over_calls: bool) -> tuple[int | None, str]:
+    """The target of `next` (over calls) or `stepIn`: by Python line in a Python frame, by
+    source line elsewhere, by instruction with granularity `instruction`."""
+    python = _python_line(capture, position, granularity, over_calls)
+    if python is not None:
+        return _forward(python, position, history, "stepped one Python line")
+    step = (history.next_line(position, capture.lines, over_calls=over_calls)
+            if granularity != "instruction" else None)
+    return _forward(step, position, history)
+
+
+def _forward(step, position: int, history,
+             found: str = "stepped one line") -> tuple[int | None, str]:
     """The target of a forward step (None: past the end, back to live)."""
     if step is None:  # instruction granularity
         if position + 1 >= len(history):
@@ -455,7 +465,7 @@ def _forward(step, position: int, history) -> tuple[int | None, str]:
         return None, ""
     if step.reason == "gap":
         return step.position, f"a gap in the trace ({step.gap.reason}) stops the step"
-    return step.position, "stepped one line"
+    return step.position, found
 
 
 def _python_line(capture, position: int, granularity, over_calls: bool):

@@ -104,7 +104,8 @@ def test_next_step_in_and_step_out_move_by_python_line_and_function(start_adapte
     mark = {name: marker(FIXTURE, name) for name in ("before", "call", "after", "score_for",
                                                       "score_add", "score_ret")}
     assert python_top(client, thread_id)[:2] == ("main", mark["before"])
-    move(client, "next", thread_id)
+    stopped = move(client, "next", thread_id)
+    assert "stepped one Python line" in stopped["description"], stopped
     assert python_top(client, thread_id)[:2] == ("main", mark["call"])
     # stepIn: into score(), at its first line as settrace saw it
     move(client, "stepIn", thread_id)

@@ -725,8 +725,10 @@ class RecordBreakpoints:
                 if line.startswith("stage "):  # stamped by the recorder (CLOCK_MONOTONIC)
                     at, _, step = line[6:].strip().partition(" ")
                     clock.mark(step, float(at))
-                    if step == "target released" and target_released is not None:
-                        target_released()
+                    if step == "target released":
+                        self._workers.spare()
+                        if target_released is not None:
+                            target_released()
                 elif line.startswith("log "):  # the recorder's warnings, tracebacks
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):

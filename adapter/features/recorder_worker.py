@@ -16,8 +16,8 @@ it and writes no byte outside INT3 mode, which DAP captures do not use).
 
 One worker records one capture at a time, and encodes its trace after letting the thread go;
 the next capture may begin meanwhile (record_breakpoints: a record breakpoint's stop during
-another capture's decoding starts its own). So a worker taken for a capture has another
-started as a spare, and at most MAX_IDLE idle workers are kept.
+another capture's decoding starts its own). So a capture that takes the last idle worker
+starts a spare, and at most MAX_IDLE idle workers are kept.
 """
 from __future__ import annotations
 
@@ -177,16 +177,22 @@ class RecorderWorkers:
             else:
                 worker = RecorderWorker()
             self._busy.add(worker)
-            spare = not self._idle
-        if spare:  # the next capture may begin while this one's trace is being encoded
-            threading.Thread(target=self.warm_up, daemon=True,
-                             name="ptdebug-recorder-warm-up").start()
+            last = not self._idle
+        if last:  # the next capture may begin while this one's trace is being encoded
+            self.spare()
         try:
             worker.wait_ready()
         except Exception:
             self.give_back(worker, reusable=False)
             raise
         return worker
+
+    def spare(self) -> None:
+        """Have a worker ready for the next capture if none is idle (one is starting when a
+        capture takes the last idle worker, and when a capture's thread is let go while its
+        trace is still to be encoded): in the background, so that the capture does not wait."""
+        threading.Thread(target=self.warm_up, daemon=True,
+                         name="ptdebug-recorder-warm-up").start()
 
     def give_back(self, worker: RecorderWorker, reusable: bool) -> None:
         """After a capture: kept warm if `reusable` and alive and none is idle, else ended."""

@@ -123,6 +123,9 @@ class RunControl:
         """That `continued` event, consumed by `_filter_event`."""
         self._resyncing = False
         """ptdebug's `pause` of `_resync` is out: the `stopped` it brings is consumed."""
+        self._deciding = False
+        """The run-control thread is deciding a request (a release waits for it: the two
+        would otherwise both send a `continue`)."""
         self._last_stop_at = 0.0
         """monotonic() of the last `stopped`."""
         self._releasing = False
@@ -273,7 +276,13 @@ class RunControl:
                 self._cond.wait_for(lambda: self._waiting and not self._holds
                                     and not self._in_flight)
                 request = self._waiting.pop(0)
-            self._serve(request)
+                self._deciding = True
+            try:
+                self._serve(request)
+            finally:
+                with self._cond:
+                    self._deciding = False
+                    self._cond.notify_all()
 
     def _decide(self, request: Request) -> object:
         command = request.command
@@ -281,6 +290,11 @@ class RunControl:
         if command != "pause":
             self._ready_to_resume(thread_id)
         with self._cond:
+            if self._holds:
+                # a hidden stop began while this one was being made ready: its release
+                # decides first, and this request is decided after it, against that state
+                self._waiting.insert(0, request)
+                return DEFERRED
             runs = not self.stopped and not self.all_stopped
             if command == "continue" and runs:
                 # what debugpy answers a continue that resumed every thread
@@ -395,7 +409,9 @@ class RunControl:
             with self._cond:
                 # a user's resume debugpy has not answered yet may resume the program itself:
                 # a release sent beside it would be the second continue, never answered
-                if not self._cond.wait_for(lambda: self._in_flight == 0, IN_FLIGHT_WAIT):
+                # nor beside one the run-control thread is deciding right now
+                if not self._cond.wait_for(lambda: self._in_flight == 0 and not self._deciding,
+                                           IN_FLIGHT_WAIT):
                     log.warning("run control: the user's resume request is still unanswered "
                                 "after %g s; no release sent", IN_FLIGHT_WAIT)
                     return

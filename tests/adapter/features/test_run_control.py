@@ -245,3 +245,24 @@ def test_a_continue_answered_before_its_continued_event_means_the_program_runs(s
     _until(lambda: second.answered)
     assert session.test_client.response(second.seq)["body"] == {"allThreadsContinued": True}
     assert session.backend.sent == ["continue"]
+
+
+def test_a_hidden_stop_that_begins_while_a_resume_is_being_decided_goes_first(session):
+    """The user's `continue` is being made ready (the settle time after a stop) when a record
+    breakpoint stops the program and its capture, failing at once, releases it: only one
+    `continue` may reach debugpy. Both were sent (fuzzer, seed 6), and pydevd answered one."""
+    control = session.run_control
+
+    def pydevd(command: str) -> None:  # a continue's `continued` comes before its answer
+        if command == "continue":
+            _event(session, "continued", threadId=3, allThreadsContinued=True)
+    session.backend.on_request = pydevd
+    _event(session, "stopped", reason="breakpoint", threadId=1, allThreadsStopped=True)
+    resumed = _ask(session, "continue", 1)
+    _event(session, "stopped", reason="breakpoint", threadId=3, allThreadsStopped=True)
+    hold = control.hold("record breakpoint")
+    control.release(3, hold)
+    control.done(hold)
+    _until(lambda: resumed.answered)
+    assert session.test_client.response(resumed.seq)["body"] == {"allThreadsContinued": True}
+    assert session.backend.sent == ["ptdebug:continue"]

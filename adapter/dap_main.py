@@ -45,6 +45,10 @@ def main(argv: list[str]) -> int:
     log.propagate = False
     _become_subreaper()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # A client that quits sends SIGHUP to the adapter's process group (Emacs does, for its
+    # pipe subprocesses): without a handler the adapter died there and left a debuggee that
+    # waited for configurationDone with no debugger behind it.
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
     try:
         if options.port is None:
             return _serve_stdio()

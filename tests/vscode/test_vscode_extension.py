@@ -9,13 +9,13 @@ ci`, then `vsce package` (whose `vscode:prepublish` bundles with esbuild).
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
-import json
 import zipfile
 
 import pytest

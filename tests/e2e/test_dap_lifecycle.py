@@ -4,6 +4,7 @@ process it started is left (checked by scanning /proc for the pids seen during t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -56,9 +57,11 @@ def test_debugpy_dies(start_adapter):
     assert evaluate(run.client, frame, "mode") == "'wait'"
     run.track()
     assert _debuggee_pid(run) in run.seen
+    # started as `python -I .../debugpy/adapter` (adapter/spawn.py), or `-m debugpy.adapter`
     adapters = [pid for pid in descendants(run.proc.pid)
-                if "debugpy.adapter" in " ".join(cmdline(pid))]
-    assert len(adapters) == 1, adapters
+                if any(re.fullmatch(r".*debugpy/adapter/?|debugpy\.adapter", arg)
+                       for arg in cmdline(pid))]
+    assert len(adapters) == 1, [" ".join(cmdline(p)) for p in adapters]
     os.kill(adapters[0], signal.SIGKILL)
     run.client.expect_event("terminated")
     important = [e["body"]["output"] for e in run.client.events("output")

@@ -83,6 +83,9 @@ class DebugpyBackend(Backend):
         """Requests timed out since debugpy last answered anything (STUCK_AFTER)."""
         self._given_up = False
         self._stuck_lock = threading.Lock()
+        self._evaluating = 0
+        """`evaluate` requests sent and not answered (`evaluations_done`)."""
+        self._evaluating_changed = threading.Condition()
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -178,13 +181,30 @@ class DebugpyBackend(Backend):
         if self.channel is None:
             raise BackendGone("debugpy is not running")
         self._refuse_if_given_up(command)
+        self._evaluation(command, +1)
         try:
             response = self.channel.request(command, arguments, timeout)
         except BackendTimeout:
             self._timed_out(command, timeout)
             raise
+        finally:
+            self._evaluation(command, -1)
         self._answered()
         return response
+
+    def _evaluation(self, command: str, change: int) -> None:
+        if command == "evaluate":
+            with self._evaluating_changed:
+                self._evaluating += change
+                self._evaluating_changed.notify_all()
+
+    def evaluations_done(self, timeout: float) -> bool:
+        """Wait until no `evaluate` is out (at most `timeout` s). pydevd runs an evaluation
+        in the stopped thread with tracing on, and a `pause` that comes meanwhile suspends
+        that thread inside its own evaluation: the evaluation never ends and pydevd answers
+        nothing more (the DAP fuzzer: a pause during dataBreakpointInfo's probe)."""
+        with self._evaluating_changed:
+            return self._evaluating_changed.wait_for(lambda: self._evaluating == 0, timeout)
 
     # --- a debugpy that answers nothing any more ------------------------------------------
     def _refuse_if_given_up(self, command: str) -> None:
@@ -242,12 +262,14 @@ class DebugpyBackend(Backend):
             self._answered()  # late or not, debugpy answers
             if once.acquire(blocking=False):
                 self.deadlines.cancel(token)
+                self._evaluation(command, -1)
                 answer(response)
             else:
                 log.warning("debugpy answered %r after its %g s limit; dropped", command, limit)
 
         def expired() -> None:
             if once.acquire(blocking=False):
+                self._evaluation(command, -1)
                 error = BackendTimeout(f"debugpy did not answer {command!r} within {limit:g} s")
                 log.warning("%s", error.message)
                 if observe is not None:
@@ -260,6 +282,7 @@ class DebugpyBackend(Backend):
                     request.fail(error)
                 self._timed_out(command, limit)
 
+        self._evaluation(command, +1)
         token = self.deadlines.add(limit, expired)
         self.channel.send_request(command, arguments, relay)
 

@@ -74,6 +74,8 @@ SETTLE = 0.05
 """Seconds after a `stopped` before a resume is sent: a stale `continued` of pydevd (a thread
 resuming late from the suspension before) follows the stop within milliseconds, and a
 `continue` sent before it arrives would be taken as answered by it... or never answered."""
+PAUSE_WAIT = 15.0
+"""Seconds a user's `pause` waits for the evaluations debugpy is running (`_decide`)."""
 RESYNC_WAIT = 5.0
 """Seconds to wait for pydevd's `stopped` after ptdebug's `pause` of a program whose threads
 are suspended (pydevd re-announces them after 0.5 s, NOTIFY_OF_PAUSE_TIMEOUT)."""
@@ -313,6 +315,11 @@ class RunControl:
             resumes_all = command == "continue" or self.all_stopped
             continueds_before = self._continueds_seen
         if pause:  # sent outside the lock: a write to debugpy may block for a while
+            # not while an evaluation runs: pydevd would suspend its thread inside it
+            done = getattr(self.session.backend, "evaluations_done", None)
+            if done is not None and not done(PAUSE_WAIT):
+                log.warning("run control: an evaluation is still running after %g s; "
+                            "pausing anyway", PAUSE_WAIT)
             self.session.backend.forward(request)
             return DEFERRED
 

@@ -28,17 +28,17 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 COMMANDS: dict[str, tuple[str, str]] = {
     "dump": ("pt_decoder.tools.dump", "print the PT packets of a trace, one a line (ptdump format)"),
     "decode": ("pt_decoder.tools.decode", "print the instruction flow of a trace (ptxed format, ips, jsonl)"),
-    "record": ("adapter.capture.cli", "record a trace bundle of a command or process"),
-    "import": ("adapter.capture.import_cli", "import a perf.data file into a trace bundle"),
-    "watch": ("adapter.watch_cli", "hardware watchpoint on a process's memory"),
-    "doctor": ("adapter.hw.doctor", "what this machine can record and watch, and why not"),
-    "dap": ("adapter.dap_main", "run the Debug Adapter Protocol server (stdio or --port)"),
+    "record": ("adapter.commands.record", "record a trace bundle of a command or process"),
+    "import": ("adapter.commands.import_perf", "import a perf.data file into a trace bundle"),
+    "watch": ("adapter.commands.watch", "hardware watchpoint on a process's memory"),
+    "doctor": ("adapter.commands.doctor", "what this machine can record and watch, and why not"),
+    "dap": ("adapter.commands.dap", "run the Debug Adapter Protocol server (stdio or --port)"),
     "demo": ("adapter.demo", "a guided session on a built-in inference-service example"),
     "bench": ("adapter.cli:bench", "run the benchmarks side by side with their references "
                                    "(from a source checkout)"),
     "lsp": ("adapter.lsp.server", "hot-path language server over the latest capture"),
-    "export": ("adapter.export_cli", "export a bundle to pprof or Perfetto"),
-    "latency": ("adapter.latency_cli", "latency percentiles between two code points of a bundle"),
+    "export": ("adapter.commands.export", "export a bundle to pprof or Perfetto"),
+    "latency": ("adapter.commands.latency", "latency percentiles between two code points of a bundle"),
 }
 
 # Exceptions that mean the input was bad (exit 2) when a command lets one through:

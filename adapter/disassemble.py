@@ -218,7 +218,7 @@ class Disassembler:
             if key not in self._line_tables:
                 try:
                     self._line_tables[key] = (LineTable.for_elf(module.path, module.base)
-                                              if _has_own_lines(module.path) else None)
+                                              if has_own_lines(module.path) else None)
                 except PtError:
                     self._line_tables[key] = None  # no line information: only symbols
             table = self._line_tables[key]
@@ -246,7 +246,7 @@ class Disassembler:
         return entry
 
 
-def _has_own_lines(path: str) -> bool:
+def has_own_lines(path: str) -> bool:
     """Whether the file carries its own line table that is quick to read: a Go binary's
     .gopclntab (decoded in C), or DWARF in a file of at most LINES_MAX_FILE (the user's native
     code). A system library's lines live in a separate debug package (libc's takes a minute to

@@ -141,7 +141,7 @@ class Session:
         self.run_control = RunControl(self)
         """The one owner of a Python session's run control (features/run_control.py): the
         program's run state, the user's run-control requests and ptdebug's hidden stops."""
-        from adapter.python.thread_guard import ThreadGuard
+        from adapter.features.thread_guard import ThreadGuard
         ThreadGuard.install(self)  # before the backend: its checks come first
         if self.recording is not None:
             # a capture wakes the trace features' interceptors up: they must see requests

@@ -32,7 +32,7 @@ breakpoints are 1, 2, 4 or 8 bytes, naturally aligned (SDM Vol. 3B §17.2.5).
 A region of 16, 24 or 32 bytes (8-aligned) is split into 8-byte registers.
 
 Layer: adapter feature. Uses adapter.hw (debugregs, perf, ptrace) for the
-mechanism; knows nothing of symbols (adapter.watch_cli symbolises hits), DAP,
+mechanism; knows nothing of symbols (adapter.commands.watch symbolises hits), DAP,
 sessions or the other features.
 """
 from __future__ import annotations

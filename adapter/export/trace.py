@@ -189,7 +189,7 @@ class DecodedBundle:
                         symbols.add_elf(file, bias)
         except (PtError, OSError, KeyError) as exc:
             raise TraceError(f"{root}: cannot map the bundle's images: {exc}") from None
-        options = _decoder_options(manifest)
+        options = decoder_options(manifest)
         names = {t.get("tid"): t.get("comm") or "" for t in manifest.get("threads", [])}
         threads = []
         streams = bundle.streams
@@ -220,7 +220,7 @@ class DecodedBundle:
         view is about the user's code."""
         if self._lines is None:
             self._lines = LineTable.for_image(self.symbols,
-                                              accept=lambda module: _has_own_lines(module.path))
+                                              accept=lambda module: has_own_lines(module.path))
         return self._lines
 
     def function(self, ip: int) -> tuple[str, int]:
@@ -271,7 +271,7 @@ def call_depth_changes(flags: array, start: int = 0) -> list[tuple[int, int]]:
     return out
 
 
-def _decoder_options(manifest: dict) -> dict:
+def decoder_options(manifest: dict) -> dict:
     """InsnDecoder keyword arguments from the manifest's timing and CPU."""
     timing = manifest.get("timing") or {}
     options = {name: timing[name] for name in ("mtc_freq", "nom_freq", "cpuid_0x15_eax",
@@ -323,7 +323,7 @@ def load_bias(pid: int, path: str) -> int:
     raise OSError(f"{path} is not mapped in process {pid}")
 
 
-def _has_own_lines(path: str) -> bool:
+def has_own_lines(path: str) -> bool:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:

@@ -119,14 +119,14 @@ class NativeFrameMaker:
             try:
                 small = os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES
                 table = (LineTable.for_elf(module.path, module.base, source="dwarf")
-                         if small and _has_own_lines(module.path) else None)
+                         if small and has_own_lines(module.path) else None)
             except (OSError, PtError, ELFError):
                 table = None  # no file any more, or no line information: symbol names only
             self._line_tables[key] = table
         return table.lookup(address) if table is not None else None
 
 
-def _has_own_lines(path: str) -> bool:
+def has_own_lines(path: str) -> bool:
     """Whether the ELF file itself has a .debug_line section. A system library's lines live in
     a separate debug file (/usr/lib/debug/.build-id) whose DWARF takes seconds to read (libc's:
     about 10 s here): a stop must not wait for that, and the user's own code is built with -g."""

@@ -60,7 +60,7 @@ def native_lines(capture):
     interpreter (its frames are shown as Python frames) nor system libraries whose lines live
     in separate debug packages (reading libc's and libpython's took some 40 s here, for lines
     a Python developer does not step through)."""
-    from adapter.export.trace import _has_own_lines
+    from adapter.export.trace import has_own_lines
     from pt_decoder.lines import LineTable
     table = capture.trace.manifest.get("python") or {}
     interpreter = os.path.basename(str(table.get("interpreter") or "")) or None
@@ -73,7 +73,7 @@ def native_lines(capture):
         lo, hi = module.load_address, module.load_address + module.size
         import bisect
         i = bisect.bisect_left(ips, lo)
-        return i < len(ips) and ips[i] < hi and _has_own_lines(module.path)
+        return i < len(ips) and ips[i] < hi and has_own_lines(module.path)
 
     return LineTable.for_image(capture.trace.symbols, accept=accept)
 

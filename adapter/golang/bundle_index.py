@@ -92,7 +92,7 @@ def index_bundle(path: str | os.PathLike,
     """Decode the bundle and index each thread (only the streams numbered in `streams`, in
     manifest order, when given). Raises GoroutineHistoryError naming the bundle and what is
     wrong; the Go binary is looked for before anything is decoded."""
-    from adapter.export.trace import _decoder_options
+    from adapter.export.trace import decoder_options
     from pt_decoder.errors import PtError
     from pt_decoder.image import Image
     from pt_decoder.insn import InsnDecoder
@@ -111,7 +111,7 @@ def index_bundle(path: str | os.PathLike,
                          entry.get("offset", 0), entry.get("size"))
     except (PtError, OSError, KeyError) as exc:
         raise GoroutineHistoryError(f"{path}: cannot map the bundle's images: {exc}") from None
-    options = _decoder_options(bundle.manifest)
+    options = decoder_options(bundle.manifest)
     out = []
     for number, stream in enumerate(bundle.streams):
         if streams is not None and number not in streams:

@@ -32,7 +32,7 @@ def python_histories(path: str | os.PathLike,
     """Decode the bundle and attribute each thread's instructions to Python frames (only the
     streams numbered in `streams`, in manifest order, when given). Raises PythonHistoryError
     naming the bundle and what is wrong (no Python table: recorded without attribution)."""
-    from adapter.export.trace import _decoder_options
+    from adapter.export.trace import decoder_options
     from pt_decoder.errors import PtError
     from pt_decoder.image import Image
     from pt_decoder.insn import InsnDecoder
@@ -51,7 +51,7 @@ def python_histories(path: str | os.PathLike,
                          entry.get("offset", 0), entry.get("size"))
     except (PtError, OSError, KeyError) as exc:
         raise PythonHistoryError(f"{path}: cannot map the bundle's images: {exc}") from None
-    options = _decoder_options(bundle.manifest)
+    options = decoder_options(bundle.manifest)
     out = []
     for number, stream in enumerate(bundle.streams):
         if streams is not None and number not in streams:

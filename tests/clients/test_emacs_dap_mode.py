@@ -15,7 +15,7 @@ dap-mode 0.7 faults met, worked around in the elisp rather than in ptdebug:
   waiting for `terminated` and sending `disconnect`; the tests check that ptdebug's session
   leaves nothing behind even so.
 
-ptdebug fault met and fixed (adapter/dap_main.py): Emacs ends its subprocesses with SIGHUP to
+ptdebug fault met and fixed (adapter/commands/dap.py): Emacs ends its subprocesses with SIGHUP to
 their process group when it quits; the adapter had no SIGHUP handler, died without ending its
 descendants, and a program still waiting for configurationDone was left running, orphaned
 (`test_emacs_quits_mid_session[*-configuration]` is its regression test).

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from adapter import watchpoints as wp
-from adapter.watch_cli import Symbolizer
+from adapter.commands.watch import Symbolizer
 
 pytestmark = pytest.mark.live
 PROGRAMS = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "programs"

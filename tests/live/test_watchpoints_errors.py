@@ -13,7 +13,7 @@ import sys
 import pytest
 from test_watchpoints import Target, _perf_fds, watch_threads  # noqa: F401
 
-from adapter import watch_cli
+from adapter.commands import watch as watch_cli
 from adapter import watchpoints as wp
 
 pytestmark = pytest.mark.live

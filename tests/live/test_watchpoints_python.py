@@ -19,7 +19,7 @@ import time
 import pytest
 
 from adapter import watchpoints as wp
-from adapter.watch_cli import Symbolizer, hit_record
+from adapter.commands.watch import Symbolizer, hit_record
 
 pytestmark = pytest.mark.live
 FIXTURE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "programs" / "watch_numpy.py"

@@ -2,7 +2,7 @@
  * The "Latency Between Two Points" command's pure parts: the `ptdebug latency` command line
  * and the report rendered from its `--json` summary.
  *
- * Layer: extension, no `vscode` import. Knows the CLI of adapter/latency_cli.py and the JSON
+ * Layer: extension, no `vscode` import. Knows the CLI of adapter/commands/latency.py and the JSON
  * it prints (adapter/export/latency.py LatencyReport.summary).
  */
 import { formatCount, formatDuration } from './captureModel';

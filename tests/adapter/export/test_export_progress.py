@@ -1,6 +1,6 @@
 """`ptdebug export` shows its progress on a terminal and nothing in a pipe.
 
-Layer: tests of adapter/export_cli.py with pt_decoder/tools/progress.py, as real processes:
+Layer: tests of adapter/commands/export.py with pt_decoder/tools/progress.py, as real processes:
 the real Intel PT recording of DynamoRIO's static-glibc "hello" (../shared/traces, wrapped in
 a bundle in tmp), exported to Perfetto JSON with stderr on a pseudo-terminal (pty), then on a
 pipe. PTDEBUG_PROGRESS_AFTER=0 draws from the start (the export takes well under the default

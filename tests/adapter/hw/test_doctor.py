@@ -8,7 +8,8 @@ import pathlib
 import subprocess
 import sys
 
-from adapter.hw import cpu, doctor
+from adapter.commands import doctor
+from adapter.hw import cpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 

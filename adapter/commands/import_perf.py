@@ -1,6 +1,6 @@
 """`ptdebug import perf.data -o BUNDLE`: a `perf record -e intel_pt//u` file as a bundle.
 
-Layer: adapter.capture (command line over perfdata.py). Exit status 0 when
+Layer: adapter.commands (command line over adapter.capture.perfdata). Exit status 0 when
 the bundle is complete, 1 when it is partial (perf lost data, a file was not
 the one recorded) or cannot be written, 2 for bad arguments or an input that
 is not a readable perf.data file with Intel PT data. An existing BUNDLE is

@@ -1,6 +1,6 @@
 """`ptdebug dap`: the Debug Adapter Protocol server, on stdio or on a TCP port of 127.0.0.1.
 
-Layer: top-level entry point of the adapter. Sets up logging, the stream and the process
+Layer: adapter.commands, the entry point of the DAP server. Sets up logging, the stream and the process
 hygiene, then runs one `Session`. It owns the guarantee that no process is left behind: the
 adapter makes itself a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER), so processes whose
 parent dies (the debuggee when debugpy is killed) are re-parented to it, and at exit it ends

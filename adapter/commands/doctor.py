@@ -3,7 +3,7 @@ every "no", why and how to fix it; and which external tools each feature
 needs (Go, Delve, gdb, perf, libipt, a C compiler), found or not, with how to
 get each one that is missing.
 
-Layer: adapter.hw (probes only; it opens and closes perf events on its own
+Layer: adapter.commands, over adapter.hw (probes only; it opens and closes perf events on its own
 process, reads /proc and /sys and asks tools for their version, it never
 touches another process). The `record --backend auto` choice reads
 `recorder_backend()` from here. Exit status 0: the report is the result,

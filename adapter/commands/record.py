@@ -1,6 +1,6 @@
 """`ptdebug record`: record a command or a running process into a trace bundle.
 
-Layer: adapter.capture (command line). Parses and checks the arguments once,
+Layer: adapter.commands (command line over adapter.capture). Parses and checks the arguments once,
 picks the backend (`auto`: Intel PT where `ptdebug doctor` says it works,
 else the ptrace stepper), calls it and prints where the bundle is and
 whether it is complete, and how a program it launched ended. Exit status:
@@ -108,7 +108,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
-    from adapter.hw import doctor
+    from adapter.commands import doctor
     if requested != "auto":
         return requested, f"--backend {requested}"
     choice = doctor.recorder_backend()

@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 
+from adapter.hw.gdb_inject import gdb_injection_problem
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import BackendError, BackendGone, BackendTimeout
 from adapter.protocol.framing import MessageReader, MessageWriter
@@ -143,6 +144,14 @@ class DebugpyBackend(Backend):
         arguments = self._common_arguments(request)
         arguments.pop("pid", None)
         if config.pid is not None:
+            # debugpy injects itself with gdb; where gdb's call breaks a process (this
+            # machine's kernel and CPU), the user's process must never be the one it breaks
+            problem = gdb_injection_problem()
+            if problem is not None:
+                raise BackendError(
+                    f"cannot attach to process {config.pid} by pid: {problem}. The process "
+                    "was not touched. Start it under debugpy (python -m debugpy --listen "
+                    "127.0.0.1:PORT ...) and attach with \"connect\" instead")
             arguments["processId"] = config.pid
             self.pid = config.pid
             self.hooks.backend_process(config.pid)

@@ -286,6 +286,36 @@ def decoder_options(manifest: dict) -> dict:
     return options
 
 
+class StreamDecodeError(Exception):
+    """A bundle's images could not be mapped or one of its streams decoded; the text names
+    the bundle, the stream file and the decoder's reason."""
+
+
+def decode_stream_flows(bundle: Bundle, streams: list[int] | None = None):
+    """Yields (number, tid, flow) for the bundle's streams (only those numbered in `streams`,
+    in manifest order, when given), each decoded by InsnDecoder over the bundle's images with
+    the manifest's timing and CPU. The one decode the goroutine index and the Python
+    attribution share. Raises StreamDecodeError."""
+    from pt_decoder.insn import InsnDecoder
+    code = Image()
+    try:
+        for entry in bundle.images:
+            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
+                         entry.get("offset", 0), entry.get("size"))
+    except (PtError, OSError, KeyError) as exc:
+        raise StreamDecodeError(f"{bundle.root}: cannot map the bundle's images: {exc}") from None
+    options = decoder_options(bundle.manifest)
+    for number, stream in enumerate(bundle.streams):
+        if streams is not None and number not in streams:
+            continue
+        try:
+            flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
+        except (PtError, OSError) as exc:
+            raise StreamDecodeError(f"{bundle.root}: stream {stream.get('file')}: "
+                                    f"{exc}") from None
+        yield number, int(stream.get("tid") or 0), flow
+
+
 def _elf_bias(file: str, entry: dict) -> int | None:
     """Load bias of an ELF mapping: where its file offset `offset` is in memory, minus the
     virtual address the ELF gives that offset (the PT_LOAD segment that holds it)."""

@@ -92,10 +92,7 @@ def index_bundle(path: str | os.PathLike,
     """Decode the bundle and index each thread (only the streams numbered in `streams`, in
     manifest order, when given). Raises GoroutineHistoryError naming the bundle and what is
     wrong; the Go binary is looked for before anything is decoded."""
-    from adapter.export.trace import decoder_options
-    from pt_decoder.errors import PtError
-    from pt_decoder.image import Image
-    from pt_decoder.insn import InsnDecoder
+    from adapter.export.trace import StreamDecodeError, decode_stream_flows
     try:
         bundle = Bundle.open(path)
     except BundleError as exc:
@@ -104,26 +101,14 @@ def index_bundle(path: str | os.PathLike,
         layout = runtime_layout(go_binary(bundle))
     except LayoutError as exc:
         raise GoroutineHistoryError(str(exc)) from None
-    code = Image()
-    try:
-        for entry in bundle.images:
-            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
-                         entry.get("offset", 0), entry.get("size"))
-    except (PtError, OSError, KeyError) as exc:
-        raise GoroutineHistoryError(f"{path}: cannot map the bundle's images: {exc}") from None
-    options = decoder_options(bundle.manifest)
     out = []
-    for number, stream in enumerate(bundle.streams):
-        if streams is not None and number not in streams:
-            continue
-        try:
-            flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
-        except (PtError, OSError) as exc:
-            raise GoroutineHistoryError(f"{path}: stream {stream.get('file')}: {exc}") from None
-        samples = ptwrite_samples(flow.items, flow.ip)
-        tid = int(stream.get("tid") or 0)
-        index = GoroutineIndex.build(flow.ip, samples, layout.g_stores)
-        out.append(ThreadGoroutines(tid, flow.to_history({"tid": tid}), samples, index))
+    try:
+        for _number, tid, flow in decode_stream_flows(bundle, streams):
+            samples = ptwrite_samples(flow.items, flow.ip)
+            index = GoroutineIndex.build(flow.ip, samples, layout.g_stores)
+            out.append(ThreadGoroutines(tid, flow.to_history({"tid": tid}), samples, index))
+    except StreamDecodeError as exc:
+        raise GoroutineHistoryError(str(exc)) from None
     return out
 
 

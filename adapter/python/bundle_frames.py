@@ -32,10 +32,7 @@ def python_histories(path: str | os.PathLike,
     """Decode the bundle and attribute each thread's instructions to Python frames (only the
     streams numbered in `streams`, in manifest order, when given). Raises PythonHistoryError
     naming the bundle and what is wrong (no Python table: recorded without attribution)."""
-    from adapter.export.trace import decoder_options
-    from pt_decoder.errors import PtError
-    from pt_decoder.image import Image
-    from pt_decoder.insn import InsnDecoder
+    from adapter.export.trace import StreamDecodeError, decode_stream_flows
     try:
         bundle = Bundle.open(path)
     except BundleError as exc:
@@ -44,30 +41,18 @@ def python_histories(path: str | os.PathLike,
     if not isinstance(table, dict):
         raise PythonHistoryError(f"{path}: the recording has no Python attribution (recorded "
                                  "without the Python probe, or the target ran no CPython)")
-    code = Image()
-    try:
-        for entry in bundle.images:
-            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
-                         entry.get("offset", 0), entry.get("size"))
-    except (PtError, OSError, KeyError) as exc:
-        raise PythonHistoryError(f"{path}: cannot map the bundle's images: {exc}") from None
-    options = decoder_options(bundle.manifest)
     out = []
-    for number, stream in enumerate(bundle.streams):
-        if streams is not None and number not in streams:
-            continue
-        try:
-            flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
-        except (PtError, OSError) as exc:
-            raise PythonHistoryError(f"{path}: stream {stream.get('file')}: {exc}") from None
-        samples = samples_from_flow(flow.items, flow.ip)
-        tid = int(stream.get("tid") or 0)
-        history = flow.to_history({"tid": tid})
-        try:
-            frames = PythonFrames.from_manifest(table, samples, len(history))
-        except (KeyError, ValueError, TypeError) as exc:
-            raise PythonHistoryError(f"{path}: the manifest's Python table is damaged: "
-                                     f"{exc}") from None
-        history.attach_python(frames)
-        out.append(ThreadPython(tid, history, samples))
+    try:
+        for _number, tid, flow in decode_stream_flows(bundle, streams):
+            samples = samples_from_flow(flow.items, flow.ip)
+            history = flow.to_history({"tid": tid})
+            try:
+                frames = PythonFrames.from_manifest(table, samples, len(history))
+            except (KeyError, ValueError, TypeError) as exc:
+                raise PythonHistoryError(f"{path}: the manifest's Python table is damaged: "
+                                         f"{exc}") from None
+            history.attach_python(frames)
+            out.append(ThreadPython(tid, history, samples))
+    except StreamDecodeError as exc:
+        raise PythonHistoryError(str(exc)) from None
     return out

@@ -23,6 +23,7 @@ import io
 import os
 import re
 import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -274,7 +275,9 @@ class Image:
             if not code:
                 raise PtError(ErrorCode.BAD_IMAGE, detail=f"{path} has no executable PT_LOAD segment")
             for seg in code:
-                self.add_section(seg["p_vaddr"] + base, seg.data(), path, seg["p_offset"])
+                self.add_section(seg["p_vaddr"] + base,
+                                 _read_part(f, seg["p_offset"], seg["p_filesz"]),
+                                 path, seg["p_offset"])
             low = min(s["p_vaddr"] for s in loads)
             high = max(s["p_vaddr"] + s["p_memsz"] for s in loads)
             first = min(loads, key=lambda s: s["p_vaddr"])
@@ -500,13 +503,41 @@ class Image:
         return None
 
 
-def _read_part(f, offset: int, size: int | None) -> bytes:
+class _FileBytes(bytearray):
+    """Bytes read from a file, shared by every Image that maps the same part of the same
+    file (a bytearray subclass only because bytes cannot be weakly referenced; never
+    written after the read)."""
+
+
+_shared_parts: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+"""(device, inode, size, mtime, offset, length) -> _FileBytes still held by some Image: an
+adapter keeping one decoded bundle per capture held a copy of the interpreter's and its
+libraries' code per capture (~70 MB each for Python, issue 17's soak); now they share one,
+and it is freed with the last Image holding it."""
+_shared_lock = threading.Lock()
+
+
+def _read_part(f, offset: int, size: int | None) -> bytearray:
     """`size` bytes (None: all) of the open file `f` from `offset`, never more than the file
     holds: a size taken from a bundle's manifest may be anything, and read(size) allocates it
-    up front (2^40 ran the decoder out of memory)."""
-    available = max(0, os.fstat(f.fileno()).st_size - offset)
+    up front (2^40 ran the decoder out of memory). The same part of an unchanged file read
+    again, while an earlier read is still held, is that earlier read (not a copy)."""
+    st = os.fstat(f.fileno())
+    available = max(0, st.st_size - offset)
+    length = available if size is None or size < 0 else min(size, available)  # as read(size)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, offset, length)
+    with _shared_lock:
+        data = _shared_parts.get(key)
+    if data is not None:
+        return data
+    data = _FileBytes(length)
     f.seek(offset)
-    return f.read(available if size is None else min(size, available))
+    got = f.readinto(data) or 0
+    if got < length:  # the file shrank under us: what was read, not shared
+        del data[got:]
+        return data
+    with _shared_lock:
+        return _shared_parts.setdefault(key, data)
 
 
 def _perf_map_owners(path: str) -> set[int] | None:

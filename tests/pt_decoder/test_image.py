@@ -251,3 +251,37 @@ def test_bundle_style_mappings_and_snapshots_rebuild_the_process_image(demo):
     with pytest.raises(PtError) as err:
         image.add_mapping("/nonexistent/lib.so", 0x20000)
     assert err.value.code == ErrorCode.BAD_FILE
+
+
+def test_images_of_one_file_share_its_code_bytes_until_the_last_is_gone(demo, tmp_path):
+    """Issue 17 (soak): an adapter keeping one decoded bundle per capture held its own copy of
+    the interpreter's and libraries' code per capture (~70 MB each). Images of the same
+    unchanged file share one buffer; a changed file is read afresh; the buffer goes with
+    the last Image holding it."""
+    import gc
+    import weakref
+
+    def code_buffers(image):
+        return [s.data.obj if isinstance(s.data, memoryview) else s.data for s in image.sections]
+
+    first, second = Image(), Image()
+    first.add_elf(str(demo), base=0x400000)
+    second.add_elf(str(demo), base=0x7f0000000000)
+    shared = code_buffers(first)
+    assert shared and all(a is b for a, b in zip(shared, code_buffers(second)))
+    assert first.read(first.sections[0].vaddr, 16) == second.read(second.sections[0].vaddr, 16)
+
+    raw = tmp_path / "code.bin"
+    raw.write_bytes(b"\x90" * 64)
+    one = Image()
+    one.add_raw(str(raw), 0x1000)
+    os.utime(raw, ns=(0, 1))  # same bytes, another mtime: not trusted to be the same file
+    raw.write_bytes(b"\xcc" * 64)
+    other = Image()
+    other.add_raw(str(raw), 0x1000)
+    assert one.read(0x1000, 4) == b"\x90" * 4 and other.read(0x1000, 4) == b"\xcc" * 4
+
+    gone = weakref.ref(shared[0])
+    del first, second, shared
+    gc.collect()
+    assert gone() is None

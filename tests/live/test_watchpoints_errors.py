@@ -13,8 +13,8 @@ import sys
 import pytest
 from test_watchpoints import Target, _perf_fds, watch_threads  # noqa: F401
 
-from adapter.commands import watch as watch_cli
 from adapter import watchpoints as wp
+from adapter.commands import watch as watch_cli
 
 pytestmark = pytest.mark.live
 

@@ -208,7 +208,8 @@ def mutate_bundle(rng: random.Random, root: pathlib.Path) -> str:
 
 
 def _commands(root: pathlib.Path, scratch: pathlib.Path):
-    from adapter.commands import export as export_cli, latency as latency_cli
+    from adapter.commands import export as export_cli
+    from adapter.commands import latency as latency_cli
     from pt_decoder.tools import decode, dump
     return [("decode", decode.main, [str(root), "--format", "ips"]),
             ("dump", dump.main, [str(root)]),

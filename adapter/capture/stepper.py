@@ -485,8 +485,10 @@ class ThreadRecorder:
                     self._stop_for_cleanup()
                 if self.alive:
                     self._settle()
-                if self.alive:
-                    self.bp.clear()
+                # also when the thread is gone: the perf events of its debug-register
+                # slots are the recorder's own file descriptors and stay open otherwise
+                # (a target killed mid-recording leaked four per recording)
+                self.bp.clear()
                 self.mem.close()
         rec.stops = watchdog.stops_seen
         return rec

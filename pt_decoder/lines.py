@@ -33,7 +33,9 @@ from typing import NamedTuple
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from ._dwarf_lines import LineProgramError, in_address_order, run_line_program
 from ._history import assign_line_ids, go_function_rows, lookup_sorted
+from .dwarf_line_units import UnsupportedLineUnit, line_units
 from .errors import ErrorCode, PtError
 
 __all__ = ["LineRow", "LineTable"]
@@ -93,11 +95,25 @@ class LineTable:
         if not _in_table_order(rows):
             rows = [r for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1][0], not ir[1][4] & END_SEQUENCE, ir[0]))]
         columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
-        self.address = array("Q", columns[0])
-        self.file_id = array("I", columns[1])
-        self.line = array("I", columns[2])
-        self.column = array("I", columns[3])
-        self.flags = array("B", columns[4])
+        self._set_columns(array("Q", columns[0]), array("I", columns[1]), array("I", columns[2]),
+                          array("I", columns[3]), array("B", columns[4]), functions)
+
+    @classmethod
+    def _from_columns(cls, files: list[str], address: array, file_id: array, line: array,
+                      column: array, flags: array) -> LineTable:
+        """A table from row columns already in table order (in_address_order)."""
+        table = cls.__new__(cls)
+        table.files = list(files)
+        table._set_columns(address, file_id, line, column, flags, None)
+        return table
+
+    def _set_columns(self, address: array, file_id: array, line: array, column: array,
+                     flags: array, functions: _GoFunctions | None) -> None:
+        self.address = address
+        self.file_id = file_id
+        self.line = line
+        self.column = column
+        self.flags = flags
         line_id, stmt_line_id, keys = assign_line_ids(self.address, self.file_id, self.line, self.flags,
                                                       IS_STMT, END_SEQUENCE)
         self._keys: list[tuple[int, int] | None] = [None, *keys]
@@ -218,6 +234,62 @@ class LineTable:
 
     @classmethod
     def _from_dwarf(cls, elf: ELFFile, base: int) -> LineTable:
+        """The DWARF line table: headers read here and programs run in C
+        (dwarf_line_units, _dwarf_lines); pyelftools' line programs where that reader meets
+        something it does not know (the same rows, 10-50x slower)."""
+        try:
+            return cls._from_dwarf_units(elf, base)
+        except (UnsupportedLineUnit, LineProgramError):
+            return cls._from_dwarf_pyelftools(elf, base)
+
+    @classmethod
+    def _from_dwarf_units(cls, elf: ELFFile, base: int) -> LineTable:
+        dwarf = elf.get_dwarf_info()
+
+        def section(descriptor) -> bytes | None:
+            return None if descriptor is None else descriptor.stream.getvalue()
+
+        def comp_dirs() -> dict[int, str]:
+            found = {}
+            for cu in dwarf.iter_CUs():
+                attributes = cu.get_top_DIE().attributes
+                if "DW_AT_stmt_list" in attributes:
+                    found[attributes["DW_AT_stmt_list"].value] = (
+                        _text(attributes["DW_AT_comp_dir"].value)
+                        if "DW_AT_comp_dir" in attributes else "")
+            return found
+
+        debug_line = section(dwarf.debug_line_sec)
+        if not debug_line:
+            raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
+        files: list[str] = []
+        file_index: dict[str, int] = {}
+        parts = []
+        for unit in line_units(debug_line, section(dwarf.debug_str_sec),
+                               section(getattr(dwarf, "debug_line_str_sec", None)),
+                               dwarf.config.default_address_size, comp_dirs):
+            ids = array("I", (file_index.setdefault(name, len(file_index)) for name in unit.files))
+            parts.append(run_line_program(
+                debug_line, unit.program_start, unit.program_end,
+                address_size=unit.address_size,
+                minimum_instruction_length=unit.minimum_instruction_length,
+                maximum_operations_per_instruction=unit.maximum_operations_per_instruction,
+                default_is_stmt=unit.default_is_stmt, line_base=unit.line_base,
+                line_range=unit.line_range, opcode_base=unit.opcode_base,
+                standard_opcode_lengths=unit.standard_opcode_lengths,
+                bias=base, file_ids=ids, first_file=unit.first_file))
+        files = list(file_index)
+        columns = _sequences_in_address_order(parts)
+        if not columns[0]:
+            raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
+        if not in_address_order(columns[0], columns[4]):
+            # overlapping sequences (code the linker dropped, left at address 0): the
+            # general row sort, as pyelftools' rows would get
+            return cls(files or [""], zip(*columns))
+        return cls._from_columns(files or [""], *columns)
+
+    @classmethod
+    def _from_dwarf_pyelftools(cls, elf: ELFFile, base: int) -> LineTable:
         dwarf = elf.get_dwarf_info()
         files: list[str] = []
         file_index: dict[str, int] = {}
@@ -244,6 +316,7 @@ class LineTable:
                 fid = ids[k] if 0 <= k < len(ids) else 0
                 flags = (IS_STMT if state.is_stmt else 0) | (END_SEQUENCE if state.end_sequence else 0)
                 rows.append((state.address + base, fid, state.line, state.column, flags))
+        rows = _without_empty_sequences(rows)
         if not rows:
             raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
         return cls(files or [""], rows)
@@ -360,6 +433,55 @@ def _in_table_order(rows: list) -> bool:
         if b[0] < a[0] or (b[0] == a[0] and b[4] & END_SEQUENCE and not a[4] & END_SEQUENCE):
             return False
     return True
+
+
+def _sequences_in_address_order(parts: list[tuple[array, ...]]) -> tuple[array, ...]:
+    """The rows of every unit's columns (address, file id, line, column, flags), one
+    sequence after the other in order of their first address: a unit's sequences are
+    each in address order but the units and sequences come in the order the compiler and
+    the linker wrote them."""
+    sequences = []  # (first address, part, first row, end of the rows kept, end row)
+    for p, part in enumerate(parts):
+        address, flags = part[0], part[4]
+        start = 0
+        for i, flag in enumerate(flags):
+            if flag & END_SEQUENCE:
+                # less the rows at the end address, as _without_empty_sequences
+                last = i
+                while last > start and address[last - 1] == address[i]:
+                    last -= 1
+                if last > start:
+                    sequences.append((address[start], p, start, last, i))
+                start = i + 1
+        if start < len(address):  # a unit whose last sequence has no end row
+            sequences.append((address[start], p, start, len(address), None))
+    sequences.sort(key=lambda s: (s[0], s[1], s[2]))
+    out = (array("Q"), array("I"), array("I"), array("I"), array("B"))
+    for _, p, start, end, end_row in sequences:
+        for column, source in zip(out, parts[p]):
+            column.extend(source[start:end])
+            if end_row is not None:
+                column.append(source[end_row])
+    return out
+
+
+def _without_empty_sequences(rows: list[tuple]) -> list[tuple]:
+    """DWARF rows (address, file id, line, column, flags) in sequence order, less the rows
+    that cover no instruction: those at the address where their sequence ends, and so the
+    whole of a sequence that ends where it begins (GCC leaves both at functions it emptied
+    or moved). Sorted among the other sequences, such a row would stand first at the start
+    of the next sequence and, for an empty sequence, claim the code up to it."""
+    out: list[tuple] = []
+    start = 0
+    for i, row in enumerate(rows):
+        if row[4] & END_SEQUENCE:
+            kept = [r for r in rows[start:i] if r[0] != row[0]]
+            if kept:
+                out.extend(kept)
+                out.append(row)
+            start = i + 1
+    out.extend(rows[start:])
+    return out
 
 
 def _text(value) -> str:

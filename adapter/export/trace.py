@@ -117,6 +117,7 @@ class DecodedBundle:
         self.symbols = symbols
         """The bundle's ELF images at their load bias, for function names."""
         self._lines: LineTable | None = None
+        self._go_functions: LineTable | None = None
         timing = manifest.get("timing") or {}
         self.tsc_hz = int(timing.get("tsc_hz") or 1_000_000_000)
         """TSC ticks per second."""
@@ -223,6 +224,17 @@ class DecodedBundle:
                                               accept=lambda module: has_own_lines(module.path))
         return self._lines
 
+    @property
+    def go_functions(self) -> LineTable:
+        """The Go binaries' pclntab only: what `function` falls back on where the symbol
+        table has no name. Not `lines`: a DWARF table names no function, and building one
+        for a Python built with -g (pyenv's libpython) took 20-60 s to name nothing."""
+        if self._go_functions is None:
+            self._go_functions = LineTable.for_image(self.symbols,
+                                                     accept=lambda module: has_own_lines(
+                                                         module.path, (".gopclntab",)))
+        return self._go_functions
+
     def function(self, ip: int) -> tuple[str, int]:
         """(function name, entry address) holding `ip`; ("[unknown]", ip) if none is known."""
         found = self._function_cache.get(ip)
@@ -231,7 +243,7 @@ class DecodedBundle:
             if symbol is not None:
                 found = (symbol.name, ip - symbol.offset)
             else:
-                go = self.lines.function(ip)
+                go = self.go_functions.function(ip)
                 found = go if go is not None else (_module_label(self.manifest, ip), ip)
             self._function_cache[ip] = found
         return found
@@ -353,14 +365,15 @@ def load_bias(pid: int, path: str) -> int:
     raise OSError(f"{path} is not mapped in process {pid}")
 
 
-def has_own_lines(path: str) -> bool:
+def has_own_lines(path: str,
+                  sections: tuple[str, ...] = (".debug_line", ".zdebug_line", ".gopclntab")) -> bool:
+    """Whether the ELF file at `path` holds one of `sections` (its own line information)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            return any(elf.get_section_by_name(name) is not None
-                       for name in (".debug_line", ".zdebug_line", ".gopclntab"))
+            return any(elf.get_section_by_name(name) is not None for name in sections)
     except (OSError, ELFError):
         return False
 

@@ -566,6 +566,20 @@ class History:
                 marks[i] = 1
         return marks
 
+    def positions_at(self, addresses: Iterable[int]) -> list[int]:
+        """Every position whose instruction is at one of `addresses`, in order, across gaps
+        (counting a breakpoint's hits over the whole history)."""
+        marks = self._marks(addresses)
+        out: list[int] = []
+        if not any(marks):
+            return out
+        pos, end = -1, len(self)
+        while True:
+            pos = scan_marked(self._ip_ids, marks, pos, end, 1)
+            if pos < 0:
+                return out
+            out.append(pos)
+
     def prev_at(self, pos: int, addresses: Iterable[int]) -> Step:
         """The last instruction before `pos` at one of `addresses` (reverse-continue to
         a breakpoint). Returns Step(position, "found") or Step(bound, "gap"|"start")."""

@@ -263,11 +263,14 @@ class ReplayBackend(Backend):
                                     "object's line table has it)" if path.endswith(".py") else
                                     "no recorded code at this line (no image of the bundle "
                                     "has a statement there)")
-            elif any(asked.get(key) for key in ("condition", "hitCondition", "logMessage")):
+            elif any(asked.get(key) for key in ("condition", "logMessage")):
                 # said, not dropped: the replay stops at every recorded run of the line
                 entry["message"] = ("its condition is not evaluated in a replay: "
                                     f"{NOT_RECORDED}; it stops at every recorded run of "
                                     "the line")
+            elif asked.get("hitCondition"):
+                entry["message"] = ("its hit count is decided on the recorded runs of the "
+                                    "line, counted from the start of the recording")
             answered.append(entry)
         return {"breakpoints": answered}
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
+from adapter.features.replay_hits import ReplayBreakpoint
 from adapter.golang.park import Parked, park, resume_preemption, unpark
 from adapter.golang.user_lines import WithoutRuntime
 from adapter.protocol.channel import DEFERRED
@@ -177,6 +178,8 @@ class Capture:
     replay_from: int | None = None
     """A replayed bundle's thread (backends.replay): the position it starts at, and there is
     no live position after the history. None: a capture of the live program."""
+    replay_hits: dict = field(default_factory=dict, repr=False)
+    """features.replay_hits.recorded_hits' answer for the client's current breakpoints."""
 
     @property
     def history(self):
@@ -256,6 +259,8 @@ class SourceBreakpoints:
     lines: list[int] = field(default_factory=list)
     record_ids: dict[int, dict] = field(default_factory=dict)
     """debugpy breakpoint id -> the client's breakpoint (mode record)."""
+    replay: list[ReplayBreakpoint] = field(default_factory=list)
+    """Every one of them (any mode) as a replay stops at it: id, line, conditions."""
 
 
 class RecordBreakpoints:
@@ -352,6 +357,11 @@ class RecordBreakpoints:
         def observe(response: dict) -> None:
             entry = SourceBreakpoints(lines=[bp.get("line") for bp in asked])
             answered = (response.get("body") or {}).get("breakpoints") or []
+            entry.replay = [ReplayBreakpoint(
+                result.get("id") if isinstance(result.get("id"), int) else None, path,
+                bp.get("line"), str(bp.get("condition") or ""), str(bp.get("hitCondition") or ""))
+                for bp, result in zip(asked, answered + [{}] * (len(asked) - len(answered)))
+                if isinstance(bp.get("line"), int) and bp.get("line") > 0]
             for bp, mode, result in zip(asked, modes, answered):
                 if (mode == RECORD_MODE and result.get("id") is not None
                         and backend.name in RECORDING_BACKENDS):
@@ -373,6 +383,10 @@ class RecordBreakpoints:
                 if bp_id in entry.record_ids:
                     return {"id": bp_id, "path": path, **entry.record_ids[bp_id]}
         return None
+
+    def replay_breakpoints(self) -> list[ReplayBreakpoint]:
+        """Every source breakpoint the client set (any mode), as replays stop at them."""
+        return [bp for entry in self.sources.values() for bp in entry.replay]
 
     def breakpoint_lines(self) -> dict[str, list[int]]:
         """Source path -> lines of every breakpoint the client set (any mode)."""

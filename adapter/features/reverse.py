@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from adapter.features import python_replay
+from adapter.features import python_replay, replay_hits
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, NotSupportedYet
 from adapter.protocol.messages import Request
@@ -195,19 +195,13 @@ class Reverse:
         capture, position = self._capture_of(args.threadId)
         history = capture.history
         start = len(history) - 1 if position is None else position
-        addresses = self._breakpoint_addresses(capture)
-        step = history.prev_at(start, addresses) if start > 0 else None
-        python = self._python_hit(capture, start, forward=False)
-        if python is not None and (step is None or step.reason != "found" or
-                                   python > step.position):
-            self._stop_at(request, args.threadId, capture, python, "breakpoint",
-                          "reverse-continued to a Python breakpoint hit in the recorded "
-                          "history")
-            return DEFERRED
-        if step is not None and step.reason == "found":
-            self._stop_at(request, args.threadId, capture, step.position, "breakpoint",
-                          "reverse-continued to a breakpoint hit in the recorded history")
+        found = self._nearest_stop(capture, start, forward=False)
+        if found is not None:
+            self._stop_at(request, args.threadId, capture, found[0], "breakpoint",
+                          "reverse-continued to a breakpoint hit in the recorded history",
+                          found[1])
         else:
+            step = history.prev_at(start, ()) if start > 0 else None
             bound = step.position if step is not None else 0
             why = (f"a gap in the trace ({step.gap.reason})" if step is not None and step.gap
                    else "the start of the recorded history")
@@ -215,28 +209,28 @@ class Reverse:
                           f"no breakpoint hit before this point: stopped at {why}")
         return DEFERRED
 
-    def _python_hit(self, capture, position: int, forward: bool) -> int | None:
-        """The nearest Python breakpoint hit before (after) `position` with no gap between,
-        or None (python_replay.breakpoint_hits)."""
-        hits = python_replay.breakpoint_hits(capture, self.recording.breakpoint_lines())
+    def _nearest_stop(self, capture, position: int, forward: bool):
+        """(position, hits there) of the nearest breakpoint stop after (`forward`) or before
+        `position` that no gap separates from it (replay_hits: hit conditions applied on the
+        recorded hits), or None."""
         history = capture.history
-        found = ([h for h in hits if h > position][:1] if forward else
-                 [h for h in hits if h < position][-1:])
-        if not found or history.gaps_between(position, found[0]):
-            return None
-        return found[0]
-
-    def _breakpoint_addresses(self, capture) -> list[int]:
-        lines = capture.lines
-        addresses = []
-        for path, numbers in self.recording.breakpoint_lines().items():
-            for number in numbers:
-                # One address a line, as a debugger plants one breakpoint there: its first
-                # statement (a line split into several statements would otherwise hit twice).
-                found = lines.statement_addresses(path, number)
-                if found:
-                    addresses.append(min(found))
-        return addresses
+        if forward:
+            if position + 1 >= len(history):
+                return None
+            bound = history.next_at(position, ())
+            limit = bound.position if bound.reason == "gap" else len(history) - 1
+        else:
+            if position <= 0:
+                return None
+            bound = history.prev_at(position, ())
+            limit = bound.position if bound.reason == "gap" else 0
+        stops = replay_hits.stops(replay_hits.recorded_hits(
+            capture, self.recording.replay_breakpoints()))
+        if forward:
+            found = next((s for s in stops if position < s[0] <= limit), None)
+        else:
+            found = next((s for s in reversed(stops) if limit <= s[0] < position), None)
+        return found
 
     # --- forwards -------------------------------------------------------------------------
     def _forward_step(self, request: Request, move) -> object:
@@ -281,19 +275,10 @@ class Reverse:
         replay = self.replays.get(thread_id)
         if replay is None:
             return None
-        history = replay.capture.history
-        step = None
-        if replay.position + 1 < len(history):
-            step = history.next_at(replay.position, self._breakpoint_addresses(replay.capture))
-        python = self._python_hit(replay.capture, replay.position, forward=True)
-        if python is not None and (step is None or step.reason != "found" or
-                                   python < step.position):
-            self._stop_at(request, thread_id, replay.capture, python, "breakpoint",
-                          "replayed to a Python breakpoint hit in the recorded history")
-            return DEFERRED
-        if step is not None and step.reason == "found":
-            self._stop_at(request, thread_id, replay.capture, step.position, "breakpoint",
-                          "replayed to a breakpoint hit in the recorded history")
+        found = self._nearest_stop(replay.capture, replay.position, forward=True)
+        if found is not None:
+            self._stop_at(request, thread_id, replay.capture, found[0], "breakpoint",
+                          "replayed to a breakpoint hit in the recorded history", found[1])
             return DEFERRED
         if replay.capture.replay_from is not None:  # a replay: nothing runs after the history
             self._go_live(request, thread_id, "no breakpoint hit after this point: stopped at "
@@ -320,7 +305,7 @@ class Reverse:
                            f"{replay.capture.id if replay else '?'} was reached"})
 
     def _stop_at(self, request: Request, thread_id: int, capture, position: int, reason: str,
-                 why: str) -> None:
+                 why: str, hits: list | None = None) -> None:
         before = self.replays.get(thread_id)
         self.replays[thread_id] = Replay(capture, position)
         history = capture.history
@@ -335,10 +320,16 @@ class Reverse:
                 f"{place}")
         text += switch_note(capture, before.position if before is not None and
                             before.capture is capture else None, position)
+        body = {"reason": reason, "threadId": thread_id, "allThreadsStopped": True,
+                "preserveFocusHint": False}
+        if hits:
+            text += f" ({replay_hits.describe(hits)})"
+            ids = [h.breakpoint.id for h in hits if h.breakpoint.id is not None]
+            if ids:
+                body["hitBreakpointIds"] = ids
+        body.update({"description": text, "text": text})
         request.respond({})
-        self.session.client.send_event("stopped", {
-            "reason": reason, "threadId": thread_id, "allThreadsStopped": True,
-            "description": text, "text": text, "preserveFocusHint": False})
+        self.session.client.send_event("stopped", body)
 
     # --- what a replaying thread shows ----------------------------------------------------
     def _stack_trace(self, request: Request) -> object:

@@ -82,8 +82,10 @@ def test_partial_fit_stops_on_the_learner_at_the_weight_update(start_adapter, st
     assert not [e for e in client.events("output") if "ptdebug:" in e["body"]["output"]]
 
     client.call("setDataBreakpoints", {"breakpoints": []})
+    # in the service's own frame: the writer's globals are scikit-learn's module when
+    # justMyCode is off, and the service then ran to its 60 s deadline
     client.call("evaluate", {"expression": "globals().update(stop=True)", "frameId":
-                             writer["id"], "context": "repl"})
+                             learn["id"], "context": "repl"})
     client.call("continue", {"threadId": stopped["threadId"]})
     if not stop_all:
         assert "layers=2" in client.expect_event(

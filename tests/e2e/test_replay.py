@@ -204,6 +204,49 @@ def test_c_recording_shows_lines_disassembly_breakpoints_and_the_trace_scope(sta
     end_session(run)
 
 
+def test_reverse_continue_honours_hit_conditions_and_names_the_breakpoint(start_adapter,
+                                                                         c_bundle):
+    """Issue 14 item 5: hit counts are decided on the recorded hits (counted from the start
+    of the recording), a condition on values cannot be and every hit stops, saying so; the
+    stop names the breakpoint in hitBreakpointIds, backwards and forwards."""
+    request_line = marker(HOTPATH, "request")
+    source = {"path": str(HOTPATH)}
+    run = start_adapter()
+    client = run.client
+    thread_id = start_replay(run, c_bundle)["threadId"]
+    answered = client.call("setBreakpoints", {"source": source,
+                                              "breakpoints": [{"line": request_line}]})
+    plain_id = answered["breakpoints"][0]["id"]
+    client.call("reverseContinue", {"threadId": thread_id})
+    last = client.expect_stopped("breakpoint")
+    assert last["hitBreakpointIds"] == [plain_id], last
+    assert "hit 2 in the recorded history" in last["description"], last
+    last_position = recorded_position(last)
+
+    answered = client.call("setBreakpoints", {"source": source, "breakpoints": [
+        {"line": request_line, "hitCondition": "== 1"}]})
+    counted_id = answered["breakpoints"][0]["id"]
+    step(client, "next", thread_id)  # off the hit: the next reverseContinue passes hit 2
+    client.call("reverseContinue", {"threadId": thread_id})
+    first = client.expect_stopped("breakpoint")
+    assert recorded_position(first) < last_position, first
+    assert first["hitBreakpointIds"] == [counted_id]
+    assert "hit 1 in the recorded history, hit condition '== 1' holds" in first["description"]
+    client.call("reverseContinue", {"threadId": thread_id})
+    assert "no breakpoint hit before this point" in client.expect_stopped("step")["description"]
+    client.call("continue", {"threadId": thread_id})  # forwards: hit 1 again, not hit 2
+    assert recorded_position(client.expect_stopped("breakpoint")) == recorded_position(first)
+
+    client.call("setBreakpoints", {"source": source, "breakpoints": [
+        {"line": request_line, "condition": "total > 1000"}]})
+    client.call("continue", {"threadId": thread_id})
+    second = client.expect_stopped("breakpoint")
+    assert recorded_position(second) == last_position
+    assert "condition 'total > 1000' not evaluated: the recording holds no values" \
+        in second["description"], second
+    end_session(run)
+
+
 def test_imported_real_intel_pt_replays_like_libipt(start_adapter, imported_bundle, traces_dir):
     ips = decoded_ips(imported_bundle)
     libipt = [int(line.split()[0], 16) for line in

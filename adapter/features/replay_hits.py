@@ -1,0 +1,121 @@
+"""Which recorded positions are hits of the user's breakpoints, for reverseContinue and a
+replay's continue: every hit of every source breakpoint in a capture's history, numbered per
+breakpoint, with its hit condition applied where recorded data can decide it.
+
+Layer: features, beside reverse.py (which moves the cursor) and python_replay.py (which finds
+the runs of Python lines). A native breakpoint is hit where its line's first statement address
+runs (one address a line, as a debugger plants one breakpoint there); a breakpoint on a .py
+file where a run of its line begins (python_replay.breakpoint_hits).
+
+What a recording can and cannot decide:
+- A hit condition (`hitCondition`: "5", "== 5", "> 2", ">= 2", "< 4", "<= 4", "!= 3", "% 3",
+  the forms debugpy and Delve take) is about how often the line ran, which the history holds:
+  hits are counted from the start of the recorded history (runs before the recording began
+  are not in it, and the stop says so).
+- A `condition` is about values, which the trace does not hold: such a breakpoint stops at
+  every recorded hit, and the stop says the condition was not evaluated.
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+from adapter.features import python_replay
+
+
+@dataclass(frozen=True)
+class ReplayBreakpoint:
+    """A source breakpoint the client set, as a replay needs it."""
+
+    id: int | None
+    path: str
+    line: int
+    condition: str = ""
+    hit_condition: str = ""
+
+
+@dataclass(frozen=True)
+class Hit:
+    position: int
+    breakpoint: ReplayBreakpoint
+    number: int
+    """1 for the breakpoint's first hit in the recorded history."""
+
+
+_COMPARISONS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
+                ">": operator.gt, "<": operator.lt}
+_HIT_CONDITION = re.compile(r"^\s*(==|!=|>=|<=|>|<|%)?\s*(\d+)\s*$")
+
+
+def hit_condition_test(text: str):
+    """A function of the hit number for a hit condition, or None where `text` is none of the
+    forms debugpy and Delve accept (the replay then stops at every hit and says why)."""
+    match = _HIT_CONDITION.match(text or "")
+    if match is None:
+        return None
+    op, value = match.group(1) or "==", int(match.group(2))
+    if op == "%":
+        return (lambda n: False) if value == 0 else (lambda n: n % value == 0)
+    compare = _COMPARISONS[op]
+    return lambda n: compare(n, value)
+
+
+def recorded_hits(capture, breakpoints: list[ReplayBreakpoint]) -> list[Hit]:
+    """Every hit of `breakpoints` in the capture's history, in position order (a position hit
+    by two breakpoints appears once per breakpoint). Cached on the capture per breakpoint set."""
+    key = tuple(breakpoints)
+    cache = capture.__dict__.setdefault("_replay_hits", {})
+    if key in cache:
+        return cache[key]
+    history, lines = capture.history, capture.lines
+    hits: list[Hit] = []
+    for bp in breakpoints:
+        if bp.path.endswith(".py"):
+            positions = python_replay.breakpoint_hits(capture, {bp.path: [bp.line]})
+        else:
+            found = lines.statement_addresses(bp.path, bp.line)
+            positions = history.positions_at([min(found)]) if found else []
+        hits.extend(Hit(p, bp, n) for n, p in enumerate(positions, 1))
+    hits.sort(key=lambda h: h.position)
+    cache.clear()  # one breakpoint set at a time: the client's current one
+    cache[key] = hits
+    return hits
+
+
+def stops(hits: list[Hit]) -> list[tuple[int, list[Hit]]]:
+    """(position, the hits there that stop) for the positions where at least one hit's hit
+    condition holds or cannot be decided, in position order."""
+    out: list[tuple[int, list[Hit]]] = []
+    for hit in hits:
+        test = hit_condition_test(hit.breakpoint.hit_condition) \
+            if hit.breakpoint.hit_condition else None
+        if hit.breakpoint.hit_condition and test is not None and not test(hit.number):
+            continue
+        if out and out[-1][0] == hit.position:
+            out[-1][1].append(hit)
+        else:
+            out.append((hit.position, [hit]))
+    return out
+
+
+def describe(hits_there: list[Hit]) -> str:
+    """What the stop's text adds about the breakpoints hit: their hit numbers, and what the
+    recording could not decide."""
+    notes = []
+    for hit in hits_there:
+        bp = hit.breakpoint
+        where = f"line {bp.line}"
+        note = f"{where}: hit {hit.number} in the recorded history"
+        if bp.hit_condition:
+            if hit_condition_test(bp.hit_condition) is None:
+                note += (f"; hit condition {bp.hit_condition!r} is not a form ptdebug knows "
+                         "(N, == N, != N, > N, >= N, < N, <= N, % N): stopped at every hit")
+            else:
+                note += (f", hit condition {bp.hit_condition!r} holds (counted from the "
+                         "start of the recording)")
+        if bp.condition:
+            note += (f"; condition {bp.condition!r} not evaluated: the recording holds no "
+                     "values, so every recorded hit stops")
+        notes.append(note)
+    return "; ".join(notes)

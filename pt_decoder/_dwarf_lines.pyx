@@ -27,7 +27,9 @@ class LineProgramError(ValueError):
     """The program runs past its unit or uses an operand size this reader has no way to skip."""
 
 
-cdef inline uint64_t _uleb(const uint8_t[:] data, Py_ssize_t *pos, Py_ssize_t end) except? 0xFFFFFFFFFFFFFFFF:
+cdef inline uint64_t _leb(const uint8_t[:] data, Py_ssize_t *pos, Py_ssize_t end,
+                          int *bits) except? 0xFFFFFFFFFFFFFFFF:
+    """A LEB128's low 64 bits; `bits` gets how many bits it had (7 a byte)."""
     cdef uint64_t value = 0
     cdef int shift = 0
     cdef uint8_t byte
@@ -40,25 +42,20 @@ cdef inline uint64_t _uleb(const uint8_t[:] data, Py_ssize_t *pos, Py_ssize_t en
             value |= (<uint64_t>(byte & 0x7F)) << shift
         shift += 7
         if not byte & 0x80:
+            bits[0] = shift
             return value
 
 
+cdef inline uint64_t _uleb(const uint8_t[:] data, Py_ssize_t *pos, Py_ssize_t end) except? 0xFFFFFFFFFFFFFFFF:
+    cdef int bits
+    return _leb(data, pos, end, &bits)
+
+
 cdef inline int64_t _sleb(const uint8_t[:] data, Py_ssize_t *pos, Py_ssize_t end) except? -0x7FFFFFFFFFFFFFFF:
-    cdef uint64_t value = 0
-    cdef int shift = 0
-    cdef uint8_t byte
-    while True:
-        if pos[0] >= end:
-            raise LineProgramError("a LEB128 operand runs past the end of the line program")
-        byte = data[pos[0]]
-        pos[0] += 1
-        if shift < 64:
-            value |= (<uint64_t>(byte & 0x7F)) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    if shift < 64 and byte & 0x40:
-        value |= ~(<uint64_t>0) << shift
+    cdef int bits
+    cdef uint64_t value = _leb(data, pos, end, &bits)
+    if bits < 64 and (value >> (bits - 1)) & 1:  # the sign bit of the last byte
+        value |= ~(<uint64_t>0) << bits
     return <int64_t>value
 
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-__all__ = ["LineUnit", "UnsupportedLineUnit", "line_units"]
+from ._dwarf_lines import run_line_program
+
+__all__ = ["LineUnit", "UnsupportedLineUnit", "line_units", "run_unit"]
 
 DW_LNCT_PATH = 1
 DW_LNCT_DIRECTORY_INDEX = 2
@@ -205,3 +208,16 @@ def _full_path(name: str, directory: str, comp_dir: str) -> str:
 
 def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def run_unit(debug_line: bytes, unit: LineUnit, bias: int, file_ids: array) -> tuple[array, ...]:
+    """The rows of `unit`'s program (_dwarf_lines.run_line_program): five columns, addresses
+    plus `bias`, the program's file n as file_ids[n - unit.first_file]."""
+    return run_line_program(
+        debug_line, unit.program_start, unit.program_end, address_size=unit.address_size,
+        minimum_instruction_length=unit.minimum_instruction_length,
+        maximum_operations_per_instruction=unit.maximum_operations_per_instruction,
+        default_is_stmt=unit.default_is_stmt, line_base=unit.line_base,
+        line_range=unit.line_range, opcode_base=unit.opcode_base,
+        standard_opcode_lengths=unit.standard_opcode_lengths, bias=bias, file_ids=file_ids,
+        first_file=unit.first_file)

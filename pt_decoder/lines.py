@@ -33,9 +33,9 @@ from typing import NamedTuple
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ._dwarf_lines import LineProgramError, in_address_order, run_line_program
+from ._dwarf_lines import LineProgramError, in_address_order
 from ._history import assign_line_ids, go_function_rows, lookup_sorted
-from .dwarf_line_units import UnsupportedLineUnit, line_units
+from .dwarf_line_units import UnsupportedLineUnit, line_units, run_unit
 from .errors import ErrorCode, PtError
 
 __all__ = ["LineRow", "LineTable"]
@@ -269,15 +269,7 @@ class LineTable:
                                section(getattr(dwarf, "debug_line_str_sec", None)),
                                dwarf.config.default_address_size, comp_dirs):
             ids = array("I", (file_index.setdefault(name, len(file_index)) for name in unit.files))
-            parts.append(run_line_program(
-                debug_line, unit.program_start, unit.program_end,
-                address_size=unit.address_size,
-                minimum_instruction_length=unit.minimum_instruction_length,
-                maximum_operations_per_instruction=unit.maximum_operations_per_instruction,
-                default_is_stmt=unit.default_is_stmt, line_base=unit.line_base,
-                line_range=unit.line_range, opcode_base=unit.opcode_base,
-                standard_opcode_lengths=unit.standard_opcode_lengths,
-                bias=base, file_ids=ids, first_file=unit.first_file))
+            parts.append(run_unit(debug_line, unit, base, ids))
         files = list(file_index)
         columns = _sequences_in_address_order(parts)
         if not columns[0]:

@@ -5,6 +5,7 @@ import os
 import pathlib
 
 import pytest
+from perf_events import perf_event_fds
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # ../shared beside the checkout, as on every developer machine and in CI.
@@ -35,23 +36,12 @@ def captures_stay_in_the_test_run(tmp_path_factory):
     os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
 
 
-def _perf_event_fds() -> set[str]:
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith("[perf_event]"):
-                found.add(fd)
-        except OSError:
-            pass  # the directory's own fd, closed by now
-    return found
-
-
 @pytest.fixture(autouse=True)
 def no_perf_event_left_open():
     """A test whose code under test leaves a perf event open in the test process fails here,
     by name: a leaked breakpoint event holds one of the thread's four debug registers, and
     once the whole run failed in tests far from the leak (tests/live/test_watchpoints*)."""
-    before = _perf_event_fds()
+    before = set(perf_event_fds())
     yield
-    leaked = _perf_event_fds() - before
+    leaked = set(perf_event_fds()) - before
     assert not leaked, f"perf event file descriptors left open: {sorted(leaked, key=int)}"

@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from perf_events import perf_event_fds
 
 from adapter import watchpoints as wp
 from adapter.commands.watch import Symbolizer
@@ -128,15 +129,7 @@ def test_every_write_of_every_thread_is_reported_with_tid_and_function(target_fa
     target.close()
 
 
-def _perf_fds() -> list[str]:
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}").endswith("[perf_event]"):
-                found.append(fd)
-        except FileNotFoundError:
-            pass  # the directory's own fd, closed by now
-    return found
+_perf_fds = perf_event_fds
 
 
 def _marker_line(name: str) -> int:

@@ -18,7 +18,7 @@ from elftools.elf.elffile import ELFFile
 from fixture_builds import build_c, build_go
 
 from pt_decoder._dwarf_lines import LineProgramError, run_line_program
-from pt_decoder.dwarf_line_units import UnsupportedLineUnit, line_units
+from pt_decoder.dwarf_line_units import UnsupportedLineUnit, line_units, run_unit
 from pt_decoder.lines import LineTable, _separate_debug_file
 
 BIAS = 0x5555_0000_0000
@@ -113,16 +113,8 @@ def test_large_system_tables_read_the_same_as_pyelftools():
                 if unit.version >= 5:
                     assert unit.files == names, path
                 debug_line = dwarf.debug_line_sec.stream.getvalue()
-                columns = run_line_program(
-                    debug_line, unit.program_start, unit.program_end,
-                    address_size=unit.address_size,
-                    minimum_instruction_length=unit.minimum_instruction_length,
-                    maximum_operations_per_instruction=unit.maximum_operations_per_instruction,
-                    default_is_stmt=unit.default_is_stmt, line_base=unit.line_base,
-                    line_range=unit.line_range, opcode_base=unit.opcode_base,
-                    standard_opcode_lengths=unit.standard_opcode_lengths, bias=0,
-                    file_ids=array("I", range(1, len(unit.files) + 1)),
-                    first_file=unit.first_file)
+                columns = run_unit(debug_line, unit, 0,
+                                   array("I", range(1, len(unit.files) + 1)))
                 ours = [(a, unit.files[f - 1] if f else None, line, c, fl)
                         for a, f, line, c, fl in zip(*columns)]
                 assert ours == expected, (path, unit.offset)

@@ -49,6 +49,8 @@ class ClientHandlers:
     # --- the lifecycle --------------------------------------------------------------------
     def initialize_request(self, request: Request) -> dict:
         self.session.client_arguments = dict(request.raw.get("arguments") or {})
+        self.session.progress.supported = bool(
+            self.session.client_arguments.get("supportsProgressReporting"))
         self.session.initialized = True
         return dict(self.session.capabilities)
 
@@ -72,6 +74,17 @@ class ClientHandlers:
         if not self.session.initialized:
             raise InvalidRequest(f"'{request.command}' before 'initialize': the DAP session "
                                  "starts with an initialize request")
+
+    # Optional (capability 'supportsCancelRequest')
+    def cancel_request(self, request: Request) -> dict:
+        """A `cancel` with a progressId stops that operation of ptdebug's (its next progress
+        report fails it: protocol/progress.py). A `cancel` of a request is a hint DAP lets an
+        adapter ignore: ptdebug answers every request, so it does."""
+        arguments = request.raw.get("arguments") or {}
+        progress_id = arguments.get("progressId") if isinstance(arguments, dict) else None
+        if isinstance(progress_id, str):
+            self.session.progress.cancel(progress_id)
+        return {}
 
     def disconnect_request(self, request: Request) -> object:
         return self.session.disconnect(request)

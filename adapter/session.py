@@ -31,6 +31,7 @@ from adapter.protocol.errors import (
 )
 from adapter.protocol.framing import MAX_JSON_DEPTH, MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
+from adapter.protocol.progress import ProgressReporter
 from adapter.protocol.relay import FastRelay, fits
 from adapter.protocol.schema import DAP_REQUESTS
 from adapter.protocol.validate import default_checker
@@ -43,6 +44,7 @@ ADAPTER_CAPABILITIES = {
     "supportsWriteMemoryRequest": True,
     "supportsDisassembleRequest": True,
     "supportsSteppingGranularity": True,
+    "supportsCancelRequest": True,
 }
 """What ptdebug answers itself, whatever the backend (steps by instruction: features/reverse.py
 in a recorded history, Delve live; debugpy steps a line whatever the granularity). Features
@@ -85,6 +87,8 @@ class Session:
         """Whether the client sent `initialize` (launch/attach before it are refused)."""
         self.client_arguments: dict = {}
         """The client's `initialize` arguments (supportsMemoryEvent, ...), forwarded as-is."""
+        self.progress = ProgressReporter(lambda event, body: self.client.send_event(event, body))
+        """DAP progress of long operations (decodes, image copies), cancellable by the client."""
         self.capabilities: dict = dict(ADAPTER_CAPABILITIES)
         """Everything told to the client so far (initialize response + capabilities events)."""
         self.backend: Backend | None = None
@@ -391,6 +395,9 @@ class Session:
             self.instruction_breakpoints = DelveInstructionBreakpoints(self)
             self.announce_capabilities(**self.instruction_breakpoints.capabilities)
         self.features_started.set()
+
+    def backend_progress(self, title: str):
+        return self.progress.start(title)
 
     def backend_recording(self, replayed) -> None:
         """A replay instead of a program (backends.replay): the bundle's images stand in for

@@ -728,10 +728,20 @@ cdef class InsnDecoder:
             self._pending = merged
         return self._pending.pop()
 
-    def decode(self, size_t max_insns=<size_t>-1):
-        """Decode to the end of the stream (or `max_insns` instructions); returns a FlowResult."""
-        with nogil:
-            self._run(max_insns)
+    def decode(self, size_t max_insns=<size_t>-1, progress=None, size_t progress_every=1 << 20):
+        """Decode to the end of the stream (or `max_insns` instructions); returns a FlowResult.
+        `progress()`, when given, is called after every `progress_every` instructions (it may
+        read `offset`, and raise to stop the decode: a client's cancel)."""
+        cdef size_t goal
+        if progress is None:
+            with nogil:
+                self._run(max_insns)
+        else:
+            while not self.done and not self.oom and self.n < max_insns:
+                goal = min(max_insns, self.n + progress_every)
+                with nogil:
+                    self._run(goal)
+                progress()
         if self.oom:
             raise MemoryError("out of memory while decoding")
         return self.result()

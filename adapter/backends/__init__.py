@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from adapter.protocol.channel import Channel
     from adapter.protocol.messages import Event, Request, Response
+    from adapter.protocol.progress import Progress
     from adapter.protocol.schema import AttachConfig, LaunchConfig
 
 
@@ -44,6 +45,10 @@ class BackendHooks(Protocol):
     def backend_recording(self, replayed: object) -> None:
         """The backend replays a recording (replay.ReplayedBundle) instead of running a
         program: its histories are to be shown and stepped through, its images read."""
+
+    def backend_progress(self, title: str) -> Progress:
+        """A progress (protocol/progress.py) for a long operation of the backend's own: shown
+        to the client when it takes over half a second, cancellable by it."""
 
     def backend_channel(self, sock: socket.socket, handlers: object, name: str) -> Channel:
         """The Channel to use over a debugger's DAP socket (the session may relay its plain

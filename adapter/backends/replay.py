@@ -155,7 +155,9 @@ class ReplayBackend(Backend):
         if not os.path.isabs(path):
             path = os.path.join(config.cwd or os.getcwd(), path)
         try:
-            trace = DecodedBundle.open(path)
+            with self.hooks.backend_progress(f"ptdebug: decoding {os.path.basename(path)}") \
+                    as progress:
+                trace = DecodedBundle.open(path, progress)
         except TraceError as exc:
             raise InvalidLaunchConfig(f"replay: {exc}") from None
         goroutines = _goroutines(path, trace)

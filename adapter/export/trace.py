@@ -25,6 +25,7 @@ instruction counts, which are exact either way.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -197,11 +198,17 @@ class DecodedBundle:
         from adapter.golang.goroutine_index import ptwrite_samples
         from pt_decoder.insn import InsnDecoder  # the compiled layer, loaded only when decoding
         for index, stream in enumerate(streams):
+            report = None
             if progress is not None:
-                progress(f"decoding thread {stream.get('tid')}", index / max(1, len(streams)))
+                message = f"decoding thread {stream.get('tid')}"
+                progress(message, index / max(1, len(streams)))
             try:
                 data = bundle.stream_bytes(stream)
-                flow = InsnDecoder(data, code, **options).decode()
+                decoder = InsnDecoder(data, code, **options)
+                if progress is not None:
+                    report = functools.partial(_report_offset, progress, message, decoder,
+                                               max(1, len(data)), index, len(streams))
+                flow = decoder.decode(progress=report)
             except (PtError, OSError) as exc:
                 raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
             tid = int(stream.get("tid") or 0)
@@ -363,6 +370,12 @@ def load_bias(pid: int, path: str) -> int:
                 if bias is not None:
                     return bias
     raise OSError(f"{path} is not mapped in process {pid}")
+
+
+def _report_offset(progress: Progress, message: str, decoder, size: int, index: int,
+                   streams: int) -> None:
+    """A stream's decode so far, by the share of its bytes read, as a share of all streams."""
+    progress(message, (index + decoder.offset / size) / streams)
 
 
 def has_own_lines(path: str,

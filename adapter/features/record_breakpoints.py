@@ -768,7 +768,8 @@ class RecordBreakpoints:
             reason = result["error"] if result else failure
             raise AdapterError(f"recording thread {tid} failed: {reason}")
         try:
-            trace = DecodedBundle.open(output)
+            with self.session.progress.start(f"ptdebug: decoding capture {number}") as progress:
+                trace = DecodedBundle.open(output, progress)
         except TraceError as exc:
             raise AdapterError(str(exc)) from None
         if not trace.threads or not len(trace.threads[0].history):

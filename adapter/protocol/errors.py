@@ -148,6 +148,14 @@ class MemoryAccessError(AdapterError):
     error_id = 1501
 
 
+# --- 16xx: the client stopped it ------------------------------------------------------------
+class Cancelled(AdapterError):
+    """The client cancelled a long operation of ptdebug's (`cancel` with its progressId:
+    protocol/progress.py)."""
+    error_id = 1600
+    show_user = True
+
+
 # --- 19xx: bugs ----------------------------------------------------------------------------
 class InternalError(AdapterError):
     """An unexpected exception inside the adapter; its traceback is in the adapter's log."""

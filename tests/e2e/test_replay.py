@@ -247,6 +247,34 @@ def test_reverse_continue_honours_hit_conditions_and_names_the_breakpoint(start_
     end_session(run)
 
 
+@pytest.mark.parametrize("asked", [True, False], ids=["progress", "no_progress"])
+def test_the_replays_decode_shows_progress_to_a_client_that_asked(start_adapter, c_bundle,
+                                                                 monkeypatch, asked):
+    """Issue 15 item 6: DAP progress events around the decode of the launch (every decode
+    reports once PTDEBUG_PROGRESS_DELAY is 0; by default only those over 0.5 s), none for a
+    client that did not announce supportsProgressReporting."""
+    monkeypatch.setenv("PTDEBUG_PROGRESS_DELAY", "0")
+    run = start_adapter()
+    client = run.client
+    capabilities = client.call("initialize", {**INITIALIZE, "supportsProgressReporting": asked})
+    assert capabilities["supportsCancelRequest"] is True
+    client.call("launch", {"replay": str(c_bundle)})
+    client.expect_event("initialized")
+    client.call("configurationDone", {})
+    client.expect_stopped("entry")
+    names = [m["event"] for m in client.received if m["type"] == "event"
+             and m["event"].startswith("progress")]
+    if not asked:
+        assert names == []
+    else:
+        assert names[0] == "progressStart" and names[-1] == "progressEnd", names
+        start = client.events("progressStart")[0]["body"]
+        assert start["title"] == f"ptdebug: decoding {c_bundle.name}"
+        assert client.events("progressEnd")[0]["body"]["progressId"] == start["progressId"]
+    assert client.call("cancel", {"progressId": "ptdebug-1"}) == {}  # over: a no-op
+    end_session(run)
+
+
 def test_imported_real_intel_pt_replays_like_libipt(start_adapter, imported_bundle, traces_dir):
     ips = decoded_ips(imported_bundle)
     libipt = [int(line.split()[0], 16) for line in

@@ -176,7 +176,8 @@ def _same_file(a: str, b: str) -> bool:
 
 def breakpoint_hits(capture, breakpoint_lines: dict[str, list[int]]) -> list[int]:
     """Positions, in order, where a run of a breakpoint line of a .py file begins in a frame of
-    that file; a run that resumes the caller's line after a call returned is no hit."""
+    that file; a run that resumes the caller's line after a call returned is no hit, nor is
+    the run in progress when the recording began."""
     history = python_history(capture)
     if history is None:
         return []
@@ -189,7 +190,9 @@ def breakpoint_hits(capture, breakpoint_lines: dict[str, list[int]]) -> list[int
     previous = None
     known: dict[str, str | None] = {}
     for position, frame in history.python.line_sequence():
-        resumed = previous is not None and previous.depth > frame.depth
+        # the first run is the line in progress when the recording began (a record
+        # breakpoint's own line, say), which began before the recorded history: no hit
+        resumed = previous is None or previous.depth > frame.depth
         previous = frame
         if resumed:
             continue

@@ -717,7 +717,11 @@ class RecordBreakpoints:
                 else None,
                 "parked": parked.to_json() if parked else None,
                 "stop_at": sorted(stop_at or ()),
-                "held_slots": _data_breakpoint_registers(self.session)}
+                "held_slots": _data_breakpoint_registers(self.session),
+                # a debugpy session's captures name the Python frames and lines that ran
+                # (adapter/python/frame_probe.py; "auto": not for an interpreter whose
+                # layout ptdebug does not know, which the log says)
+                "python": "auto" if self.session.backend.name == "debugpy" else "off"}
         clock = clock or StepClock(f"capture {number}")
         try:  # a warm recorder process (adapter/features/recorder_worker.py)
             worker = self._workers.take()
@@ -976,6 +980,7 @@ def _record_worker(spec_text: str) -> int:
                                 end=dataclasses.replace(window.end_condition(), stop_at=stop_at),
                                 trigger_timeout=window.timeout,
                                 copy_images=False, breakpoints="dr", ptw_probe=probe,
+                                python=spec.get("python") or "off",
                                 on_attached=attached, before_release=before_release,
                                 stage=lambda name: _say("stage", time.monotonic(), name),
                                 release_first=True,

@@ -137,7 +137,7 @@ class Reverse:
                    "stepped back one instruction")
             if gap:
                 target = position
-        elif python_replay.frame_at(capture, position) is not None:
+        elif _in_python_code(capture, position):
             step = python_replay.step_back(capture, position)
             target, why = step.position, _python_why(step, "stepped back one Python line")
         else:
@@ -257,8 +257,7 @@ class Reverse:
 
     def _step_out(self, request: Request) -> object:
         def move(capture, history, position, granularity):
-            if granularity != "instruction" and \
-                    python_replay.frame_at(capture, position) is not None:
+            if granularity != "instruction" and _in_python_code(capture, position):
                 step = python_replay.step_out(capture, position)
                 if step is None or step.reason == "end" or step.position <= position:
                     return None, ""
@@ -462,9 +461,17 @@ def _forward(step, position: int, history,
 def _python_line(capture, position: int, granularity, over_calls: bool):
     """The Python line step from `position` (python_replay), or None where the position is no
     Python frame's or the step is by instruction."""
-    if granularity == "instruction" or python_replay.frame_at(capture, position) is None:
+    if granularity == "instruction" or not _in_python_code(capture, position):
         return None
     return python_replay.step_forward(capture, position, over_calls)
+
+
+def _in_python_code(capture, position: int) -> bool:
+    """Whether a line step at `position` moves by Python line: a Python frame runs there and
+    the instruction is the interpreter's, not native code of the user's with its own source
+    lines (a C extension's function called from Python is stepped by its C lines)."""
+    return (python_replay.frame_at(capture, position) is not None
+            and not capture.history.line_id(position, capture.lines))
 
 
 def _python_why(step, found: str) -> str:

@@ -151,14 +151,17 @@ cdef class Core:
 
     def attach_backend(self, int backend_fd, int python_fd):
         """The backend pump on a new connection; returns the connection's generation."""
-        cdef int rc = fr_attach_backend(self.relay, backend_fd, python_fd)
+        cdef int rc
+        with nogil:  # takes backend_lock (see claim)
+            rc = fr_attach_backend(self.relay, backend_fd, python_fd)
         if rc < 0:
             raise OSError(-rc, os.strerror(-rc))
         return rc
 
     def detach_backend(self, int generation):
         """The connection takes no more fast requests (those in flight are still relayed)."""
-        fr_detach_backend(self.relay, generation)
+        with nogil:  # takes backend_lock (see claim)
+            fr_detach_backend(self.relay, generation)
 
     def set_plain(self, commands):
         """commands: {command: [(argument, kind mask, required, complex), ...]}."""
@@ -201,7 +204,14 @@ cdef class Core:
         """(client seq, command) of a fast request now answered through Python, or None."""
         cdef int64_t client_seq
         cdef char command[48]
-        if not fr_claim(self.relay, generation, fast_seq, &client_seq, command):
+        cdef int found
+        # backend_lock may be held by a Python thread between its two halves of a write
+        # (backend_lock.__enter__ .. write_backend_locked .. __exit__), which takes the GIL
+        # back before it lets go: taking the lock with the GIL held deadlocked the two (a
+        # hung CI run, tests/adapter/protocol/test_fast_relay.py)
+        with nogil:
+            found = fr_claim(self.relay, generation, fast_seq, &client_seq, command)
+        if not found:
             return None
         return client_seq, command[:strlen(command)].decode()
 
@@ -209,10 +219,14 @@ cdef class Core:
         """Every fast request of that connection still unanswered: [(client seq, command)]."""
         cdef int64_t client_seq
         cdef char command[48]
+        cdef int found
         out = []
-        while fr_take_inflight(self.relay, generation, &client_seq, command):
+        while True:
+            with nogil:  # takes backend_lock (see claim)
+                found = fr_take_inflight(self.relay, generation, &client_seq, command)
+            if not found:
+                return out
             out.append((client_seq, command[:strlen(command)].decode()))
-        return out
 
     def stats(self):
         cdef uint64_t values[16]

@@ -11,7 +11,10 @@ the backend going away, the bytes Python read ahead at the hand-over.
 from __future__ import annotations
 
 import json
+import pathlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -424,3 +427,36 @@ def test_large_frames_cross_whole(relayed):
     assert len(sent["arguments"]["expression"]) == 100_000
     backend.answer(sent, '{"result":"1","variablesReference":0}')
     assert client.receive()["request_seq"] == seq
+
+
+DEADLOCK_PROBE = """
+import os, threading, time
+from adapter.protocol import _fastrelay
+read, write = os.pipe()
+core = _fastrelay.Core(write)
+held = threading.Event()
+
+def writer():
+    with core.backend_lock:     # a Python thread between the halves of a backend write
+        held.set()
+        time.sleep(0.3)         # lets go of the GIL; needs it back to leave the lock
+
+thread = threading.Thread(target=writer)
+thread.start()
+held.wait()
+for call in (lambda: core.claim(1, _fastrelay.SEQ_BASE), lambda: core.take_inflight(1),
+             lambda: core.detach_backend(1)):
+    call()                      # each takes backend_lock: must not hold the GIL meanwhile
+thread.join()
+print("no deadlock")
+"""
+
+
+def test_calls_that_take_the_backend_lock_let_go_of_the_gil_first():
+    """A Python thread holding backend_lock (Core.backend_lock, released in __exit__ after the
+    GIL is taken back) and another calling claim with the GIL held deadlocked a CI run; each
+    call runs in a child process here, so that a deadlock fails the test instead of hanging
+    the suite."""
+    done = subprocess.run([sys.executable, "-c", DEADLOCK_PROBE], capture_output=True,
+                          text=True, timeout=30, cwd=pathlib.Path(__file__).resolve().parents[3])
+    assert done.stdout.strip() == "no deadlock", done.stderr

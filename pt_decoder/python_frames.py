@@ -257,6 +257,12 @@ class PythonFrames:
                  for ident, info in (table.get("codes") or {}).items()}
         return cls(samples, codes, length, table.get("initial_stack") or ())
 
+    def lowest_depth(self) -> int | None:
+        """The smallest depth any sample has (the outermost frame the thread was in at some
+        point of the window), None without samples: the frames at or below it stayed
+        on the stack for the whole window."""
+        return min((key[2] for key in self._key if key[2] > 0), default=None)
+
     def __len__(self) -> int:
         return len(self._pos)
 

@@ -98,15 +98,24 @@ class StackEntry:
     """PyFrame for a Python frame."""
 
 
-def merged_stack(capture, position: int, limit: int) -> list[StackEntry] | None:
+def merged_stack(capture, position: int, limit: int,
+                 live_below: bool = False) -> list[StackEntry] | None:
     """The merged stack at `position`, innermost first (module docstring); None where no
-    Python frame ran (the caller shows the native stack)."""
+    Python frame ran (the caller shows the native stack). `live_below`: the capture is of a
+    live program whose stack the caller shows below this one, so the Python frames that stayed
+    on the stack for the whole window (lowest_depth) are left to the live stack: shown twice
+    they were, recorded frames a user cannot evaluate in, with debugpy's own runner frames
+    among them that its live stack hides."""
     history = python_history(capture)
     if history is None:
         return None
     stack = history.python_stack(position)
     if not stack or stack[-1] is None:
         return None
+    if live_below:
+        lowest = history.python.lowest_depth()
+        if lowest is not None:
+            stack = [f for f in stack if f is not None and f.depth > lowest]
     out: list[StackEntry] = []
     native = position
     while native is not None and len(out) < limit:

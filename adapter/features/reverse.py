@@ -340,7 +340,8 @@ class Reverse:
         capture, history = replay.capture, replay.capture.history
         frames = []
         position = replay.position
-        merged = python_replay.merged_stack(capture, position, MAX_FRAMES)
+        merged = python_replay.merged_stack(capture, position, MAX_FRAMES,
+                                            live_below=capture.replay_from is None)
         if merged is not None:  # a Python capture: Python frames in place of the interpreter
             frames = [self._frame(thread_id, capture, entry.position) if entry.python is None
                       else self._python_frame(thread_id, capture, entry) for entry in merged]

@@ -128,3 +128,13 @@ def test_merged_stack_puts_python_frames_in_place_of_the_interpreter():
     assert [e.python.qualname if e.python else e.position for e in native] == [
         3, "_helper", "_score"]
     assert python_replay.merged_stack(capture, 3, 1)[0].python is None
+
+
+def test_a_live_captures_stack_leaves_the_frames_of_the_whole_window_to_the_live_stack():
+    """score (depth 1) was on the stack for the whole window, helper (depth 2) was entered in
+    it: with the live stack shown below, only helper is a recorded Python frame."""
+    capture = _capture()
+    full = python_replay.merged_stack(capture, 3, 20)
+    live = python_replay.merged_stack(capture, 3, 20, live_below=True)
+    assert [e.python.qualname for e in full if e.python] == ["_helper", "_score"]
+    assert [e.python.qualname for e in live if e.python] == ["_helper"]

@@ -17,6 +17,7 @@ What a recording can and cannot decide:
 """
 from __future__ import annotations
 
+import bisect
 import operator
 import re
 from dataclasses import dataclass
@@ -61,42 +62,50 @@ def hit_condition_test(text: str):
     return lambda n: compare(n, value)
 
 
-def recorded_hits(capture, breakpoints: list[ReplayBreakpoint]) -> list[Hit]:
-    """Every hit of `breakpoints` in the capture's history, in position order (a position hit
-    by two breakpoints appears once per breakpoint). Cached on the capture per breakpoint set."""
+def recorded_hits(capture, breakpoints: list[ReplayBreakpoint]) -> dict[ReplayBreakpoint, list[int]]:
+    """The positions of every recorded hit of each of `breakpoints`, in order. Cached on the
+    capture for the client's current breakpoint set (a hot line of a long capture has a
+    million hits: found once, then searched by bisection)."""
     key = tuple(breakpoints)
-    cache = capture.__dict__.setdefault("_replay_hits", {})
-    if key in cache:
-        return cache[key]
-    history, lines = capture.history, capture.lines
-    hits: list[Hit] = []
-    for bp in breakpoints:
-        if bp.path.endswith(".py"):
-            positions = python_replay.breakpoint_hits(capture, {bp.path: [bp.line]})
-        else:
-            found = lines.statement_addresses(bp.path, bp.line)
-            positions = history.positions_at([min(found)]) if found else []
-        hits.extend(Hit(p, bp, n) for n, p in enumerate(positions, 1))
-    hits.sort(key=lambda h: h.position)
-    cache.clear()  # one breakpoint set at a time: the client's current one
-    cache[key] = hits
-    return hits
+    cache = capture.replay_hits
+    if key not in cache:
+        history, lines = capture.history, capture.lines
+        found: dict[ReplayBreakpoint, list[int]] = {}
+        for bp in breakpoints:
+            if bp.path.endswith(".py"):
+                found[bp] = python_replay.breakpoint_hits(capture, {bp.path: [bp.line]})
+            else:
+                addresses = lines.statement_addresses(bp.path, bp.line)
+                found[bp] = history.positions_at([min(addresses)]) if addresses else []
+        cache.clear()  # one breakpoint set at a time: the client's current one
+        cache[key] = found
+    return cache[key]
 
 
-def stops(hits: list[Hit]) -> list[tuple[int, list[Hit]]]:
-    """(position, the hits there that stop) for the positions where at least one hit's hit
-    condition holds or cannot be decided, in position order."""
-    out: list[tuple[int, list[Hit]]] = []
-    for hit in hits:
-        test = hit_condition_test(hit.breakpoint.hit_condition) \
-            if hit.breakpoint.hit_condition else None
-        if hit.breakpoint.hit_condition and test is not None and not test(hit.number):
-            continue
-        if out and out[-1][0] == hit.position:
-            out[-1][1].append(hit)
+def nearest(capture, breakpoints: list[ReplayBreakpoint], position: int, forward: bool,
+            limit: int) -> tuple[int, list[Hit]] | None:
+    """The nearest position after (`forward`) or before `position`, not past `limit`, where a
+    breakpoint stops: a hit whose hit condition holds or cannot be decided. Returns
+    (position, the hits that stop there) or None."""
+    best: int | None = None
+    hits_there: list[Hit] = []
+    for bp, positions in recorded_hits(capture, breakpoints).items():
+        test = hit_condition_test(bp.hit_condition) if bp.hit_condition else None
+        if forward:
+            indexes = range(bisect.bisect_right(positions, position), len(positions))
         else:
-            out.append((hit.position, [hit]))
-    return out
+            indexes = range(bisect.bisect_left(positions, position) - 1, -1, -1)
+        for k in indexes:
+            at = positions[k]
+            if (at > limit if forward else at < limit) or \
+                    (best is not None and (at > best if forward else at < best)):
+                break
+            if test is None or test(k + 1):
+                if at != best:
+                    best, hits_there = at, []
+                hits_there.append(Hit(at, bp, k + 1))
+                break
+    return None if best is None else (best, hits_there)
 
 
 def describe(hits_there: list[Hit]) -> str:

@@ -224,13 +224,8 @@ class Reverse:
                 return None
             bound = history.prev_at(position, ())
             limit = bound.position if bound.reason == "gap" else 0
-        stops = replay_hits.stops(replay_hits.recorded_hits(
-            capture, self.recording.replay_breakpoints()))
-        if forward:
-            found = next((s for s in stops if position < s[0] <= limit), None)
-        else:
-            found = next((s for s in reversed(stops) if limit <= s[0] < position), None)
-        return found
+        return replay_hits.nearest(capture, self.recording.replay_breakpoints(), position,
+                                   forward, limit)
 
     # --- forwards -------------------------------------------------------------------------
     def _forward_step(self, request: Request, move) -> object:

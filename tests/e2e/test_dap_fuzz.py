@@ -8,7 +8,7 @@ the DAP schema, on an adapter that dies before the fuzzer's own `disconnect`, an
 traceback in the adapter's log. Sessions follow one another until the time is spent; a random
 `disconnect` ends one early (it must be answered and the adapter must exit, leaving nothing).
 
-Bounded for CI: PTDEBUG_FUZZ_SECONDS (default 45, which keeps the suite under 20 minutes) of
+Bounded for CI: PTDEBUG_FUZZ_SECONDS (default 30, which keeps the suite under 20 minutes) of
 fuzzing per seed. Without
 PTDEBUG_FUZZ_SEED the seeds of CI_SEEDS run, each a test of its own: random seeds still fail
 (issue 17: data-breakpoint hits lost around ptdebug's hidden stops, and debuggees wedged in the
@@ -29,7 +29,7 @@ from dapclient import marker_line
 
 PROGRAM = PROGRAMS / "dap_run_control.py"
 SOURCE = {"path": str(PROGRAM)}
-FUZZ_SECONDS = float(os.environ.get("PTDEBUG_FUZZ_SECONDS") or 45)
+FUZZ_SECONDS = float(os.environ.get("PTDEBUG_FUZZ_SECONDS") or 30)
 SESSION_SECONDS = 40.0
 """At most this long per session: a session that no random disconnect ended is ended."""
 REQUEST_LIMIT = 60.0

@@ -22,7 +22,6 @@ present in every Go binary, stripped or not, and gives function names too.
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 import struct
 import threading
@@ -89,14 +88,17 @@ class LineTable:
         self.files = list(files)
         """File id -> path."""
         rows = list(rows)
+        columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
+        address, flags = array("Q", columns[0]), array("B", columns[4])
         # End rows first among equal addresses: a sequence that ends where the
         # next one starts must not hide the next one's first row. Go's rows
         # arrive in that order already; only sort when they are not.
-        if not _in_table_order(rows):
+        if not in_address_order(address, flags):
             rows = [r for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1][0], not ir[1][4] & END_SEQUENCE, ir[0]))]
-        columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
-        self._set_columns(array("Q", columns[0]), array("I", columns[1]), array("I", columns[2]),
-                          array("I", columns[3]), array("B", columns[4]), functions)
+            columns = list(zip(*rows))
+            address, flags = array("Q", columns[0]), array("B", columns[4])
+        self._set_columns(address, array("I", columns[1]), array("I", columns[2]),
+                          array("I", columns[3]), flags, functions)
 
     @classmethod
     def _from_columns(cls, files: list[str], address: array, file_id: array, line: array,
@@ -254,15 +256,12 @@ class LineTable:
             for cu in dwarf.iter_CUs():
                 attributes = cu.get_top_DIE().attributes
                 if "DW_AT_stmt_list" in attributes:
-                    found[attributes["DW_AT_stmt_list"].value] = (
-                        _text(attributes["DW_AT_comp_dir"].value)
-                        if "DW_AT_comp_dir" in attributes else "")
+                    found[attributes["DW_AT_stmt_list"].value] = _comp_dir(attributes)
             return found
 
         debug_line = section(dwarf.debug_line_sec)
         if not debug_line:
             raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
-        files: list[str] = []
         file_index: dict[str, int] = {}
         parts = []
         for unit in line_units(debug_line, section(dwarf.debug_str_sec),
@@ -270,13 +269,19 @@ class LineTable:
                                dwarf.config.default_address_size, comp_dirs):
             ids = array("I", (file_index.setdefault(name, len(file_index)) for name in unit.files))
             parts.append(run_unit(debug_line, unit, base, ids))
-        files = list(file_index)
+        return cls._from_dwarf_parts(elf, list(file_index), parts)
+
+    @classmethod
+    def _from_dwarf_parts(cls, elf: ELFFile, files: list[str],
+                          parts: list[tuple[array, ...]]) -> LineTable:
+        """The table of both DWARF readers' rows: one part (address, file id, line, column,
+        flags columns) per unit, put in table order sequence by sequence."""
         columns = _sequences_in_address_order(parts)
         if not columns[0]:
             raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
         if not in_address_order(columns[0], columns[4]):
             # overlapping sequences (code the linker dropped, left at address 0): the
-            # general row sort, as pyelftools' rows would get
+            # general row sort
             return cls(files or [""], zip(*columns))
         return cls._from_columns(files or [""], *columns)
 
@@ -285,14 +290,12 @@ class LineTable:
         dwarf = elf.get_dwarf_info()
         files: list[str] = []
         file_index: dict[str, int] = {}
-        rows = []
+        parts = []
         for cu in dwarf.iter_CUs():
             program = dwarf.line_program_for_CU(cu)
             if program is None:
                 continue
-            top = cu.get_top_DIE()
-            comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in top.attributes else ""
-            names = _dwarf_file_names(program, comp_dir)
+            names = _dwarf_file_names(program, _comp_dir(cu.get_top_DIE().attributes))
             ids = []
             for name in names:
                 if name not in file_index:
@@ -300,18 +303,18 @@ class LineTable:
                     files.append(name)
                 ids.append(file_index[name])
             first_file = 0 if program.header["version"] >= 5 else 1
+            part = (array("Q"), array("I"), array("I"), array("I"), array("B"))
             for entry in program.get_entries():
                 state = entry.state
                 if state is None:
                     continue
                 k = state.file - first_file
-                fid = ids[k] if 0 <= k < len(ids) else 0
                 flags = (IS_STMT if state.is_stmt else 0) | (END_SEQUENCE if state.end_sequence else 0)
-                rows.append((state.address + base, fid, state.line, state.column, flags))
-        rows = _without_empty_sequences(rows)
-        if not rows:
-            raise PtError(ErrorCode.BAD_IMAGE, detail=f"{elf.stream.name} has an empty .debug_line")
-        return cls(files or [""], rows)
+                for column, value in zip(part, (state.address + base, ids[k] if 0 <= k < len(ids)
+                                                else 0, state.line, state.column, flags)):
+                    column.append(value)
+            parts.append(part)
+        return cls._from_dwarf_parts(elf, files, parts)
 
     @classmethod
     def _from_pclntab(cls, elf: ELFFile, data: bytes, base: int, path: str) -> LineTable:
@@ -419,14 +422,6 @@ class LineTable:
         return self._functions.function(addr)
 
 
-def _in_table_order(rows: list) -> bool:
-    """Whether rows are sorted by address with end rows first among equal addresses."""
-    for a, b in itertools.pairwise(rows):
-        if b[0] < a[0] or (b[0] == a[0] and b[4] & END_SEQUENCE and not a[4] & END_SEQUENCE):
-            return False
-    return True
-
-
 def _sequences_in_address_order(parts: list[tuple[array, ...]]) -> tuple[array, ...]:
     """The rows of every unit's columns (address, file id, line, column, flags), one
     sequence after the other in order of their first address: a unit's sequences are
@@ -438,7 +433,10 @@ def _sequences_in_address_order(parts: list[tuple[array, ...]]) -> tuple[array, 
         start = 0
         for i, flag in enumerate(flags):
             if flag & END_SEQUENCE:
-                # less the rows at the end address, as _without_empty_sequences
+                # less the rows that cover no instruction: those at the address where
+                # their sequence ends, and so the whole of a sequence that ends where it
+                # begins (GCC leaves both at functions it emptied or moved); sorted among
+                # the other sequences such a row would stand first at the next one's start
                 last = i
                 while last > start and address[last - 1] == address[i]:
                     last -= 1
@@ -457,23 +455,9 @@ def _sequences_in_address_order(parts: list[tuple[array, ...]]) -> tuple[array, 
     return out
 
 
-def _without_empty_sequences(rows: list[tuple]) -> list[tuple]:
-    """DWARF rows (address, file id, line, column, flags) in sequence order, less the rows
-    that cover no instruction: those at the address where their sequence ends, and so the
-    whole of a sequence that ends where it begins (GCC leaves both at functions it emptied
-    or moved). Sorted among the other sequences, such a row would stand first at the start
-    of the next sequence and, for an empty sequence, claim the code up to it."""
-    out: list[tuple] = []
-    start = 0
-    for i, row in enumerate(rows):
-        if row[4] & END_SEQUENCE:
-            kept = [r for r in rows[start:i] if r[0] != row[0]]
-            if kept:
-                out.extend(kept)
-                out.append(row)
-            start = i + 1
-    out.extend(rows[start:])
-    return out
+def _comp_dir(attributes) -> str:
+    """DW_AT_comp_dir of a compilation unit's top DIE (its attributes), "" without one."""
+    return _text(attributes["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in attributes else ""
 
 
 def _text(value) -> str:

@@ -60,11 +60,9 @@ def _libpython() -> str | None:
 
 
 def _unit_rows_pyelftools(dwarf, cu) -> tuple[list[str], list[tuple]]:
-    from pt_decoder.lines import _dwarf_file_names, _text
+    from pt_decoder.lines import _comp_dir, _dwarf_file_names
     program = dwarf.line_program_for_CU(cu)
-    top = cu.get_top_DIE().attributes
-    comp_dir = _text(top["DW_AT_comp_dir"].value) if "DW_AT_comp_dir" in top else ""
-    names = _dwarf_file_names(program, comp_dir)
+    names = _dwarf_file_names(program, _comp_dir(cu.get_top_DIE().attributes))
     first = 0 if program.header["version"] >= 5 else 1
     rows = []
     for entry in program.get_entries():

@@ -88,7 +88,8 @@ class Session:
         self.client_arguments: dict = {}
         """The client's `initialize` arguments (supportsMemoryEvent, ...), forwarded as-is."""
         self.progress = ProgressReporter(lambda event, body: self.client.send_event(event, body))
-        """DAP progress of long operations (decodes, image copies), cancellable by the client."""
+        """DAP progress of long operations (a capture's or a replay's decode), cancellable by
+        the client."""
         self.capabilities: dict = dict(ADAPTER_CAPABILITIES)
         """Everything told to the client so far (initialize response + capabilities events)."""
         self.backend: Backend | None = None

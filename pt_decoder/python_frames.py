@@ -248,6 +248,7 @@ class PythonFrames:
             self._pos.append(pos)
             self._key.append(decoded)
         self._lines: list[tuple[int, int, int] | None] | None = None
+        self._lowest_depth: int | bool | None = False  # False: not worked out yet
 
     @classmethod
     def from_manifest(cls, table: dict, samples, length: int) -> PythonFrames:
@@ -261,7 +262,9 @@ class PythonFrames:
         """The smallest depth any sample has (the outermost frame the thread was in at some
         point of the window), None without samples: the frames at or below it stayed
         on the stack for the whole window."""
-        return min((key[2] for key in self._key if key[2] > 0), default=None)
+        if self._lowest_depth is False:  # asked on every stackTrace of a replaying thread
+            self._lowest_depth = min((key[2] for key in self._key if key[2] > 0), default=None)
+        return self._lowest_depth
 
     def __len__(self) -> int:
         return len(self._pos)

@@ -256,7 +256,6 @@ class Capture:
 @dataclass
 class SourceBreakpoints:
     """What the client set in one source file."""
-    lines: list[int] = field(default_factory=list)
     record_ids: dict[int, dict] = field(default_factory=dict)
     """debugpy breakpoint id -> the client's breakpoint (mode record)."""
     replay: list[ReplayBreakpoint] = field(default_factory=list)
@@ -355,7 +354,7 @@ class RecordBreakpoints:
         request.raw["arguments"] = arguments
 
         def observe(response: dict) -> None:
-            entry = SourceBreakpoints(lines=[bp.get("line") for bp in asked])
+            entry = SourceBreakpoints()
             answered = (response.get("body") or {}).get("breakpoints") or []
             entry.replay = [ReplayBreakpoint(
                 result.get("id") if isinstance(result.get("id"), int) else None, path,
@@ -387,11 +386,6 @@ class RecordBreakpoints:
     def replay_breakpoints(self) -> list[ReplayBreakpoint]:
         """Every source breakpoint the client set (any mode), as replays stop at them."""
         return [bp for entry in self.sources.values() for bp in entry.replay]
-
-    def breakpoint_lines(self) -> dict[str, list[int]]:
-        """Source path -> lines of every breakpoint the client set (any mode)."""
-        return {path: [line for line in entry.lines if line] for path, entry in
-                self.sources.items()}
 
     # --- stops ----------------------------------------------------------------------------
     def _filter_event(self, raw: dict) -> bool:

@@ -98,6 +98,7 @@ def intel_pt_costs(threads: int = 16, rounds: int = 5) -> dict:
     backend, on a child process with `threads` sleeping threads. Only where
     the intel_pt PMU exists; elsewhere says why it did not run."""
     from adapter.capture import intel_pt as ipt
+    from adapter.hw import perf
     try:
         pmu, formats, caps = ipt.require_pmu()
     except ipt.IntelPtError as exc:
@@ -117,7 +118,7 @@ def intel_pt_costs(threads: int = 16, rounds: int = 5) -> dict:
             for tid in tids:
                 ev = ipt.PtEvent(ipt.perf_event_open(ipt.pt_attr(pmu, config), tid), tid,
                                  aux_pages=1024, snapshot=True)
-                ipt.ioctl(ev.fd, ipt.IOC_ENABLE)
+                ipt.ioctl(ev.fd, perf.IOC_ENABLE)
                 events.append(ev)
             setup.append((time.perf_counter() - t0) / len(tids))
             time.sleep(0.05)

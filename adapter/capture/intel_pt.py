@@ -1,9 +1,9 @@
 """The Intel PT capture backend: perf_event_open(2) on the intel_pt PMU, the
 AUX area, sideband, and the bundle.
 
-Layer: adapter.capture (a capture backend; ctypes over the perf ABI of
-include/uapi/linux/perf_event.h and perf_event_open(2)). It knows the perf
-ABI and the bundle writer, not how PT is decoded.
+Layer: adapter.capture (a capture backend over adapter.hw.perf, the one
+binding of struct perf_event_attr, perf_event_open(2) and the perf ioctls).
+It knows the perf ABI and the bundle writer, not how PT is decoded.
 
 What it does:
   * the event config from the PMU's own sysfs `format/*` strings
@@ -44,55 +44,16 @@ import time
 
 from adapter.capture import perfdata
 from adapter.hw import cpu as cpu_mod
+from adapter.hw import perf
 
-_libc = ctypes.CDLL(None, use_errno=True)
-SYS_perf_event_open = 298  # x86-64
 PAGE = mmap.PAGESIZE
 
-# ioctls (perf_event.h: _IO('$', n) = 0x2400 | n; _IOW('$', n, T) adds the size)
-IOC_ENABLE = 0x2400
-IOC_DISABLE = 0x2401
-IOC_SET_OUTPUT = 0x2405
-IOC_SET_FILTER = 0x40082406      # _IOW('$', 6, char *)
-IOC_PAUSE_OUTPUT = 0x40042409    # _IOW('$', 9, __u32)
-
-# perf_event_attr flag bits (the bitfield after read_format)
-F_DISABLED, F_INHERIT, F_EXCLUDE_KERNEL, F_EXCLUDE_HV = 1 << 0, 1 << 1, 1 << 5, 1 << 6
-F_MMAP, F_COMM, F_ENABLE_ON_EXEC, F_TASK = 1 << 8, 1 << 9, 1 << 12, 1 << 13
-F_SAMPLE_ID_ALL, F_EXCLUDE_GUEST, F_MMAP2, F_COMM_EXEC = 1 << 18, 1 << 20, 1 << 23, 1 << 24
-F_CONTEXT_SWITCH = 1 << 26
-# attr.aux_action (Linux 6.13+): bit 0 aux_start_paused, 1 aux_pause, 2 aux_resume
-AUX_START_PAUSED, AUX_PAUSE, AUX_RESUME = 1, 2, 4
-
-PERF_TYPE_SOFTWARE, PERF_TYPE_BREAKPOINT = 1, 5
-PERF_COUNT_SW_DUMMY = 9
-HW_BREAKPOINT_X = 4
 SIDEBAND_SAMPLE_TYPE = (perfdata.SAMPLE_TID | perfdata.SAMPLE_TIME | perfdata.SAMPLE_CPU |
                         perfdata.SAMPLE_IDENTIFIER)
 
 
 class IntelPtError(Exception):
     """Intel PT capture is impossible or failed; the text says why and what to do."""
-
-
-class PerfEventAttr(ctypes.Structure):
-    """struct perf_event_attr, PERF_ATTR_SIZE_VER8 (136 bytes). The bitfield
-    word is `flags` (bits above); aux_action is the word at offset 116."""
-    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32),
-                ("config", ctypes.c_uint64), ("sample_period", ctypes.c_uint64),
-                ("sample_type", ctypes.c_uint64), ("read_format", ctypes.c_uint64),
-                ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
-                ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64),
-                ("config2", ctypes.c_uint64), ("branch_sample_type", ctypes.c_uint64),
-                ("sample_regs_user", ctypes.c_uint64), ("sample_stack_user", ctypes.c_uint32),
-                ("clockid", ctypes.c_int32), ("sample_regs_intr", ctypes.c_uint64),
-                ("aux_watermark", ctypes.c_uint32), ("sample_max_stack", ctypes.c_uint16),
-                ("reserved_2", ctypes.c_uint16), ("aux_sample_size", ctypes.c_uint32),
-                ("aux_action", ctypes.c_uint32), ("sig_data", ctypes.c_uint64),
-                ("config3", ctypes.c_uint64)]
-
-
-assert ctypes.sizeof(PerfEventAttr) == 136
 
 
 # --- the config word from sysfs format strings -------------------------------------------
@@ -174,53 +135,58 @@ class PtOptions:
 
 def pt_attr(pmu_type: int, config: dict[str, int], *, start_disabled: bool = True,
             enable_on_exec: bool = False, start_paused: bool = False,
-            kernel: bool = False) -> PerfEventAttr:
+            kernel: bool = False) -> perf.PerfEventAttr:
     """The PT event's attr (user space only unless `kernel`)."""
-    a = PerfEventAttr()
+    a = perf.PerfEventAttr()
     a.type = pmu_type
-    a.size = ctypes.sizeof(PerfEventAttr)
+    a.size = perf.PERF_ATTR_SIZE_VER8
     a.config, a.config1, a.config2, a.config3 = (config["config"], config["config1"],
                                                  config["config2"], config["config3"])
-    a.flags = F_EXCLUDE_HV | F_EXCLUDE_GUEST | (0 if kernel else F_EXCLUDE_KERNEL)
-    a.flags |= F_DISABLED if start_disabled or enable_on_exec else 0
-    a.flags |= F_ENABLE_ON_EXEC if enable_on_exec else 0
-    a.aux_action = AUX_START_PAUSED if start_paused else 0
+    a.flags = (perf.FLAG_EXCLUDE_HV | perf.FLAG_EXCLUDE_GUEST
+               | (0 if kernel else perf.FLAG_EXCLUDE_KERNEL))
+    a.flags |= perf.FLAG_DISABLED if start_disabled or enable_on_exec else 0
+    a.flags |= perf.FLAG_ENABLE_ON_EXEC if enable_on_exec else 0
+    a.aux_action = perf.AUX_START_PAUSED if start_paused else 0
     return a
 
 
-def sideband_attr(enable_on_exec: bool) -> PerfEventAttr:
+def sideband_attr(enable_on_exec: bool) -> perf.PerfEventAttr:
     """A software dummy event that only produces the sideband records."""
-    a = PerfEventAttr()
-    a.type = PERF_TYPE_SOFTWARE
-    a.size = ctypes.sizeof(PerfEventAttr)
-    a.config = PERF_COUNT_SW_DUMMY
+    a = perf.PerfEventAttr()
+    a.type = perf.PERF_TYPE_SOFTWARE
+    a.size = perf.PERF_ATTR_SIZE_VER8
+    a.config = perf.PERF_COUNT_SW_DUMMY
     a.sample_type = SIDEBAND_SAMPLE_TYPE
-    a.flags = (F_MMAP | F_MMAP2 | F_COMM | F_COMM_EXEC | F_TASK | F_SAMPLE_ID_ALL |
-               F_CONTEXT_SWITCH | F_EXCLUDE_KERNEL | F_EXCLUDE_HV | F_INHERIT |
-               (F_DISABLED | F_ENABLE_ON_EXEC if enable_on_exec else 0))
+    a.flags = (perf.FLAG_MMAP | perf.FLAG_MMAP2 | perf.FLAG_COMM | perf.FLAG_COMM_EXEC
+               | perf.FLAG_TASK | perf.FLAG_SAMPLE_ID_ALL | perf.FLAG_CONTEXT_SWITCH
+               | perf.FLAG_EXCLUDE_KERNEL | perf.FLAG_EXCLUDE_HV | perf.FLAG_INHERIT
+               | (perf.FLAG_DISABLED | perf.FLAG_ENABLE_ON_EXEC if enable_on_exec else 0))
     return a
 
 
-def window_breakpoint_attr(addr: int, action: int) -> PerfEventAttr:
+def window_breakpoint_attr(addr: int, action: int) -> perf.PerfEventAttr:
     """An execute breakpoint in the PT event's group that pauses or resumes
     the trace in the kernel when `addr` runs (Linux 6.13+, aux_pause/resume)."""
-    a = PerfEventAttr()
-    a.type = PERF_TYPE_BREAKPOINT
-    a.size = ctypes.sizeof(PerfEventAttr)
-    a.bp_type = HW_BREAKPOINT_X
-    a.config1 = addr                # bp_addr
-    a.config2 = 8                   # bp_len (sizeof(long) for execute breakpoints)
+    a = perf.PerfEventAttr()
+    a.type = perf.PERF_TYPE_BREAKPOINT
+    a.size = perf.PERF_ATTR_SIZE_VER8
+    a.bp_type = perf.HW_BREAKPOINT_X
+    a.bp_addr = addr
+    a.bp_len = 8                    # sizeof(long), the kernel's only length for execute
     a.sample_period = 1
-    a.flags = F_EXCLUDE_KERNEL | F_EXCLUDE_HV
+    a.flags = perf.FLAG_EXCLUDE_KERNEL | perf.FLAG_EXCLUDE_HV
     a.aux_action = action
     return a
 
 
-def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int = -1, group_fd: int = -1,
+def perf_event_open(attr: perf.PerfEventAttr, pid: int, cpu: int = -1, group_fd: int = -1,
                     flags: int = 0) -> int:
-    fd = _libc.syscall(SYS_perf_event_open, ctypes.byref(attr), pid, cpu, group_fd, flags)
-    if fd < 0:
-        err = ctypes.get_errno()
+    """perf.perf_event_open, with a failure raised as IntelPtError saying
+    what the errno usually means for a PT, sideband or window event."""
+    try:
+        return perf.perf_event_open(attr, pid, cpu, group_fd, flags)
+    except OSError as exc:
+        err = exc.errno
         hint = {errno.EACCES: "perf_event_paranoid forbids it (see `ptdebug doctor`)",
                 errno.EPERM: "perf_event_paranoid forbids it (see `ptdebug doctor`)",
                 errno.ENOENT: "the PMU does not know this event",
@@ -229,14 +195,16 @@ def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int = -1, group_fd: int 
                               "Linux 6.13+)",
                 errno.ESRCH: "the thread is gone"}.get(err, "")
         raise IntelPtError(f"perf_event_open(type {attr.type}, pid {pid}) failed: "
-                           f"{os.strerror(err)}{'; ' + hint if hint else ''}")
-    return fd
+                           f"{os.strerror(err)}{'; ' + hint if hint else ''}") from None
 
 
 def ioctl(fd: int, request: int, arg=0) -> None:
-    if _libc.ioctl(fd, ctypes.c_ulong(request), arg) < 0:
-        err = ctypes.get_errno()
-        raise IntelPtError(f"ioctl({request:#x}) on perf event failed: {os.strerror(err)}")
+    """perf.ioctl (request one of perf.IOC_*), with a failure raised as IntelPtError."""
+    try:
+        perf.ioctl(fd, request, arg)
+    except OSError as exc:
+        raise IntelPtError(f"ioctl({request:#x}) on perf event failed: "
+                           f"{os.strerror(exc.errno)}") from None
 
 
 def set_filter(fd: int, spec: str) -> None:
@@ -245,7 +213,7 @@ def set_filter(fd: int, spec: str) -> None:
     if not re.match(r"^\s*(filter|start|stop|tracestop)\s+\S+", spec):
         raise IntelPtError(f"bad address filter {spec!r}: want 'filter|start|stop "
                            "ADDR[/SIZE][@FILE]'")
-    ioctl(fd, IOC_SET_FILTER, ctypes.c_char_p(spec.encode()))
+    ioctl(fd, perf.IOC_SET_FILTER, ctypes.c_char_p(spec.encode()))
 
 
 # --- ring buffers ------------------------------------------------------------------------
@@ -326,7 +294,7 @@ class PtEvent:
         return parse_ring_records(data)
 
     def take_snapshot(self) -> bytes:
-        ioctl(self.fd, IOC_DISABLE)
+        ioctl(self.fd, perf.IOC_DISABLE)
         data = snapshot_bytes(self.aux, self.aux_size, self.fields()["aux_head"])
         self.chunks.append(data)
         return data
@@ -426,14 +394,14 @@ def record_cli(args, log) -> dict:
                 set_filter(ev.fd, spec)
             if windows:
                 start = _address(args.start)
-                side_fds.append(perf_event_open(window_breakpoint_attr(start, AUX_RESUME),
+                side_fds.append(perf_event_open(window_breakpoint_attr(start, perf.AUX_RESUME),
                                                 tid, group_fd=ev.fd))
                 if args.until:
                     side_fds.append(perf_event_open(
-                        window_breakpoint_attr(_address(args.until), AUX_PAUSE), tid,
+                        window_breakpoint_attr(_address(args.until), perf.AUX_PAUSE), tid,
                         group_fd=ev.fd))
             if not child:
-                ioctl(ev.fd, IOC_ENABLE)
+                ioctl(ev.fd, perf.IOC_ENABLE)
         sb_fd = perf_event_open(sideband_attr(bool(child)), pid)
         side_ring = mmap.mmap(sb_fd, PAGE * 17, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         if child:
@@ -465,7 +433,7 @@ def record_cli(args, log) -> dict:
             if ev.snapshot:
                 ev.take_snapshot()
             else:
-                ioctl(ev.fd, IOC_DISABLE)
+                ioctl(ev.fd, perf.IOC_DISABLE)
                 records += ev.drain()
         raw = _take_ring(side_ring)
         side_raw += raw

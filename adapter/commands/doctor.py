@@ -21,23 +21,9 @@ import shutil
 import subprocess
 
 from adapter.hw import cpu as cpu_mod
+from adapter.hw import perf
 
-_libc = ctypes.CDLL(None, use_errno=True)
-SYS_perf_event_open = 298  # x86-64
-PERF_TYPE_BREAKPOINT = 5
-HW_BREAKPOINT_X = 4
 CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_PERFMON = 21, 19, 38  # linux/capability.h
-
-
-class _BreakpointAttr(ctypes.Structure):
-    """The head of struct perf_event_attr (PERF_ATTR_SIZE_VER1, 72 bytes) a
-    breakpoint needs (perf_event_open(2))."""
-    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32),
-                ("config", ctypes.c_uint64), ("sample_period", ctypes.c_uint64),
-                ("sample_type", ctypes.c_uint64), ("read_format", ctypes.c_uint64),
-                ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
-                ("bp_type", ctypes.c_uint32), ("bp_addr", ctypes.c_uint64),
-                ("bp_len", ctypes.c_uint64)]
 
 
 def _read(path: str) -> str | None:
@@ -53,22 +39,22 @@ def probe_breakpoints() -> dict:
     never runs): how many the hardware gives (x86 has 4 address registers,
     SDM Vol. 3B §17.2), and the errno that stopped the count."""
     target = ctypes.c_char(0)
-    attr = _BreakpointAttr()
-    attr.type = PERF_TYPE_BREAKPOINT
-    attr.size = ctypes.sizeof(_BreakpointAttr)
-    attr.bp_type = HW_BREAKPOINT_X
+    attr = perf.PerfEventAttr()
+    attr.type = perf.PERF_TYPE_BREAKPOINT
+    attr.size = perf.PERF_ATTR_SIZE_VER1  # the head a breakpoint needs
+    attr.bp_type = perf.HW_BREAKPOINT_X
     attr.bp_addr = ctypes.addressof(target)
     attr.bp_len = ctypes.sizeof(ctypes.c_long)
     attr.sample_period = 1
-    attr.flags = (1 << 0) | (1 << 5) | (1 << 6)  # disabled, exclude_kernel, exclude_hv
+    attr.flags = perf.FLAG_DISABLED | perf.FLAG_EXCLUDE_KERNEL | perf.FLAG_EXCLUDE_HV
     fds, err = [], 0
     try:
         for _ in range(5):
-            fd = _libc.syscall(SYS_perf_event_open, ctypes.byref(attr), 0, -1, -1, 0)
-            if fd < 0:
-                err = ctypes.get_errno()
+            try:
+                fds.append(perf.perf_event_open(attr, 0, flags=0))
+            except OSError as exc:
+                err = exc.errno
                 break
-            fds.append(fd)
     finally:
         for fd in fds:
             os.close(fd)

@@ -1,13 +1,17 @@
-"""A thin wrapper over the perf_event_open(2) ABI for hardware breakpoints.
+"""A thin wrapper over the perf_event_open(2) ABI, mostly for hardware breakpoints.
 
-Role: build a `struct perf_event_attr` for PERF_TYPE_BREAKPOINT, open the
-event on one thread, issue its ioctls, and read the sample records its
-mmap'd ring buffer carries. Every constant and layout here is from
-perf_event_open(2) and <linux/perf_event.h>, <linux/hw_breakpoint.h>.
+Role: the one binding of `struct perf_event_attr`, of perf_event_open(2)
+and of the perf ioctls in the adapter. It builds the attr of a
+PERF_TYPE_BREAKPOINT event, opens events on one thread, issues their
+ioctls, and reads the sample records a breakpoint's mmap'd ring buffer
+carries. Every constant and layout here is from perf_event_open(2) and
+<linux/perf_event.h>, <linux/hw_breakpoint.h>.
 
 Layer: adapter.hw, mechanism only. It does not decide which threads or
 registers a watch uses, nor what a hit means (adapter.watchpoints does);
-it does not know about ptrace or symbols. x86-64 Linux only.
+it does not know about ptrace or symbols, nor about Intel PT:
+adapter.capture.intel_pt builds its PT, sideband and window events from
+this struct and opens them here. x86-64 Linux only.
 """
 from __future__ import annotations
 
@@ -21,7 +25,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 SYS_perf_event_open = 298  # x86-64
 
+PERF_TYPE_SOFTWARE = 1
 PERF_TYPE_BREAKPOINT = 5
+PERF_COUNT_SW_DUMMY = 9  # enum perf_sw_ids: counts nothing, carries sideband records
 
 # <linux/hw_breakpoint.h>: bp_type bits and bp_len values.
 HW_BREAKPOINT_R = 1
@@ -41,19 +47,33 @@ SAMPLE_PERIOD = 1 << 8
 SAMPLE_REGS_USER = 1 << 12
 SAMPLE_IDENTIFIER = 1 << 16
 
-# perf_event_attr flag bits (the bit-field word after read_format).
+# perf_event_attr flag bits (the bit-field word after read_format, `flags` here).
 FLAG_DISABLED = 1 << 0
 FLAG_INHERIT = 1 << 1
 FLAG_EXCLUDE_KERNEL = 1 << 5
 FLAG_EXCLUDE_HV = 1 << 6
+FLAG_MMAP = 1 << 8
+FLAG_COMM = 1 << 9
+FLAG_ENABLE_ON_EXEC = 1 << 12
 FLAG_TASK = 1 << 13
 FLAG_WATERMARK = 1 << 14
 FLAG_SAMPLE_ID_ALL = 1 << 18
+FLAG_EXCLUDE_GUEST = 1 << 20
 FLAG_EXCLUDE_CALLCHAIN_KERNEL = 1 << 21
+FLAG_MMAP2 = 1 << 23
+FLAG_COMM_EXEC = 1 << 24
 FLAG_USE_CLOCKID = 1 << 25
+FLAG_CONTEXT_SWITCH = 1 << 26
 FLAG_INHERIT_THREAD = 1 << 35  # Linux 5.13+
 FLAG_REMOVE_ON_EXEC = 1 << 36  # Linux 5.13+
 FLAG_SIGTRAP = 1 << 37  # Linux 5.13+: a synchronous SIGTRAP (si_code TRAP_PERF) per overflow
+
+# perf_event_attr.aux_action bits (Linux 6.13+; the union with aux_start_paused,
+# aux_pause, aux_resume): an AUX event that starts paused, and events in its
+# group that pause or resume it when they overflow.
+AUX_START_PAUSED = 1 << 0
+AUX_PAUSE = 1 << 1
+AUX_RESUME = 1 << 2
 
 PERF_FLAG_FD_CLOEXEC = 1 << 3  # the flags argument of perf_event_open
 
@@ -61,6 +81,7 @@ PERF_FLAG_FD_CLOEXEC = 1 << 3  # the flags argument of perf_event_open
 IOC_ENABLE = 0x2400
 IOC_DISABLE = 0x2401
 IOC_SET_OUTPUT = 0x2405
+IOC_SET_FILTER = 0x40082406  # _IOW('$', 6, char *)
 IOC_ID = 0x80082407  # _IOR('$', 7, __u64 *)
 IOC_MODIFY_ATTRIBUTES = 0x4008240B  # _IOW('$', 11, struct perf_event_attr *), Linux 4.17+
 
@@ -89,28 +110,47 @@ CLOCK_MONOTONIC = 1
 PAGE_SIZE = mmap.PAGESIZE
 
 
-class PerfEventAttr(ctypes.Structure):
-    """`struct perf_event_attr` up to `sig_data` (PERF_ATTR_SIZE_VER7, 128 bytes).
+# The sizes the kernel knows struct perf_event_attr by (attr.size).
+PERF_ATTR_SIZE_VER1 = 72  # add: config2 (bp_len)
+PERF_ATTR_SIZE_VER7 = 128  # add: sig_data
+PERF_ATTR_SIZE_VER8 = 136  # add: config3 (Linux 6.3)
 
-    The union members used here are named for breakpoints: bp_addr is
-    config1's slot, bp_len config2's. The kernel accepts any size it knows.
+
+class _Config1(ctypes.Union):
+    _fields_ = [("bp_addr", ctypes.c_uint64), ("config1", ctypes.c_uint64)]
+
+
+class _Config2(ctypes.Union):
+    _fields_ = [("bp_len", ctypes.c_uint64), ("config2", ctypes.c_uint64)]
+
+
+class PerfEventAttr(ctypes.Structure):
+    """`struct perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8, 136 bytes).
+
+    The bit-field word after read_format is `flags` (FLAG_* bits), and the
+    word at offset 116 is `aux_action` (AUX_* bits; __reserved_3 before
+    Linux 6.13). bp_addr/config1 and bp_len/config2 are the anonymous unions
+    of the header. A caller sets `size` to the version it fills in: the
+    kernel reads that many bytes, and refuses (E2BIG) a size beyond the ones
+    it knows only if the bytes past them are not zero.
     """
+    _anonymous_ = ("_config1", "_config2")
     _fields_ = [
         ("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
         ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
         ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64),
         ("wakeup_events", ctypes.c_uint32), ("bp_type", ctypes.c_uint32),
-        ("bp_addr", ctypes.c_uint64), ("bp_len", ctypes.c_uint64),
+        ("_config1", _Config1), ("_config2", _Config2),
         ("branch_sample_type", ctypes.c_uint64), ("sample_regs_user", ctypes.c_uint64),
         ("sample_stack_user", ctypes.c_uint32), ("clockid", ctypes.c_int32),
         ("sample_regs_intr", ctypes.c_uint64), ("aux_watermark", ctypes.c_uint32),
         ("sample_max_stack", ctypes.c_uint16), ("_reserved_2", ctypes.c_uint16),
-        ("aux_sample_size", ctypes.c_uint32), ("_reserved_3", ctypes.c_uint32),
-        ("sig_data", ctypes.c_uint64),
+        ("aux_sample_size", ctypes.c_uint32), ("aux_action", ctypes.c_uint32),
+        ("sig_data", ctypes.c_uint64), ("config3", ctypes.c_uint64),
     ]
 
 
-assert ctypes.sizeof(PerfEventAttr) == 128
+assert ctypes.sizeof(PerfEventAttr) == PERF_ATTR_SIZE_VER8
 
 
 SAMPLE_TYPE = (SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR
@@ -139,7 +179,7 @@ def breakpoint_attr(address: int, length: int, bp_type: int, *, inherit: bool = 
     """
     attr = PerfEventAttr()
     attr.type = PERF_TYPE_BREAKPOINT
-    attr.size = ctypes.sizeof(PerfEventAttr)
+    attr.size = PERF_ATTR_SIZE_VER7  # no breakpoint field lies past sig_data
     attr.bp_type = bp_type
     attr.bp_addr = address
     attr.bp_len = length
@@ -172,7 +212,7 @@ def exec_trap_attr(address: int) -> PerfEventAttr:
     is the kernel's until the fd is closed, and no longer."""
     attr = PerfEventAttr()
     attr.type = PERF_TYPE_BREAKPOINT
-    attr.size = ctypes.sizeof(PerfEventAttr)
+    attr.size = PERF_ATTR_SIZE_VER7
     attr.bp_type = HW_BREAKPOINT_X
     attr.bp_addr = address
     attr.bp_len = ctypes.sizeof(ctypes.c_long)  # the kernel's only length for X
@@ -183,23 +223,26 @@ def exec_trap_attr(address: int) -> PerfEventAttr:
 
 def perf_event_open(attr: PerfEventAttr, tid: int, cpu: int = -1, group_fd: int = -1,
                     flags: int = PERF_FLAG_FD_CLOEXEC) -> int:
-    """perf_event_open(2) on one thread (`tid` > 0, cpu -1): the new fd.
+    """perf_event_open(2) on one thread (`tid` > 0, cpu -1) or process: the new fd.
 
-    Raises OSError with the errno the kernel gave: ENOSPC when the thread's
-    four debug registers are taken, EINVAL for a type/length/alignment the
-    architecture refuses, ESRCH for a thread that is gone, EACCES/EPERM when
-    the caller may not inspect the thread (ptrace access mode, perf_event_paranoid).
+    Raises OSError with the errno the kernel gave. For a breakpoint: ENOSPC
+    when the thread's four debug registers are taken, EINVAL for a
+    type/length/alignment the architecture refuses, ESRCH for a thread that
+    is gone, EACCES/EPERM when the caller may not inspect the thread (ptrace
+    access mode, perf_event_paranoid).
     """
     fd = _libc.syscall(SYS_perf_event_open, ctypes.byref(attr), ctypes.c_int(tid),
                        ctypes.c_int(cpu), ctypes.c_int(group_fd), ctypes.c_ulong(flags))
     if fd < 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"perf_event_open(breakpoint {attr.bp_addr:#x}/{attr.bp_len}, "
-                           f"tid {tid}): {os.strerror(err)}")
+        what = (f"breakpoint {attr.bp_addr:#x}/{attr.bp_len}" if attr.type == PERF_TYPE_BREAKPOINT
+                else f"type {attr.type}")
+        raise OSError(err, f"perf_event_open({what}, tid {tid}): {os.strerror(err)}")
     return fd
 
 
-def _ioctl(fd: int, request: int, arg) -> int:
+def ioctl(fd: int, request: int, arg) -> int:
+    """ioctl(2) on a perf fd (one of IOC_*): its result. Raises OSError with the errno."""
     res = _libc.ioctl(ctypes.c_int(fd), ctypes.c_ulong(request), arg)
     if res < 0:
         err = ctypes.get_errno()
@@ -208,11 +251,11 @@ def _ioctl(fd: int, request: int, arg) -> int:
 
 
 def enable(fd: int) -> None:
-    _ioctl(fd, IOC_ENABLE, ctypes.c_ulong(0))
+    ioctl(fd, IOC_ENABLE, ctypes.c_ulong(0))
 
 
 def disable(fd: int) -> None:
-    _ioctl(fd, IOC_DISABLE, ctypes.c_ulong(0))
+    ioctl(fd, IOC_DISABLE, ctypes.c_ulong(0))
 
 
 def set_output(fd: int, target_fd: int) -> None:
@@ -220,19 +263,19 @@ def set_output(fd: int, target_fd: int) -> None:
 
     The kernel allows it only between events of the same task and CPU.
     """
-    _ioctl(fd, IOC_SET_OUTPUT, ctypes.c_ulong(target_fd))
+    ioctl(fd, IOC_SET_OUTPUT, ctypes.c_ulong(target_fd))
 
 
 def modify_attributes(fd: int, attr: PerfEventAttr) -> None:
     """PERF_EVENT_IOC_MODIFY_ATTRIBUTES: move a breakpoint event (only
     breakpoints support it) to attr.bp_addr/bp_type/bp_len; keeps its slot."""
-    _ioctl(fd, IOC_MODIFY_ATTRIBUTES, ctypes.byref(attr))
+    ioctl(fd, IOC_MODIFY_ATTRIBUTES, ctypes.byref(attr))
 
 
 def event_id(fd: int) -> int:
     """PERF_EVENT_IOC_ID: the id that PERF_SAMPLE_IDENTIFIER puts in each sample."""
     out = ctypes.c_uint64(0)
-    _ioctl(fd, IOC_ID, ctypes.byref(out))
+    ioctl(fd, IOC_ID, ctypes.byref(out))
     return out.value
 
 

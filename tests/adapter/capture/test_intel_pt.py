@@ -16,6 +16,7 @@ import pytest
 from adapter.capture import intel_pt as ipt
 from adapter.capture.bundle import BundleWriter
 from adapter.hw import cpu as cpu_mod
+from adapter.hw import perf
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -68,20 +69,34 @@ def test_unknown_term_and_missing_capability():
 
 
 def test_attr_layout_matches_the_uapi_offsets():
-    assert ctypes.sizeof(ipt.PerfEventAttr) == 136                     # PERF_ATTR_SIZE_VER8
-    assert ipt.PerfEventAttr.flags.offset == 40
-    assert ipt.PerfEventAttr.config1.offset == 56                      # bp_addr
-    assert ipt.PerfEventAttr.aux_watermark.offset == 104
-    assert ipt.PerfEventAttr.aux_action.offset == 116
-    a = ipt.pt_attr(8, {"config": 0x401, "config1": 0, "config2": 0, "config3": 0},
+    """The fields the PT, sideband and window attrs set, in adapter.hw.perf's struct, at
+    their offsets in include/uapi/linux/perf_event.h; the flag and aux_action bits too."""
+    attr = perf.PerfEventAttr
+    assert ctypes.sizeof(attr) == 136                                  # PERF_ATTR_SIZE_VER8
+    assert (attr.type.offset, attr.size.offset, attr.config.offset) == (0, 4, 8)
+    assert (attr.sample_period.offset, attr.sample_type.offset, attr.flags.offset) == \
+        (16, 24, 40)
+    assert (attr.bp_type.offset, attr.config1.offset, attr.bp_addr.offset) == (52, 56, 56)
+    assert (attr.config2.offset, attr.bp_len.offset) == (64, 64)
+    assert (attr.aux_watermark.offset, attr.aux_action.offset, attr.config3.offset) == \
+        (104, 116, 128)
+    a = ipt.pt_attr(8, {"config": 0x401, "config1": 0x11, "config2": 0x22, "config3": 0x33},
                     enable_on_exec=True, start_paused=True)
     raw = bytes(a)
-    assert struct.unpack_from("<II", raw) == (8, 136)
+    assert struct.unpack_from("<IIQ", raw) == (8, 136, 0x401)
+    assert struct.unpack_from("<QQ", raw, 56) + struct.unpack_from("<Q", raw, 128) == \
+        (0x11, 0x22, 0x33)
     flags = struct.unpack_from("<Q", raw, 40)[0]
-    assert flags & ipt.F_EXCLUDE_KERNEL and flags & ipt.F_ENABLE_ON_EXEC and flags & 1
-    assert struct.unpack_from("<I", raw, 116)[0] == ipt.AUX_START_PAUSED
-    bp = ipt.window_breakpoint_attr(0x401000, ipt.AUX_RESUME)
-    assert (bp.type, bp.bp_type, bp.config1, bp.aux_action) == (5, 4, 0x401000, 4)
+    # disabled 0, exclude_kernel 5, exclude_hv 6, enable_on_exec 12, exclude_guest 20
+    assert flags == (1 << 0) | (1 << 5) | (1 << 6) | (1 << 12) | (1 << 20)
+    assert struct.unpack_from("<I", raw, 116)[0] == perf.AUX_START_PAUSED == 1
+    side = struct.unpack_from("<Q", bytes(ipt.sideband_attr(False)), 40)[0]
+    # inherit 1, exclude_kernel 5, exclude_hv 6, mmap 8, comm 9, task 13, sample_id_all 18,
+    # mmap2 23, comm_exec 24, context_switch 26
+    assert side == sum(1 << b for b in (1, 5, 6, 8, 9, 13, 18, 23, 24, 26))
+    bp = ipt.window_breakpoint_attr(0x401000, perf.AUX_RESUME)
+    assert (bp.type, bp.size, bp.bp_type, bp.bp_addr, bp.bp_len, bp.aux_action) == \
+        (5, 136, 4, 0x401000, 8, 4)                                   # aux_resume is bit 2
 
 
 def test_ring_copy_wraps_and_drops_overwritten_bytes():

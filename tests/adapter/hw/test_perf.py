@@ -31,13 +31,34 @@ def _open(addr, length, bp_type, cpu=-1, inherit=False):
                                 os.getpid(), cpu)
 
 
-def test_attr_layout_matches_perf_event_attr_ver7():
-    assert ctypes.sizeof(perf.PerfEventAttr) == 128
-    assert perf.PerfEventAttr.bp_type.offset == 52
-    assert perf.PerfEventAttr.bp_addr.offset == 56
-    assert perf.PerfEventAttr.sample_regs_user.offset == 80
-    assert perf.PerfEventAttr.clockid.offset == 92
-    assert perf.PerfEventAttr.sample_max_stack.offset == 108
+# offsetof(struct perf_event_attr, ...) in include/uapi/linux/perf_event.h (x86-64,
+# Linux 6.13+: aux_action took __reserved_3's word; config3 came in 6.3).
+ATTR_OFFSETS = {
+    "type": 0, "size": 4, "config": 8, "sample_period": 16, "sample_type": 24,
+    "read_format": 32, "flags": 40, "wakeup_events": 48, "bp_type": 52,
+    "bp_addr": 56, "config1": 56, "bp_len": 64, "config2": 64, "branch_sample_type": 72,
+    "sample_regs_user": 80, "sample_stack_user": 88, "clockid": 92, "sample_regs_intr": 96,
+    "aux_watermark": 104, "sample_max_stack": 108, "aux_sample_size": 112,
+    "aux_action": 116, "sig_data": 120, "config3": 128,
+}
+
+
+def test_attr_layout_matches_perf_event_attr_ver8():
+    assert ctypes.sizeof(perf.PerfEventAttr) == perf.PERF_ATTR_SIZE_VER8 == 136
+    got = {name: getattr(perf.PerfEventAttr, name).offset for name in ATTR_OFFSETS}
+    assert got == ATTR_OFFSETS
+    a = perf.PerfEventAttr()
+    a.config1 = 0x1234
+    a.config2 = 8
+    assert (a.bp_addr, a.bp_len) == (0x1234, 8)     # the header's unions
+
+
+def test_breakpoint_attrs_are_opened_as_ver7():
+    """Breakpoints pass the 128 bytes up to sig_data, as they always have."""
+    for attr in (perf.breakpoint_attr(0x1000, 8, perf.HW_BREAKPOINT_W),
+                 perf.exec_trap_attr(0x1000)):
+        assert attr.size == perf.PERF_ATTR_SIZE_VER7 == 128
+        assert not any(bytes(attr)[128:])
 
 
 @pytest.mark.parametrize("what,offset,length,bp_type,err", [

@@ -131,7 +131,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    wait_for_exit: bool = True, breakpoints: str = "auto",
                    output_fd: int | None = None, max_instructions: int = 50_000_000,
                    log=lambda msg: None, on_attached=None,
-                   before_release=None, python: str = "off",
+                   before_release=None, python: str = "off", python_lines=None,
                    stage=lambda name: None, release_first: bool = False) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
@@ -148,7 +148,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     otherwise it is let go to run on, and waited for when `wait_for_exit` (on failure the
     caller waits, through RecordFailed.program). `python`: "auto" writes Python frame samples
     (adapter/python/frame_probe.py) when the target runs CPython, "on" requires it, "off"
-    never (a `ptw_probe` given wins). `stage(name)` is called as each step ends (the DAP
+    never (a `ptw_probe` given wins); `python_lines` (frame_probe.LineStops): Python lines at
+    which the window closes or that it watches, with the probe. `stage(name)` is called as each step ends (the DAP
     recorder times them in the adapter's log). `release_first`: the target is let go as soon
     as the window has closed, and only then are its mappings read into the bundle and the
     path encoded (both take hundreds of milliseconds, which a thread held by a DAP record
@@ -216,6 +217,11 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if python != "off" and ptw_probe is None:
             python_probe = _python_probe(target.pid, python == "on", log)
             ptw_probe = python_probe
+            if python_probe is not None and python_lines is not None:
+                python_probe.watch_lines(python_lines)
+            elif python_lines is not None and (python_lines.close or python_lines.watch):
+                log("the window does not watch the Python breakpoints' lines (no probe); "
+                    "only the debugger's stops close it")
         go_window = None
         if ptw_probe is None:  # a Go program: its goroutine kept on the thread, ids recorded
             from adapter.golang.recording import GoWindow

@@ -53,6 +53,21 @@ class RecordError(Exception):
     """Recording could not start or went wrong; the text says what and why."""
 
 
+class EndRequest:
+    """A request from outside the loop to close the window before the next instruction the
+    recorder looks at: from a signal handler (the DAP session saw the thread stop in its
+    debugger) or from the Python probe (the thread reached a breakpoint's line). The window
+    it closes is complete, not partial: it ended where the user's debugger took over. The
+    first reason given wins."""
+
+    def __init__(self):
+        self.reason: str | None = None
+
+    def end(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
 @dataclasses.dataclass
 class EndCondition:
     """When a recording stops (the first that holds wins)."""
@@ -62,6 +77,7 @@ class EndCondition:
     until_return: bool = False        # when the trigger function returns
     duration_ms: float | None = None  # after this long (checked at stops and by a watchdog)
     stop_at: frozenset = frozenset()  # before executing any of these (a debugger's breakpoints)
+    request: EndRequest | None = None  # when asked (checked at stops and by the watchdog)
 
 
 @dataclasses.dataclass
@@ -518,6 +534,17 @@ class ThreadRecorder:
             if deadline is not None and time.monotonic_ns() >= deadline:
                 return self._finish(f"recorded for {end.duration_ms:g} ms", pos)
             self._stamp(regs)
+            if end.request is not None and end.request.reason is not None:
+                # asked to close here (the probe may have just asked, at this stop): a sample
+                # taken now says what the last instruction recorded left standing (the
+                # Python line the thread has reached), and describes it
+                if rec.ptw and rec.ptw[-1][0] == len(ips):
+                    _, value = rec.ptw.pop()
+                    if rec.ptw and rec.ptw[-1][0] == len(ips) - 1:
+                        rec.ptw.pop()
+                    if ips:
+                        rec.ptw.append((len(ips) - 1, value))
+                return self._finish(end.request.reason, pos)
             # forget calls whose frames are gone (a longjmp, a Go stack switch)
             while shadow and shadow[-1].slot is not None and shadow[-1].slot < regs.rsp:
                 shadow.pop()
@@ -681,6 +708,11 @@ class ThreadRecorder:
                 if deadline is not None and time.monotonic_ns() >= deadline:
                     rec.ips.extend(walk.ips[:where])
                     self._finish(f"recorded for {self.end.duration_ms:g} ms", regs.rip)
+                    return "gone"
+                request = self.end.request
+                if request is not None and request.reason is not None:
+                    rec.ips.extend(walk.ips[:where])
+                    self._finish(request.reason, regs.rip)
                     return "gone"
                 self._cont()
                 continue

@@ -45,7 +45,7 @@ def main():
     for request_id in range(1, rounds + 1):
         slot = request_id % SLOTS
         tokens = float(request_id % 5)
-        handle(lib, request_id, slot, tokens)
+        handle(lib, request_id, slot, tokens)  # @serve
         served += 1
         time.sleep(0.01)
     stop.set()

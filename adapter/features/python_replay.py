@@ -103,9 +103,11 @@ def merged_stack(capture, position: int, limit: int,
     """The merged stack at `position`, innermost first (module docstring); None where no
     Python frame ran (the caller shows the native stack). `live_below`: the capture is of a
     live program whose stack the caller shows below this one, so the Python frames that stayed
-    on the stack for the whole window (lowest_depth) are left to the live stack: shown twice
-    they were, recorded frames a user cannot evaluate in, with debugpy's own runner frames
-    among them that its live stack hides."""
+    on the stack for the whole window under the innermost of them (lowest_depth) are left to
+    the live stack: shown twice they were, recorded frames a user cannot evaluate in, with
+    debugpy's own runner frames among them that its live stack hides. The innermost of them
+    stays, recorded: its line moved in the window (the caller drops its live twin,
+    `below_live_twin`)."""
     history = python_history(capture)
     if history is None:
         return None
@@ -115,7 +117,7 @@ def merged_stack(capture, position: int, limit: int,
     if live_below:
         lowest = history.python.lowest_depth()
         if lowest is not None:
-            stack = [f for f in stack if f is not None and f.depth > lowest]
+            stack = [f for f in stack if f is not None and f.depth >= lowest]
     out: list[StackEntry] = []
     native = position
     while native is not None and len(out) < limit:
@@ -131,6 +133,25 @@ def merged_stack(capture, position: int, limit: int,
     return out
 
 
+def below_live_twin(merged: list[StackEntry], live: list[dict]) -> list[dict]:
+    """The live DAP frames to show under merged_stack(live_below=True): those under the live
+    frame of the innermost frame that stayed on the stack (merged's outermost: the same
+    function, in the same file, the first from the top); every live frame above it ran after
+    the replay position. All of them when it is not found (the merged stack then drops it)."""
+    stayed = merged[-1].python if merged else None
+    if stayed is not None and stayed.filename:
+        path = os.path.realpath(stayed.filename)
+        short = stayed.qualname.rsplit(".", 1)[-1]
+        for k, frame in enumerate(live):
+            source = (frame.get("source") or {}).get("path") or ""
+            if frame.get("name") in (stayed.qualname, short) and source and \
+                    os.path.realpath(source) == path:
+                return live[k + 1:]
+    if stayed is not None:
+        merged.pop()  # not found in the live stack: the live frames stand for it
+    return live
+
+
 def frame_name(frame) -> str:
     if frame is None:
         return "[python frame not recorded]"
@@ -138,9 +159,27 @@ def frame_name(frame) -> str:
 
 
 # --- steps ----------------------------------------------------------------------------------
+LANDING_SCAN = 4096
+"""Instructions a line step looks through for the interpreter loop (_landing)."""
+
+
 def step_back(capture, position: int):
     """History.Step: back by Python line, into callees (module docstring)."""
-    return python_history(capture).prev_python_line(position)
+    return _landing(capture, python_history(capture).prev_python_line(position))
+
+
+def _landing(capture, step):
+    """`step` moved to the first instruction of its line run that the interpreter loop runs,
+    within LANDING_SCAN instructions: a run that begins in the C returning from a callee (the
+    callee's frame being cleared) then shows its Python line on top, not that C."""
+    if step is None or step.reason != "found":
+        return step
+    history = python_history(capture)
+    end = history.python.next_line_change(step.position) or len(history)
+    for position in range(step.position, min(end, step.position + LANDING_SCAN)):
+        if is_interpreter(capture.function(history.ip(position))[0]):
+            return step._replace(position=position)
+    return step
 
 
 def step_forward(capture, position: int, over_calls: bool):

@@ -260,6 +260,9 @@ class SourceBreakpoints:
     """debugpy breakpoint id -> the client's breakpoint (mode record)."""
     replay: list[ReplayBreakpoint] = field(default_factory=list)
     """Every one of them (any mode) as a replay stops at it: id, line, conditions."""
+    stops: list[tuple[int, str]] = field(default_factory=list)
+    """(line, condition) of those that stop the program (mode normal, no logMessage,
+    verified), at the line the debugger put them: a record window closes at them."""
 
 
 class RecordBreakpoints:
@@ -362,6 +365,10 @@ class RecordBreakpoints:
                 for bp, result in zip(asked, answered + [{}] * (len(asked) - len(answered)))
                 if isinstance(bp.get("line"), int) and bp.get("line") > 0]
             for bp, mode, result in zip(asked, modes, answered):
+                if mode != RECORD_MODE and not bp.get("logMessage") and result.get("verified"):
+                    line = result.get("line") or bp.get("line")
+                    if isinstance(line, int):
+                        entry.stops.append((line, str(bp.get("condition") or "")))
                 if (mode == RECORD_MODE and result.get("id") is not None
                         and backend.name in RECORDING_BACKENDS):
                     entry.record_ids[result["id"]] = bp
@@ -399,6 +406,13 @@ class RecordBreakpoints:
         record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
                        all(self._record_breakpoint([i]) is not None for i in ids))
         with self._phase_lock:
+            if (self._recording_thread is not None and self._child is not None
+                    and body.get("threadId") == self._recording_thread
+                    and self.session.backend.name == "debugpy"):
+                # debugpy stopped the thread being recorded (a breakpoint the window did not
+                # see coming, an exception): the rest of the window would record it waiting
+                # in debugpy, so it closes now; the stop is shown once the capture is kept
+                self._child.end_window()
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
@@ -495,6 +509,8 @@ class RecordBreakpoints:
         """Where the recorder left it spinning when the window closed (Go)."""
         handed_over = False
         kept = False
+        python_lines = None
+        """debugpy: the Python lines the window closes at or watches (_python_window_lines)."""
         stops: dict = {}
         """Go: address -> WindowStop, the user's breakpoints that close the window."""
         unwatched: dict = {}
@@ -548,6 +564,8 @@ class RecordBreakpoints:
                 tid = self._native_id(thread_id)
                 steps.mark("OS thread id asked of debugpy")
                 window = dataclasses.replace(window, until=self._native_position(window))
+                python_lines = self._python_window_lines(thread_id)
+                steps.mark("breakpoints in the window listed")
 
             def take_back() -> None:
                 # as soon as the recorder is done, before decoding: the program is whole again
@@ -572,7 +590,8 @@ class RecordBreakpoints:
                                    parked=parked[0] if parked else None,
                                    parked_at_end=parked_at_end,
                                    recorded=take_back if parked else None, stop_at=stops,
-                                   clock=steps, target_released=target_released)
+                                   python_lines=python_lines, clock=steps,
+                                   target_released=target_released)
             self._tell_unwatched(capture, unwatched)
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
@@ -637,6 +656,71 @@ class RecordBreakpoints:
                     f"`{stop.condition}` was false when the window opened, and no debugger "
                     "can evaluate it while Delve is away\n"})
 
+    def _python_window_lines(self, thread_id: int) -> dict:
+        """debugpy: the lines of the user's breakpoints that close the window when the
+        recorded thread reaches them (debugpy then evaluates the breakpoint at full speed and
+        stops), and those it only watches: a condition is evaluated by debugpy in the stopped
+        thread's top frame as the window opens; false there, its line is watched, and passing
+        it is told after the capture (nobody can evaluate it while the thread is recorded);
+        true or not evaluable there, it closes the window (debugpy decides at the line)."""
+        close, watch, conditions = set(), set(), {}
+        conditional = []
+        for path, entry in self.sources.items():
+            real = os.path.realpath(path)
+            for line, condition in entry.stops:
+                if condition:
+                    conditional.append(((real, line), condition))
+                else:
+                    close.add((real, line))
+        frame_id = None
+        if conditional:
+            backend = self.session.backend
+            frames = backend.request("stackTrace", {"threadId": thread_id, "levels": 1},
+                                     timeout=10)
+            stack = (frames.raw.get("body") or {}).get("stackFrames") or []
+            frame_id = stack[0]["id"] if frames.success and stack else None
+        for where, condition in conditional:
+            value = None
+            if frame_id is not None:
+                answer = self.session.backend.request("evaluate", {
+                    "expression": f"bool(({condition}\n))", "frameId": frame_id,
+                    "context": "watch"}, timeout=10)
+                if answer.success:
+                    value = (answer.raw.get("body") or {}).get("result")
+            if value == "False":
+                watch.add(where)
+                conditions[f"{where[0]}:{where[1]}"] = condition
+            else:
+                close.add(where)
+        return {"close": sorted(close), "watch": sorted(watch - close),
+                "conditions": conditions}
+
+    def _tell_python_window(self, number: int, result: dict, python_lines: dict) -> str | None:
+        """After a debugpy capture: say where the window closed early, and which conditional
+        breakpoints the thread passed unobserved. Returns the capture's end reason when a
+        breakpoint or a debugger stop closed it."""
+        say = self.session.client.send_event
+        for path, line in result.get("python_passed") or ():
+            condition = python_lines["conditions"].get(f"{path}:{line}", "")
+            say("output", {"category": "important", "output":
+                f"ptdebug: in capture {number} the recorded thread passed the breakpoint at "
+                f"{path}:{line} without stopping: its condition `{condition}` was false when "
+                "the window opened, and debugpy cannot evaluate it while the thread is "
+                "recorded\n"})
+        if result.get("python_stop"):
+            where = result["python_stop"]
+            say("output", {"category": "console", "output":
+                f"ptdebug: capture {number} closed early at the breakpoint at {where}, which "
+                "the recorded thread reached in the window; debugpy stops there if its "
+                "condition holds\n"})
+            return f"the thread reached the breakpoint at {where}"
+        if result.get("debugger_stopped"):
+            say("output", {"category": "console", "output":
+                f"ptdebug: capture {number} closed early: debugpy stopped the recorded thread "
+                "in the window\n"})
+            return "debugpy stopped the thread in the window"
+        return None
+
     def _record_lines(self) -> set[tuple[str, int]]:
         """(path, line) of every record breakpoint the client set."""
         return {(path, bp.get("line")) for path, entry in self.sources.items()
@@ -693,14 +777,15 @@ class RecordBreakpoints:
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
                 release, parked: Parked | None = None,
                 parked_at_end: list | None = None, recorded=None,
-                stop_at: dict | None = None, clock: StepClock | None = None,
-                target_released=None) -> Capture:
+                stop_at: dict | None = None, python_lines: dict | None = None,
+                clock: StepClock | None = None, target_released=None) -> Capture:
         """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
         Python runs only on a main thread); `release()` once the child holds the thread.
         With `parked` (Go: no debugger holds the program), the child unparks the thread when it
         holds it and parks it again where the window closed: that Parked goes into
         `parked_at_end`. `recorded()` runs once the child has ended, before the decoding.
-        `stop_at` (Go): address -> WindowStop where the window closes before its end."""
+        `stop_at` (Go): address -> WindowStop where the window closes before its end.
+        `python_lines` (debugpy): _python_window_lines."""
         from adapter.export.trace import DecodedBundle, TraceError
         with self._phase_lock:  # captures may overlap (one decoded, the next recorded)
             number = max(len(self.captures) + 1, self._next_number)
@@ -715,7 +800,8 @@ class RecordBreakpoints:
                 # a debugpy session's captures name the Python frames and lines that ran
                 # (adapter/python/frame_probe.py; "auto": not for an interpreter whose
                 # layout ptdebug does not know, which the log says)
-                "python": "auto" if self.session.backend.name == "debugpy" else "off"}
+                "python": "auto" if self.session.backend.name == "debugpy" else "off",
+                "python_lines": python_lines}
         clock = clock or StepClock(f"capture {number}")
         try:  # a warm recorder process (adapter/features/recorder_worker.py)
             worker = self._workers.take()
@@ -778,6 +864,9 @@ class RecordBreakpoints:
         clock.mark("images copied into the bundle")
         capture = Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                           result.get("end_reason", ""), result.get("partial_reason"))
+        if python_lines is not None:
+            capture.end_reason = (self._tell_python_window(number, result, python_lines)
+                                  or capture.end_reason)
         stop = (stop_at or {}).get(result.get("stopped_at"))
         if stop is not None:
             capture.end_reason = f"the thread reached the breakpoint at {stop.where}"
@@ -933,6 +1022,18 @@ def _say(*parts) -> None:
         ADAPTER_GONE.append(True)
 
 
+WINDOW_END_REQUESTS: list = []
+"""The EndRequest of the recording in progress in this recorder process (at most one)."""
+DEBUGGER_STOPPED = "the debugger stopped the thread in the window"
+
+
+def end_window_now() -> None:
+    """The recorder process's SIGUSR1 handler (RecorderWorker.end_window): close the window in
+    progress, complete, where the thread stands (the adapter saw the debugger stop it)."""
+    for request in WINDOW_END_REQUESTS:
+        request.end(DEBUGGER_STOPPED)
+
+
 def _record_worker(spec_text: str) -> int:
     """The child process of `_record`: one stepper recording of a thread into a bundle. Prints
     `attached` once the thread is held, then one JSON line: the result or {"error": text}."""
@@ -940,6 +1041,13 @@ def _record_worker(spec_text: str) -> int:
     spec = json.loads(spec_text)
     from adapter.capture import stepper
     stepper.OTHER_BREAKPOINT_SLOTS = int(spec.get("held_slots") or 0)  # data breakpoints'
+    request = stepper.EndRequest()
+    python_lines = None
+    if spec.get("python_lines"):
+        from adapter.python.frame_probe import LineStops
+        lines = spec["python_lines"]
+        python_lines = LineStops(frozenset(map(tuple, lines["close"])),
+                                 frozenset(map(tuple, lines["watch"])), request)
     window = RecordWindow(**spec["window"])
     tid = spec["tid"]
     probe = None
@@ -969,12 +1077,14 @@ def _record_worker(spec_text: str) -> int:
             # held where the window closed until the debugger is back (_capture unparks it)
             _say("parked", json.dumps(park(_tgid(thread), ip).to_json()))
 
+    WINDOW_END_REQUESTS[:] = [request]
     try:
         result = record_stepper(spec["output"], tid=tid, start=window.function,
-                                end=dataclasses.replace(window.end_condition(), stop_at=stop_at),
+                                end=dataclasses.replace(window.end_condition(), stop_at=stop_at,
+                                                        request=request),
                                 trigger_timeout=window.timeout,
                                 copy_images=False, breakpoints="dr", ptw_probe=probe,
-                                python=spec.get("python") or "off",
+                                python=spec.get("python") or "off", python_lines=python_lines,
                                 on_attached=attached, before_release=before_release,
                                 stage=lambda name: _say("stage", time.monotonic(), name),
                                 release_first=True,
@@ -982,10 +1092,15 @@ def _record_worker(spec_text: str) -> int:
     except RecordFailed as exc:
         _say(json.dumps({"error": str(exc)}))
         return 1
+    finally:
+        WINDOW_END_REQUESTS.clear()
     stats = result.manifest.get("stats") or {}
     _say(json.dumps({"end_reason": stats.get("end_reason", ""),
                       "partial_reason": result.manifest.get("partial_reason"),
-                      "stopped_at": stopped_at[0] if stopped_at else None}))
+                      "stopped_at": stopped_at[0] if stopped_at else None,
+                      "python_stop": python_lines.reached if python_lines else None,
+                      "debugger_stopped": request.reason == DEBUGGER_STOPPED,
+                      "python_passed": sorted(python_lines.passed) if python_lines else []}))
     return 0
 
 

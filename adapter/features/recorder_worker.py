@@ -9,7 +9,8 @@ line on its stdin and records each on its main thread (the stepper's watchdog is
 handler, which Python runs only there) with record_breakpoints._record_worker, which prints
 `attached`, `stage T NAME` lines and one JSON result line. The worker ends when its stdin
 closes (the session ended, or the adapter died: a recording in progress is finished and its
-bundle written first), on SIGINT (a recording in progress ends early, partial, and the worker
+bundle written first); SIGUSR1 closes the window in progress where the thread stands (the
+debugger stopped it: complete, and the worker stays warm); on SIGINT (a recording in progress ends early, partial, and the worker
 exits after writing its result: a stopped recorder is never reused), or when it is killed (the
 kernel then detaches the thread it traced; record_stepper holds the thread only while tracing
 it and writes no byte outside INT3 mode, which DAP captures do not use).
@@ -102,6 +103,13 @@ class RecorderWorker:
         if code is not None and code < 0:
             return f"the recorder process was ended by signal {-code} ({signal.Signals(-code).name})"
         return f"the recorder exited with {code}"
+
+    def end_window(self) -> None:
+        """Close the window in progress where the thread stands, complete (SIGUSR1: the
+        debugger stopped the recorded thread, so the rest would record it waiting); the
+        worker stays usable. Nothing happens between recordings."""
+        if self.alive():
+            self.process.send_signal(signal.SIGUSR1)
 
     def stop(self) -> None:
         """End a recording early (SIGINT: the stepper stops, clears the debug registers and
@@ -228,6 +236,8 @@ def _serve() -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_interrupt)
+    # set before `ready`: a worker is given recordings only once ready
+    signal.signal(signal.SIGUSR1, lambda signum, frame: record_breakpoints.end_window_now())
     try:
         print("ready", flush=True)
         for line in sys.stdin:

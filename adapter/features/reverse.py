@@ -335,8 +335,17 @@ class Reverse:
         capture, history = replay.capture, replay.capture.history
         frames = []
         position = replay.position
+        live_below = capture.replay_from is None
         merged = python_replay.merged_stack(capture, position, MAX_FRAMES,
-                                            live_below=capture.replay_from is None)
+                                            live_below=live_below)
+        live_frames = []
+        if live_below:  # the live frames below the recorded ones
+            live = self.session.backend.request("stackTrace", {"threadId": thread_id,
+                                                               "levels": MAX_FRAMES}, timeout=10)
+            if live.success:
+                live_frames = (live.raw.get("body") or {}).get("stackFrames") or []
+            if merged is not None:
+                live_frames = python_replay.below_live_twin(merged, live_frames)
         if merged is not None:  # a Python capture: Python frames in place of the interpreter
             frames = [self._frame(thread_id, capture, entry.position) if entry.python is None
                       else self._python_frame(thread_id, capture, entry) for entry in merged]
@@ -344,11 +353,7 @@ class Reverse:
         while position is not None and len(frames) < MAX_FRAMES:
             frames.append(self._frame(thread_id, capture, position))
             position = history.caller(position)
-        if capture.replay_from is None:  # the live frames below the recorded ones
-            live = self.session.backend.request("stackTrace", {"threadId": thread_id,
-                                                               "levels": MAX_FRAMES}, timeout=10)
-            if live.success:
-                frames.extend((live.raw.get("body") or {}).get("stackFrames") or [])
+        frames.extend(live_frames)
         start = arguments.get("startFrame") or 0
         levels = arguments.get("levels") or 0
         shown = frames[start:start + levels] if levels else frames[start:]

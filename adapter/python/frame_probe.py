@@ -29,6 +29,9 @@ the kernel pins each remote page either way). docs/PERFORMANCE.md has the measur
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
+
 from adapter.hw import ptrace as pt
 from pt_decoder.python_frames import MAX_CODE_ID, NO_FRAME, CodeInfo, encode_sample
 
@@ -40,6 +43,24 @@ MAX_DEPTH = 20_000
 RELOOK_EVERY = 64
 OUTSIDE, IN_LOOP, DISPATCH = 0, 1, 2
 """Stops between two walks of the thread list while the thread has no thread state yet."""
+
+
+@dataclass
+class LineStops:
+    """The Python lines a window watches for the DAP session (debugpy's breakpoints inside a
+    record window, adapter/features/record_breakpoints.py): reaching a line of `close` asks
+    `request` to close the window there, so that debugpy, at full speed again, evaluates the
+    breakpoint and stops; the lines of `watch` the thread ran are collected in `passed` (a
+    conditional breakpoint whose condition was false when the window opened: the user is
+    told that it was passed unobserved). Paths as debugpy's `source.path`."""
+
+    close: frozenset
+    watch: frozenset
+    request: object
+    """adapter.capture.stepper.EndRequest."""
+    passed: set = field(default_factory=set)
+    reached: str | None = None
+    """FILE:LINE of the `close` line that closed the window."""
 
 
 class PythonFrameProbe:
@@ -82,6 +103,16 @@ class PythonFrameProbe:
         loop returned to."""
         self.skipped = 0
         """Stops where nothing was read."""
+        self.stops: LineStops | None = None
+        self._stop_files: set[str] = set()
+        self._file_of: dict[int, str | None] = {}
+        """Code id -> its file as a `stops` path, None when no watched line is in it."""
+
+    def watch_lines(self, stops: LineStops) -> None:
+        """Watch `stops` from the next read on (see LineStops)."""
+        self.stops = stops
+        self._stop_files = {path for path, _ in stops.close | stops.watch}
+        self._file_of.clear()
 
     # -- thread state -----------------------------------------------------------------------
 
@@ -173,11 +204,65 @@ class PythonFrameProbe:
                 self._last_frame = self._last_previous = self._depth = 0
                 return NO_FRAME
             code, index, previous = self._parse(data)
+            if self.stops is not None:
+                closing = self._watch(frame, code, index, previous)
+                if closing is not None:
+                    # the window closes here: what stands is the caller at the breakpoint's
+                    # line (the stepper puts it on the last instruction recorded)
+                    return encode_sample(self.code_id(closing[0]), closing[1], self._depth)
             depth = self._depth_of(frame, previous)
         except (OSError, IndexError, ValueError):
             return None  # a short read, a pointer into nothing: no sample (never a failure)
         self._last_frame, self._last_previous, self._depth = frame, previous, depth
         return encode_sample(self.code_id(code), index, depth)
+
+    def _watch(self, frame: int, code: int, index: int,
+               previous: int) -> tuple[int, int] | None:
+        """The `stops` checks of one read. A line of `close` is caught when its frame pushes
+        the first frame over it: the debugger's trace function runs at the start of each line
+        (3.11: DO_TRACING sets the frame's instruction pointer, then calls it) and pushes a
+        frame as soon as it evaluates a condition or suspends the thread, before either
+        happened; the caller's instruction pointer is read again then, being set after the
+        dispatch at which the probe last read it. A frame that stays on the line is caught
+        at its next bytecode (`watch`: passed, whatever the debugger did). Returns the
+        caller's (code object, code unit index) when it closes the window."""
+        stops = self.stops
+        if previous and previous == self._last_frame and stops.close and stops.reached is None:
+            try:
+                _, caller = self._python_frame(previous)
+                if caller is not None:
+                    caller_code, caller_index, _ = self._parse(caller)
+                    where = self._line_of(caller_code, caller_index)
+                    if where is not None and where in stops.close:
+                        stops.reached = f"{where[0]}:{where[1]}"
+                        stops.request.end(f"the thread reached the breakpoint at "
+                                          f"{stops.reached}")
+                        return caller_code, caller_index
+            except (OSError, ValueError):
+                pass  # unreadable: the debugger's own stop still closes the window
+        if stops.watch:
+            where = self._line_of(code, index)
+            if where is not None and where in stops.watch:
+                stops.passed.add(where)
+        return None
+
+    def _line_of(self, code: int, index: int) -> tuple[str, int] | None:
+        """(path, line) of code unit `index` of code object `code`, None when its file has
+        no watched line."""
+        ident = self.code_id(code)
+        if ident not in self._file_of:
+            info = self.codes.get(ident)
+            path = None
+            if info is not None:
+                path = info.filename
+                if not os.path.isabs(path):
+                    path = os.path.join(f"/proc/{self.pid}/cwd", path)
+                path = os.path.realpath(path)
+            self._file_of[ident] = path if path in self._stop_files else None
+        path = self._file_of[ident]
+        if path is None:
+            return None
+        return path, self.codes[ident].line(index)
 
     def _python_frame(self, frame: int) -> tuple[int, bytes | None]:
         """(frame, its first bytes), an entry shim (3.12+, owned by the C stack) replaced by

@@ -130,11 +130,23 @@ def test_merged_stack_puts_python_frames_in_place_of_the_interpreter():
     assert python_replay.merged_stack(capture, 3, 1)[0].python is None
 
 
-def test_a_live_captures_stack_leaves_the_frames_of_the_whole_window_to_the_live_stack():
+def test_a_live_captures_stack_keeps_the_innermost_frame_of_the_whole_window_recorded():
     """score (depth 1) was on the stack for the whole window, helper (depth 2) was entered in
-    it: with the live stack shown below, only helper is a recorded Python frame."""
+    it: with the live stack shown below, score stays a recorded frame (its line moved in the
+    window) and its live twin and every live frame above the twin go; the live frames under
+    the twin stay. Without a twin in the live stack, the live frames stand for it."""
     capture = _capture()
     full = python_replay.merged_stack(capture, 3, 20)
     live = python_replay.merged_stack(capture, 3, 20, live_below=True)
     assert [e.python.qualname for e in full if e.python] == ["_helper", "_score"]
+    assert [e.python.qualname for e in live if e.python] == ["_helper", "_score"]
+    assert live[-1].python.line == CALL
+    here = {"path": __file__}
+    stack = [{"name": "later", "source": here}, {"name": "_score", "source": here},
+             {"name": "main", "source": here}]
+    assert python_replay.below_live_twin(live, stack) == [stack[2]]
+    assert [e.python.qualname for e in live if e.python] == ["_helper", "_score"]
+    elsewhere = [{"name": "_score", "source": {"path": "/elsewhere.py"}},
+                 {"name": "main", "source": here}]
+    assert python_replay.below_live_twin(live, elsewhere) == elsewhere
     assert [e.python.qualname for e in live if e.python] == ["_helper"]

@@ -1,0 +1,95 @@
+"""Python breakpoints the recorded thread reaches inside a record window (issue 14, build item
+2, for debugpy sessions): a breakpoint that stops closes the window there (the capture is
+announced before the stop, which is not lost, and stepBack from it walks back through the
+recorded history to the record breakpoint's line); one whose condition was false when the
+window opened is watched, and passing it is told.
+
+The demo service: a record breakpoint at @request (the ctypes call of kv_update) and a normal
+one at @after_request, the next line. The windows are longer than the way from one to the
+other (some 230,000 instructions through debugpy's tracing, numpy and kv_update), so only the
+breakpoint can close the first one early."""
+from __future__ import annotations
+
+import pytest
+from conftest import INITIALIZE, evaluate, top_frame
+from record_support import SERVICE, build_kvcache, line_of, record_session
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _frames(client, thread_id) -> list[tuple[str, int]]:
+    stack = client.call("stackTrace", {"threadId": thread_id})["stackFrames"]
+    return [(f["name"].split(" [")[0], f.get("line")) for f in stack]
+
+
+def test_python_breakpoint_inside_a_record_window_closes_it(start_adapter, tmp_path):
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    stopped = record_session(client, library, record_condition="request_id == 4",
+                             stop_condition="request_id == 4",
+                             window={"instructions": 3_000_000, "timeout": 60})
+    run.track()
+    thread = stopped["threadId"]
+    frame = top_frame(client, thread)
+    assert frame["line"] == line_of(SERVICE, "after_request")
+    assert evaluate(client, frame["id"], "request_id") == "4"
+    # the capture came first, closed at the breakpoint, complete
+    order = [e["event"] for e in client.received if e.get("event") in
+             ("ptdebug/capture", "stopped")]
+    assert order[:2] == ["ptdebug/capture", "stopped"], order
+    capture = client.events("ptdebug/capture")[0]["body"]
+    assert capture["endReason"] == (f"the thread reached the breakpoint at {SERVICE}:"
+                                    f"{line_of(SERVICE, 'after_request')}"), capture
+    assert capture["status"] == "complete" and capture["instructions"] < 1_000_000, capture
+    outputs = [e["body"]["output"] for e in client.events("output")]
+    assert any("closed early at the breakpoint" in o for o in outputs), outputs
+    # stepBack: into the history where the window closed (the breakpoint's line), then the
+    # record breakpoint's line, then numpy's `ctypes.data` property that line called
+    client.call("stepBack", {"threadId": thread, "granularity": "line"})
+    client.expect_stopped("step")
+    assert _frames(client, thread)[:2] == [("handle", line_of(SERVICE, "after_request")),
+                                           ("main", line_of(SERVICE, "serve"))]
+    client.call("stepBack", {"threadId": thread, "granularity": "line"})
+    client.expect_stopped("step")
+    assert _frames(client, thread)[:2] == [("handle", line_of(SERVICE, "request")),
+                                           ("main", line_of(SERVICE, "serve"))]
+    client.call("stepBack", {"threadId": thread, "granularity": "line"})
+    client.expect_stopped("step")
+    top, caller = _frames(client, thread)[:2]
+    assert top[0] == "_ctypes.data" and caller == ("handle", line_of(SERVICE, "request"))
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def test_conditional_breakpoint_false_when_the_window_opens_is_watched(start_adapter,
+                                                                        tmp_path):
+    """`tokens < 0` is false as the window opens (and stays false): the window does not close
+    at its line; the user is told the thread passed it unobserved."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    client.call("initialize", INITIALIZE)
+    launch_seq = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
+        "recordWindow": {"instructions": 320_000, "timeout": 60}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 4"},
+        {"line": line_of(SERVICE, "after_request"), "condition": "tokens < 0"},
+        {"line": line_of(SERVICE, "done")}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    capture = client.expect_event("ptdebug/capture", timeout=90)["body"]
+    assert capture["endReason"] == "recorded 320000 instructions", capture
+    passed = client.expect_event("output", timeout=30, pred=lambda e: "without stopping" in
+                                 e["body"]["output"])["body"]["output"]
+    assert f"{SERVICE}:{line_of(SERVICE, 'after_request')}" in passed
+    assert "`tokens < 0` was false when the window opened" in passed
+    stopped = client.expect_stopped("breakpoint", timeout=60)
+    run.track()
+    assert top_frame(client, stopped["threadId"])["line"] == line_of(SERVICE, "done")
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

@@ -1,0 +1,47 @@
+"""A window closed from outside the recording loop (stepper.EndRequest): what the DAP record
+breakpoints use when debugpy stops the recorded thread in a window (a SIGUSR1 to the recorder
+process sets the request). The recording ends complete, with the request's reason, as well
+while the thread runs as while it sleeps in a system call (the watchdog's tick looks at the
+request), and the program runs on exactly as without ptdebug."""
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+from stepper_support import build_c
+
+from adapter.capture import record, stepper
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build_c("rec_checksum.c", tmp_path_factory.mktemp("end_request"))
+
+
+@pytest.mark.parametrize("rounds, pause_us", [("20000", "0"), ("60", "20000")],
+                         ids=["running", "sleeping"])
+def test_an_end_request_closes_the_window_complete(program, tmp_path, rounds, pause_us):
+    """20,000 rounds: some 2 million instructions, minutes at the stepper's pace (natively
+    10 ms); 60 rounds of 20 ms sleeps: the request comes while the thread sleeps."""
+    argv = [str(program), rounds, pause_us]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    request = stepper.EndRequest()
+    timer = threading.Timer(0.5, request.end, ["the debugger stopped the thread"])
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        timer.start()
+        try:
+            result = record.record_stepper(
+                str(tmp_path / "b"), command=argv, start="step",
+                end=stepper.EndCondition(count=50_000_000, request=request),
+                breakpoints="dr", output_fd=out.fileno())
+        finally:
+            timer.cancel()
+    stats = result.manifest["stats"]
+    assert result.manifest["status"] == "complete", result.manifest
+    assert stats["end_reason"] == "the debugger stopped the thread", stats
+    assert 0 < stats["instructions"] < 50_000_000
+    assert out_path.read_text() == plain.stdout

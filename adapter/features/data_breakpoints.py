@@ -419,6 +419,12 @@ class DataBreakpoints:
         self._release_orphans({hit.tid for hit in hits})
         if not hits or self._closed.is_set():
             return
+        recording = self.session.recording
+        if recording is not None:
+            for tid in {hit.tid for hit in hits}:
+                # a write by a thread a record window holds: the window closes there, so that
+                # the stop comes now and its history ends at the write (record_breakpoints)
+                recording.close_window_of(tid, "data breakpoint")
         if not self.trap:
             self._guarded(hits[0], self._pause_for, hits[0], len(hits))
             return

@@ -285,6 +285,8 @@ class RecordBreakpoints:
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
         self._child: RecorderWorker | None = None
         """The recorder process of the capture in progress."""
+        self._recording_tid: int | None = None
+        """The OS thread id it records."""
         self._workers = RecorderWorkers()
         self._phase_lock = threading.Lock()
         self._finishing = 0
@@ -412,7 +414,7 @@ class RecordBreakpoints:
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
                 # see coming, an exception): the rest of the window would record it waiting
                 # in debugpy, so it closes now; the stop is shown once the capture is kept
-                self._child.end_window()
+                self._child.end_window("debugger")
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
@@ -714,12 +716,16 @@ class RecordBreakpoints:
                 "the recorded thread reached in the window; debugpy stops there if its "
                 "condition holds\n"})
             return f"the thread reached the breakpoint at {where}"
-        if result.get("debugger_stopped"):
-            say("output", {"category": "console", "output":
-                f"ptdebug: capture {number} closed early: debugpy stopped the recorded thread "
-                "in the window\n"})
-            return "debugpy stopped the thread in the window"
         return None
+
+    def close_window_of(self, tid: int, why: str) -> None:
+        """Close the window that holds OS thread `tid` now, if one does (`why`: a key of
+        WINDOW_ENDS): its thread is to stop for the user (data breakpoints: it wrote a
+        watched buffer), and the rest of the window would record it waiting."""
+        with self._phase_lock:
+            child = self._child if self._recording_tid == tid else None
+        if child is not None:
+            child.end_window(why)
 
     def _record_lines(self) -> set[tuple[str, int]]:
         """(path, line) of every record breakpoint the client set."""
@@ -807,7 +813,8 @@ class RecordBreakpoints:
             worker = self._workers.take()
         except (RuntimeError, OSError) as exc:
             raise AdapterError(f"recording thread {tid} failed: {exc}") from None
-        self._child = worker
+        with self._phase_lock:
+            self._child, self._recording_tid = worker, tid
         clock.what += f" (recorder process {worker.process.pid})"
         worker.send(spec)
         clock.mark("recorder asked")
@@ -839,7 +846,8 @@ class RecordBreakpoints:
                     result = json.loads(line)
         finally:
             watchdog.cancel()
-            self._child = None
+            with self._phase_lock:
+                self._child = self._recording_tid = None
             failure = None
             if result is None:
                 worker.stop()  # ends the recording early (partial), and then the worker
@@ -867,6 +875,13 @@ class RecordBreakpoints:
         if python_lines is not None:
             capture.end_reason = (self._tell_python_window(number, result, python_lines)
                                   or capture.end_reason)
+        closed_by = result.get("closed_by")
+        if closed_by is not None:
+            what = {"debugger": "debugpy stopped the recorded thread",
+                    "data breakpoint": "a data breakpoint fired in the recorded thread"}
+            self.session.client.send_event("output", {"category": "console", "output":
+                f"ptdebug: capture {number} closed early: {what[closed_by]}; its stop "
+                "follows\n"})
         stop = (stop_at or {}).get(result.get("stopped_at"))
         if stop is not None:
             capture.end_reason = f"the thread reached the breakpoint at {stop.where}"
@@ -1024,14 +1039,16 @@ def _say(*parts) -> None:
 
 WINDOW_END_REQUESTS: list = []
 """The EndRequest of the recording in progress in this recorder process (at most one)."""
-DEBUGGER_STOPPED = "the debugger stopped the thread in the window"
+WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
+               "data breakpoint": "a data breakpoint fired in the window"}
+"""Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
 
 
-def end_window_now() -> None:
-    """The recorder process's SIGUSR1 handler (RecorderWorker.end_window): close the window in
-    progress, complete, where the thread stands (the adapter saw the debugger stop it)."""
+def end_window_now(why: str) -> None:
+    """In the recorder process, on the adapter's signal (RecorderWorker.end_window): close the
+    window in progress, complete, where the thread stands."""
     for request in WINDOW_END_REQUESTS:
-        request.end(DEBUGGER_STOPPED)
+        request.end(WINDOW_ENDS[why])
 
 
 def _record_worker(spec_text: str) -> int:
@@ -1099,7 +1116,8 @@ def _record_worker(spec_text: str) -> int:
                       "partial_reason": result.manifest.get("partial_reason"),
                       "stopped_at": stopped_at[0] if stopped_at else None,
                       "python_stop": python_lines.reached if python_lines else None,
-                      "debugger_stopped": request.reason == DEBUGGER_STOPPED,
+                      "closed_by": next((why for why, reason in WINDOW_ENDS.items()
+                                         if request.reason == reason), None),
                       "python_passed": sorted(python_lines.passed) if python_lines else []}))
     return 0
 

@@ -9,8 +9,9 @@ line on its stdin and records each on its main thread (the stepper's watchdog is
 handler, which Python runs only there) with record_breakpoints._record_worker, which prints
 `attached`, `stage T NAME` lines and one JSON result line. The worker ends when its stdin
 closes (the session ended, or the adapter died: a recording in progress is finished and its
-bundle written first); SIGUSR1 closes the window in progress where the thread stands (the
-debugger stopped it: complete, and the worker stays warm); on SIGINT (a recording in progress ends early, partial, and the worker
+bundle written first); SIGUSR1 or SIGUSR2 closes the window in progress where the thread
+stands (the debugger stopped it, or it wrote a watched buffer: complete, and the worker stays
+warm); on SIGINT (a recording in progress ends early, partial, and the worker
 exits after writing its result: a stopped recorder is never reused), or when it is killed (the
 kernel then detaches the thread it traced; record_stepper holds the thread only while tracing
 it and writes no byte outside INT3 mode, which DAP captures do not use).
@@ -38,6 +39,8 @@ MODULE = "adapter.features.recorder_worker"
 MAX_IDLE = 2
 """Workers kept warm between captures: the one that records (taken last, reused each time)
 and the spare a capture starts when it takes the last idle one."""
+WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2}
+"""Why the adapter closes a window early -> the signal that tells the worker."""
 READY_TIMEOUT = 30.0
 """Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
 
@@ -104,12 +107,13 @@ class RecorderWorker:
             return f"the recorder process was ended by signal {-code} ({signal.Signals(-code).name})"
         return f"the recorder exited with {code}"
 
-    def end_window(self) -> None:
-        """Close the window in progress where the thread stands, complete (SIGUSR1: the
-        debugger stopped the recorded thread, so the rest would record it waiting); the
-        worker stays usable. Nothing happens between recordings."""
+    def end_window(self, why: str) -> None:
+        """Close the window in progress where the thread stands, complete: the thread is to
+        stop for the user, and the rest would record it waiting. `why`: "debugger" (SIGUSR1:
+        the debugger stopped it) or "data breakpoint" (SIGUSR2: it wrote a watched buffer).
+        The worker stays usable; nothing happens between recordings."""
         if self.alive():
-            self.process.send_signal(signal.SIGUSR1)
+            self.process.send_signal(WINDOW_END_SIGNALS[why])
 
     def stop(self) -> None:
         """End a recording early (SIGINT: the stepper stops, clears the debug registers and
@@ -237,7 +241,9 @@ def _serve() -> int:
 
     signal.signal(signal.SIGINT, on_interrupt)
     # set before `ready`: a worker is given recordings only once ready
-    signal.signal(signal.SIGUSR1, lambda signum, frame: record_breakpoints.end_window_now())
+    for why, signum in WINDOW_END_SIGNALS.items():
+        signal.signal(signum, lambda _signum, _frame, why=why:
+                      record_breakpoints.end_window_now(why))
     try:
         print("ready", flush=True)
         for line in sys.stdin:

@@ -1,8 +1,9 @@
-"""Python breakpoints the recorded thread reaches inside a record window (issue 14, build item
-2, for debugpy sessions): a breakpoint that stops closes the window there (the capture is
-announced before the stop, which is not lost, and stepBack from it walks back through the
-recorded history to the record breakpoint's line); one whose condition was false when the
-window opened is watched, and passing it is told.
+"""Stops the recorded thread meets inside a record window (issue 14, build item 2, for debugpy
+sessions): a Python breakpoint that stops closes the window there (the capture is announced
+before the stop, which is not lost, and stepBack from it walks back through the recorded
+history to the record breakpoint's line); one whose condition was false when the window
+opened is watched, and passing it is told; a data breakpoint written in the window closes it
+and its stop follows the capture.
 
 The demo service: a record breakpoint at @request (the ctypes call of kv_update) and a normal
 one at @after_request, the next line. The windows are longer than the way from one to the
@@ -90,6 +91,49 @@ def test_conditional_breakpoint_false_when_the_window_opens_is_watched(start_ada
     stopped = client.expect_stopped("breakpoint", timeout=60)
     run.track()
     assert top_frame(client, stopped["threadId"])["line"] == line_of(SERVICE, "done")
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def test_data_breakpoint_written_inside_a_record_window_closes_it(start_adapter, tmp_path):
+    """cache[2] is watched; request 2's kv_update, inside the window, writes it: the window
+    closes (it would have gone on for 400,000 instructions, a minute at the stepper's pace,
+    while the writer waited in ptdebug's handler), the capture holds the write, and the data
+    breakpoint's stop follows."""
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    client.call("initialize", INITIALIZE)
+    launch_seq = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
+        "recordWindow": {"instructions": 400_000, "timeout": 60}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)},
+                                   "breakpoints": [{"line": line_of(SERVICE, "ready")}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    ready = client.expect_stopped("breakpoint")
+    run.track()
+    client.expect_event("capabilities",
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    frame = top_frame(client, ready["threadId"])
+    info = client.call("dataBreakpointInfo", {"name": "cache[2]", "frameId": frame["id"]})
+    client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 2"}]})
+    client.call("continue", {"threadId": ready["threadId"]})
+    stopped = client.expect_stopped("data breakpoint", timeout=60)
+    assert "kv_update" in stopped["description"], stopped
+    capture = client.events("ptdebug/capture")[0]["body"]
+    assert capture["endReason"] == "a data breakpoint fired in the window", capture
+    assert capture["status"] == "complete" and capture["instructions"] < 400_000, capture
+    order = [e["event"] for e in client.received if e.get("event") in
+             ("ptdebug/capture", "stopped")]
+    assert order[1:3] == ["ptdebug/capture", "stopped"], order
+    outputs = [e["body"]["output"] for e in client.events("output")]
+    assert any("closed early: a data breakpoint fired" in o for o in outputs), outputs
+    client.call("setDataBreakpoints", {"breakpoints": []})
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()

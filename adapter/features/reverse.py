@@ -29,6 +29,7 @@ runs; stepping by instruction is unchanged.
 """
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 
@@ -258,10 +259,17 @@ class Reverse:
                     return None, ""
                 return step.position, _python_why(step, "stepped out to the caller's next "
                                                   "Python line")
-            ret = history.next_return(position)
-            if ret is None or ret + 1 >= len(history):
+            from pt_decoder.history import Step
+
+            def out_of(pos):
+                ret = history.next_return(pos)
+                if ret is None or ret + 1 >= len(history):
+                    return Step(len(history) - 1, "end")
+                return Step(ret + 1, "found")
+            step, others = _forward_in_goroutine(capture, position, out_of)
+            if step.reason != "found":
                 return None, ""
-            return ret + 1, "stepped out in the recorded history"
+            return step.position, "stepped out in the recorded history" + _passed_over(others)
         return self._forward_step(request, move)
 
     def _continue(self, request: Request) -> object:
@@ -438,9 +446,73 @@ def _line_or_instruction(capture, history, position: int, granularity,
     python = _python_line(capture, position, granularity, over_calls)
     if python is not None:
         return _forward(python, position, history, "stepped one Python line")
-    step = (history.next_line(position, capture.lines, over_calls=over_calls)
-            if granularity != "instruction" else None)
-    return _forward(step, position, history)
+    if granularity == "instruction":
+        return _forward(None, position, history)
+    lines = capture.lines
+    here = history.line_id(position, lines)
+    step, others = _forward_in_goroutine(
+        capture, position, lambda pos: history.next_line(pos, lines, over_calls=over_calls),
+        landed=lambda pos: history.line_id(pos, lines) not in (0, here))
+    return _forward(step, position, history, "stepped one line" + _passed_over(others))
+
+
+def _passed_over(others: int) -> str:
+    return (f" (passed over {others} instructions other goroutines ran on the recorded thread "
+            "meanwhile)" if others else "")
+
+
+def _forward_in_goroutine(capture, position: int, step_from, landed=None):
+    """`step_from(pos) -> Step`, a forward step in the history, kept to the goroutine that
+    ran at `position` in a Go capture, as Delve's `next` and `stepout` stay in the goroutine
+    they began in: a step that ends in the stretch of the recorded thread's history holding
+    `position` stands. One that leaves it (the goroutine was switched out first: a channel
+    operation parked it, say, and the runtime on g0 and other goroutines ran) goes on in the
+    goroutine's next stretch, from where it is back in the function it left (the runtime
+    frames that parked it have returned), and is taken again from there: call depths are
+    counted along the thread, so they hold within a stretch only. `landed(pos)`: that return
+    to the function already ends the step (a line step resumed on a new line). Returns
+    (Step, instructions of other goroutines passed over); Step "end" when the goroutine's
+    recorded part ends first."""
+    from adapter.features.goroutine_view import capture_goroutines
+    from pt_decoder.history import Step
+    history = capture.history
+    step = step_from(position)
+    goroutines = capture_goroutines(capture)
+    if goroutines is None:
+        return step, 0
+    stretches = goroutines.index.ranges(goroutines.at(position)[0])
+    i = next((k for k, (a, b) in enumerate(stretches) if a <= position < b), None)
+    if i is None or step.position < stretches[i][1]:
+        return step, 0
+    function = _function_addresses(capture, history.ip(position))
+    others = 0
+    while i + 1 < len(stretches):
+        others += stretches[i + 1][0] - stretches[i][1]
+        i += 1
+        start, stop = stretches[i]
+        back = history.next_at(start - 1, function)
+        if back.reason != "found" or back.position >= stop:
+            continue  # still in the runtime when switched out again
+        if landed is not None and landed(back.position):
+            return Step(back.position, "found"), others
+        step = step_from(back.position)
+        if step.position < stop:
+            return step, others
+    return Step(len(history) - 1, "end"), others
+
+
+def _function_addresses(capture, ip: int) -> list[int]:
+    """The recorded instruction addresses of the function holding `ip`, ascending (a function
+    is contiguous: from its start up to the first address another symbol covers)."""
+    name, offset = capture.function(ip)
+    start = ip - offset
+    addresses = capture.history.distinct_ips
+    k = bisect.bisect_left(addresses, start)
+    found = []
+    while k < len(addresses) and capture.function(addresses[k]) == (name, addresses[k] - start):
+        found.append(addresses[k])
+        k += 1
+    return found
 
 
 def _forward(step, position: int, history,

@@ -194,4 +194,29 @@ def test_step_back_stays_in_the_goroutine_across_switches(start_adapter, tmp_pat
     threads = client.call("threads", {})["threads"]
     mine = next(t for t in threads if t["id"] == goroutine)
     assert "replaying capture" in mine["name"], mine
+
+    # forward the same way (issue 14 item 5): `next` walks this goroutine's lines only, over
+    # the others' stretches, until its recorded part ends (back to the live program)
+    forward, crossed = [], 0
+    for _ in range(len(lines) + 5):
+        client.call("next", {"threadId": goroutine})
+        on = client.expect_stopped("step", timeout=30)
+        if "back at the live position" in on["description"]:
+            break
+        frame = top_frame(client, goroutine)
+        assert f"goroutine {goroutine}" in frame["name"], (frame["name"], on["description"])
+        forward.append(frame["line"])
+        crossed += "instructions other goroutines ran" in on["description"]
+    else:
+        raise AssertionError(f"`next` never reached the live program: {forward}")
+    assert forward and set(forward) <= relay_lines, forward
+    assert crossed > 0, "no forward step crossed another goroutine's stretch"
+    # `stepOut` of relay, which never returns in the window: the live program, not a return
+    # another goroutine (or g0) made at the same call depth
+    client.call("stepBack", {"threadId": goroutine, "granularity": "line"})
+    client.expect_stopped("step", timeout=30)
+    assert f"goroutine {goroutine}" in top_frame(client, goroutine)["name"]
+    client.call("stepOut", {"threadId": goroutine})
+    out = client.expect_stopped("step", timeout=30)
+    assert "back at the live position" in out["description"], out
     client.call("disconnect", {"terminateDebuggee": True})

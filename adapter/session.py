@@ -21,6 +21,12 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from adapter.backends import Backend, create_backend
+from adapter.powers import (
+    ServesCustomRequests,
+    ServesDataBreakpoints,
+    ServesInstructionBreakpoints,
+    ShowsOriginalBytes,
+)
 from adapter.protocol.channel import DEFERRED, Channel
 from adapter.protocol.errors import (
     AdapterError,
@@ -202,6 +208,10 @@ class Session:
             raise AdapterError("this session already has a debuggee; one launch/attach only")
         backend = create_backend(name, self)
         self.backend = backend
+        if isinstance(backend, ServesCustomRequests):
+            # the backend's own custom requests are routed as every feature's are
+            for command, handler in backend.custom_requests().items():
+                self.request_interceptors.setdefault(command, []).append(handler)
         try:
             backend.start(config)
             backend_capabilities = backend.initialize(self.client_arguments)
@@ -368,7 +378,9 @@ class Session:
         log.info("debuggee process id %d", pid)
         self.pid = pid
         self.memory = ProcessMemory(pid)
-        self.memory.originals = getattr(self.backend, "original_bytes", None)
+        backend = self.backend
+        self.memory.originals = (backend.original_bytes if isinstance(backend, ShowsOriginalBytes)
+                                 else None)
         self.disassembler = None
         threading.Thread(target=self._start_features, args=(pid,), name="ptdebug-features",
                          daemon=True).start()
@@ -378,7 +390,8 @@ class Session:
         (a probe may take a while and must never delay the backend's events)."""
         from adapter.features.data_breakpoints import DataBreakpoints
         try:
-            if getattr(self.backend, "native_data_breakpoints", False):
+            backend = self.backend
+            if isinstance(backend, ServesDataBreakpoints) and backend.native_data_breakpoints:
                 from adapter.golang.data_breakpoints import DelveDataBreakpoints
                 feature = DelveDataBreakpoints(self)  # the debugger owns the debug registers
             else:
@@ -391,7 +404,8 @@ class Session:
             self.data_breakpoints = feature
             self.announce_capabilities(**feature.capabilities)
             self.update_fast_path()  # the feature may intercept or observe requests
-        if getattr(self.backend, "native_instruction_breakpoints", False):
+        if isinstance(self.backend, ServesInstructionBreakpoints) and \
+                self.backend.native_instruction_breakpoints:
             from adapter.golang.instruction_breakpoints import DelveInstructionBreakpoints
             self.instruction_breakpoints = DelveInstructionBreakpoints(self)
             self.announce_capabilities(**self.instruction_breakpoints.capabilities)

@@ -25,7 +25,7 @@ import time
 
 from adapter.hw.gdb_inject import gdb_injection_problem
 from adapter.protocol.channel import Channel
-from adapter.protocol.errors import BackendError, BackendGone, BackendTimeout
+from adapter.protocol.errors import AdapterError, BackendError, BackendGone, BackendTimeout
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
@@ -49,6 +49,8 @@ FORWARDED = frozenset({
 """Requests debugpy answers. A custom (non-DAP) command is forwarded too: debugpy answers
 unknown commands with an error instead of stalling."""
 
+NATIVE_ID = "__import__('threading').get_native_id()"
+"""What native_thread_id evaluates in a thread's top frame."""
 STARTUP_TIMEOUT = 20.0
 FORWARD_TIMEOUT = float(os.environ.get("PTDEBUG_FORWARD_TIMEOUT") or 30.0)
 """Seconds debugpy gets to answer a forwarded request before the client gets BackendTimeout
@@ -87,6 +89,8 @@ class DebugpyBackend(Backend):
         self._evaluating = 0
         """`evaluate` requests sent and not answered (`evaluations_done`)."""
         self._evaluating_changed = threading.Condition()
+        self._native_ids: dict[int, int] = {}
+        """DAP thread id -> its OS thread id (asked once: two round trips to debugpy)."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -206,6 +210,25 @@ class DebugpyBackend(Backend):
             with self._evaluating_changed:
                 self._evaluating += change
                 self._evaluating_changed.notify_all()
+
+    def native_thread_id(self, thread_id: int) -> int:
+        """The OS id of DAP thread `thread_id`: `threading.get_native_id()` evaluated in its
+        top frame (it must be paused), asked once per thread (pydevd never gives a thread's
+        id to another thread). Raises AdapterError."""
+        known = self._native_ids.get(thread_id)
+        if known is not None:
+            return known
+        frames = self.request("stackTrace", {"threadId": thread_id, "levels": 1}, timeout=10)
+        stack = (frames.raw.get("body") or {}).get("stackFrames") or []
+        if not frames.success or not stack:
+            raise AdapterError(f"debugpy gave no stack for thread {thread_id}")
+        answer = self.request("evaluate", {"expression": NATIVE_ID, "frameId": stack[0]["id"],
+                                           "context": "repl"}, timeout=10)
+        if not answer.success:
+            raise AdapterError(f"cannot learn the OS id of thread {thread_id}: "
+                               f"{answer.error_text}")
+        self._native_ids[thread_id] = int(answer.raw["body"]["result"])
+        return self._native_ids[thread_id]
 
     def evaluations_done(self, timeout: float) -> bool:
         """Wait until no `evaluate` is out (at most `timeout` s). pydevd runs an evaluation

@@ -40,16 +40,15 @@ from dataclasses import dataclass
 from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
 from adapter.golang.build_dir import make_build_dir
 from adapter.golang.park import Parked, park, unpark
-from adapter.protocol.channel import Channel
+from adapter.protocol.channel import DEFERRED, Channel
 from adapter.protocol.errors import (
     AdapterError,
     BackendError,
     BackendGone,
     InvalidLaunchConfig,
-    InvalidRequest,
 )
 from adapter.protocol.messages import Event, Request, Response
-from adapter.protocol.schema import AttachConfig, GoroutineHistoryIn, LaunchConfig, parse
+from adapter.protocol.schema import AttachConfig, LaunchConfig
 
 from . import Backend, BackendHooks, dial, hang_up
 from .delve_rpc import DelveRpc
@@ -75,12 +74,9 @@ NOT_FORWARDED = frozenset({
     "restart",
 })
 
-CUSTOM = "ptdebug/goroutines"
-"""Custom request served by this backend: Delve's goroutine list with pprof labels, wait
-reasons and OS threads, which DAP's `threads` cannot carry."""
-GOROUTINE_HISTORY = "ptdebug/goroutineHistory"
-"""Custom request: which goroutine ran which instructions of a recording (schema.py
-GoroutineHistoryIn/Out)."""
+GOROUTINES = "ptdebug/goroutines"
+"""Custom request served by this backend (powers.ServesCustomRequests): Delve's goroutine list
+with pprof labels, wait reasons and OS threads, which DAP's `threads` cannot carry."""
 
 
 def find_dlv() -> str:
@@ -553,6 +549,17 @@ class DelveBackend(Backend):
 
         return window_stops(listed, start_pc, record_lines, holds)
 
+    def thread_id_probe(self) -> dict:
+        """Where the recorder finds a thread's goroutine id (the runtime layout is read once
+        per binary, here, instead of in every recorder process)."""
+        from adapter.golang.bundle_index import runtime_layout
+        from adapter.golang.runtime_layout import LayoutError
+        try:
+            layout = runtime_layout(os.readlink(f"/proc/{self.pid}/exe"))
+        except (LayoutError, OSError) as exc:
+            raise AdapterError(f"cannot read goroutine ids in this binary: {exc}") from None
+        return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset}
+
     def original_bytes(self, address: int, count: int) -> dict[int, int]:
         """address -> the program's own byte, for Delve's breakpoints (user and internal)
         within `count` bytes from `address`: readMemory and disassemble show the program's
@@ -657,18 +664,13 @@ class DelveBackend(Backend):
     def relays_untouched(self, command: str) -> bool:
         # what forward() sends on as it is and relays as it comes (no custom request, no
         # fixup): the session's fast relay may carry it outside Python
-        return (self.handles(command) and command not in (CUSTOM, GOROUTINE_HISTORY)
-                and command not in RESPONSE_FIXUPS and command not in BREAKPOINT_REQUESTS)
+        return (self.handles(command) and command not in RESPONSE_FIXUPS
+                and command not in BREAKPOINT_REQUESTS)
+
+    def custom_requests(self) -> dict:
+        return {GOROUTINES: self._goroutines_request}
 
     def forward(self, request: Request, observe=None) -> None:
-        if request.command == CUSTOM:
-            threading.Thread(target=self._goroutines, args=(request,), daemon=True,
-                             name="delve-goroutines").start()
-            return
-        if request.command == GOROUTINE_HISTORY:
-            threading.Thread(target=self._goroutine_history, args=(request,), daemon=True,
-                             name="goroutine-history").start()
-            return
         self._wait_connected(request.command)
         if self.channel is None:
             raise BackendGone("Delve is not running")
@@ -698,6 +700,11 @@ class DelveBackend(Backend):
             raise BackendGone("Delve is not running")
         return self.channel.request(command, arguments, timeout)
 
+    def _goroutines_request(self, request: Request) -> object:
+        threading.Thread(target=self._goroutines, args=(request,), daemon=True,
+                         name="delve-goroutines").start()
+        return DEFERRED
+
     def _goroutines(self, request: Request) -> None:
         """`ptdebug/goroutines`: every goroutine with its OS thread, status, location, labels."""
         try:
@@ -710,18 +717,6 @@ class DelveBackend(Backend):
              "waitReason": g.wait_reason, "function": g.function, "file": g.file,
              "line": g.line, "userFunction": g.user_function, "labels": g.labels}
             for g in goroutines]})
-
-    def _goroutine_history(self, request: Request) -> None:
-        """`ptdebug/goroutineHistory`: per-goroutine ranges, times and cycles of a recording
-        (decoding may take a while: off the reader thread)."""
-        from adapter.golang.bundle_index import GoroutineHistoryError, goroutine_history
-        try:
-            args = parse(GoroutineHistoryIn, request.raw.get("arguments"))
-            request.respond(goroutine_history(args))
-        except AdapterError as exc:
-            request.fail(exc)
-        except GoroutineHistoryError as exc:
-            request.fail(InvalidRequest(str(exc)))
 
     # --- Delve -> us (Channel handlers) ---------------------------------------------------
     def default_event(self, event: Event) -> None:

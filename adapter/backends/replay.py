@@ -344,15 +344,6 @@ class ReplayBackend(Backend):
                         "line": place[1], "userFunction": name, "labels": {}})
         return {"goroutines": out}
 
-    def _ptdebug_goroutineHistory(self, arguments: dict) -> dict:
-        from adapter.golang.bundle_index import GoroutineHistoryError, goroutine_history
-        from adapter.protocol.schema import GoroutineHistoryIn, parse
-        args = parse(GoroutineHistoryIn, {"bundle": self.replayed.path, **arguments})
-        try:
-            return goroutine_history(args)
-        except GoroutineHistoryError as exc:
-            raise InvalidRequest(str(exc)) from None
-
     def _event(self, name: str, body: dict) -> None:
         self.hooks.backend_event(Event({"type": "event", "seq": 0, "event": name,
                                         "body": body}))

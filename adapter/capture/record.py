@@ -148,8 +148,9 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     otherwise it is let go to run on, and waited for when `wait_for_exit` (on failure the
     caller waits, through RecordFailed.program). `python`: "auto" writes Python frame samples
     (adapter/python/frame_probe.py) when the target runs CPython, "on" requires it, "off"
-    never (a `ptw_probe` given wins); `python_lines` (frame_probe.LineStops): Python lines at
-    which the window closes or that it watches, with the probe. `stage(name)` is called as each step ends (the DAP
+    never (a `ptw_probe` given wins); `python_lines`: (close, watch), the (path, line) pairs at
+    which the window closes (through `end.request`) or that it watches, with the probe
+    (frame_probe.LineStops; the manifest's python.line_stops says what it met). `stage(name)` is called as each step ends (the DAP
     recorder times them in the adapter's log). `release_first`: the target is let go as soon
     as the window has closed, and only then are its mappings read into the bundle and the
     path encoded (both take hundreds of milliseconds, which a thread held by a DAP record
@@ -218,8 +219,12 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             python_probe = _python_probe(target.pid, python == "on", log)
             ptw_probe = python_probe
             if python_probe is not None and python_lines is not None:
-                python_probe.watch_lines(python_lines)
-            elif python_lines is not None and (python_lines.close or python_lines.watch):
+                from adapter.python.frame_probe import LineStops
+                close, watch = python_lines
+                python_probe.watch_lines(LineStops(
+                    frozenset(close), frozenset(watch),
+                    end.request if end.request is not None else stepper_mod.EndRequest()))
+            elif python_lines is not None and any(python_lines):
                 log("the window does not watch the Python breakpoints' lines (no probe); "
                     "only the debugger's stops close it")
         go_window = None
@@ -260,6 +265,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if python_probe is not None:
             writer.manifest["python"] = python_probe.manifest_entry()
             writer.manifest["python"]["samples"] = len(rec.ptw)
+            if python_probe.stops is not None:  # which breakpoint lines the window met
+                writer.manifest["python"]["line_stops"] = {
+                    "reached": python_probe.stops.reached,
+                    "passed": sorted(python_probe.stops.passed)}
             python_probe.close()
         if release_first:
             if recorder.alive and before_release is not None:

@@ -72,6 +72,7 @@ from adapter.features.writer_trap import (
     sig_data,
 )
 from adapter.memory import parse_address
+from adapter.powers import RunsInsidePython
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import DataBreakpointInfoArguments, SetDataBreakpointsArguments
@@ -178,8 +179,7 @@ class DataBreakpoints:
 
         Arms and removes a write watch on the first writable mapping of the process. Only
         for a Python debuggee (debugpy backend): the buffer probe is Python code."""
-        backend = session.backend
-        if backend is None or backend.name != "debugpy":
+        if not isinstance(session.backend, RunsInsidePython):
             return None
         try:
             address = _first_writable(pid)
@@ -785,20 +785,16 @@ class DataBreakpoints:
         return self.thread_names.get(thread_id, f"tid {tid}" if tid else f"thread {thread_id}")
 
     def _dap_thread_of(self, tid: int) -> tuple[int | None, str]:
-        """debugpy's thread id and name for OS thread `tid` (asked of each stopped thread)."""
+        """debugpy's thread id and name for OS thread `tid` (asked of each stopped thread,
+        once per thread: RunsInsidePython.native_thread_id remembers)."""
         backend = self.session.backend
         threads = backend.request("threads", {}, timeout=10).raw.get("body", {}).get("threads", [])
         for thread in threads:
-            frames = backend.request("stackTrace", {"threadId": thread["id"], "levels": 1},
-                                     timeout=10)
-            stack = frames.raw.get("body", {}).get("stackFrames", []) if frames.success else []
-            if not stack:
-                continue
-            native = backend.request("evaluate", {
-                "expression": "__import__('threading').get_native_id()",
-                "frameId": stack[0]["id"], "context": "repl"}, timeout=10)
-            if native.success and native.raw["body"].get("result") == str(tid):
-                return thread["id"], thread.get("name", "")
+            try:
+                if backend.native_thread_id(thread["id"]) == tid:
+                    return thread["id"], thread.get("name", "")
+            except AdapterError:
+                continue  # a thread without a Python frame to ask in
         return None, f"tid {tid}"
 
     def _image(self):

@@ -337,3 +337,39 @@ def rename_threads(threads: list[dict], cursors: dict) -> None:
             names = ", ".join(f"goroutine {t}" for t in sorted(ran_at[thread_id]))
             name = f"{name} — ran at the replay cursor of {names}"
         thread["name"] = name
+
+
+# --- ptdebug/goroutineHistory ---------------------------------------------------------------
+GOROUTINE_HISTORY = "ptdebug/goroutineHistory"
+"""Custom request: which goroutine ran which instructions of a recorded bundle (schema.py
+GoroutineHistoryIn/Out). It reads a bundle, not the program: every session answers it; a
+replay's defaults to the replayed bundle."""
+
+
+def install_goroutine_history(session) -> None:
+    from adapter.powers import ReplaysRecordings
+
+    def intercept(request: Request) -> object:
+        arguments = request.raw.get("arguments")
+        arguments = dict(arguments) if isinstance(arguments, dict) else arguments
+        backend = session.backend
+        if (isinstance(arguments, dict | None) and isinstance(backend, ReplaysRecordings)
+                and backend.replayed is not None and "bundle" not in (arguments or {})):
+            arguments = {**(arguments or {}), "bundle": backend.replayed.path}
+        threading.Thread(target=_answer_goroutine_history, args=(request, arguments),
+                         daemon=True, name="goroutine-history").start()  # decoding takes a while
+        return DEFERRED
+
+    session.request_interceptors.setdefault(GOROUTINE_HISTORY, []).append(intercept)
+
+
+def _answer_goroutine_history(request: Request, arguments) -> None:
+    from adapter.golang.bundle_index import GoroutineHistoryError, goroutine_history
+    from adapter.protocol.errors import AdapterError, InvalidRequest
+    from adapter.protocol.schema import GoroutineHistoryIn, parse
+    try:
+        request.respond(goroutine_history(parse(GoroutineHistoryIn, arguments)))
+    except AdapterError as exc:
+        request.fail(exc)
+    except GoroutineHistoryError as exc:
+        request.fail(InvalidRequest(str(exc)))

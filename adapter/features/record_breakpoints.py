@@ -52,6 +52,12 @@ from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
 from adapter.features.replay_hits import ReplayBreakpoint
 from adapter.golang.park import Parked, park, resume_preemption, unpark
 from adapter.golang.user_lines import WithoutRuntime
+from adapter.powers import (
+    HandsOverThreads,
+    ReplaysRecordings,
+    RunsInsidePython,
+    records,
+)
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
 from adapter.protocol.messages import Event, Request
@@ -77,10 +83,8 @@ BREAKPOINT_MODES = [
 DEFAULT_INSTRUCTIONS = 2000
 """A window with no end named closes after this many instructions (small: the stepper in a VM
 records some 10-50 thousand instructions a second)."""
-RECORDING_BACKENDS = ("debugpy", "delve")
 LOCAL_REFERENCE_BASE = 1 << 28
 """variablesReference / frameId numbers from here on are ptdebug's (debugpy counts from 1)."""
-NATIVE_ID = "__import__('threading').get_native_id()"
 LINE_TABLE_MAX_BYTES = 4 << 20
 RECORDER_GRACE = 120.0
 """Seconds a recording may take beyond waiting for its trigger (the stepper records some
@@ -292,8 +296,6 @@ class RecordBreakpoints:
         self._finishing = 0
         """Captures whose thread is let go, being encoded and decoded."""
         self._next_number = 1
-        self._native_ids: dict[int, int] = {}
-        """debugpy thread id -> its OS thread id (asked once: two debugpy round trips)."""
         self._listeners: list = []
         self._lock = threading.Lock()
         session.request_interceptors.setdefault("setBreakpoints", []).append(
@@ -338,7 +340,7 @@ class RecordBreakpoints:
     # --- setBreakpoints -------------------------------------------------------------------
     def _set_breakpoints(self, request: Request) -> object:
         backend = self.session.backend
-        if backend is None or backend.name not in RECORDING_BACKENDS + ("replay",):
+        if not (records(backend) or isinstance(backend, ReplaysRecordings)):
             return None  # (a replay records nothing, but its breakpoint lines stop replays)
         arguments = dict(request.raw.get("arguments") or {})
         asked = list(arguments.get("breakpoints") or [])
@@ -372,7 +374,7 @@ class RecordBreakpoints:
                     if isinstance(line, int):
                         entry.stops.append((line, str(bp.get("condition") or "")))
                 if (mode == RECORD_MODE and result.get("id") is not None
-                        and backend.name in RECORDING_BACKENDS):
+                        and records(backend)):
                     entry.record_ids[result["id"]] = bp
                     window = RecordWindow.from_dicts(
                         self.session.launch_arguments.get("recordWindow"), bp.get("recordWindow"))
@@ -410,7 +412,7 @@ class RecordBreakpoints:
         with self._phase_lock:
             if (self._recording_thread is not None and self._child is not None
                     and body.get("threadId") == self._recording_thread
-                    and self.session.backend.name == "debugpy"):
+                    and isinstance(self.session.backend, RunsInsidePython)):
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
                 # see coming, an exception): the rest of the window would record it waiting
                 # in debugpy, so it closes now; the stop is shown once the capture is kept
@@ -476,7 +478,7 @@ class RecordBreakpoints:
         """`ptdebug/captureNow {threadId?}`: record a paused thread now, with the launch
         configuration's window; the program then runs on. The response is the capture's
         `ptdebug/capture` body (sent as an event too)."""
-        if self.session.backend is None or self.session.backend.name not in RECORDING_BACKENDS:
+        if not records(self.session.backend):
             return None
         if not self.session.paused:
             raise AdapterError("ptdebug/captureNow records a paused thread: pause the program "
@@ -542,7 +544,7 @@ class RecordBreakpoints:
             # (SDM Vol. 3B §17.2): the stepper uses the slots they leave, and steps every
             # instruction where they leave none (capture/stepper.py, free_slots). Their hits
             # in the window are stops once it is over (data_breakpoints, after_hidden_stop).
-            if backend.name == "delve":
+            if isinstance(backend, HandsOverThreads):
                 # Delve holds the program with ptrace, and a thread has one tracer: Delve lets
                 # go of it for the window and comes back after (DelveBackend.hand_over)
                 tid, pc = backend.thread_of(thread_id)
@@ -563,7 +565,7 @@ class RecordBreakpoints:
                 handed_over = True  # from here the program runs on when Delve is back
                 clock.append(time.monotonic())
             else:
-                tid = self._native_id(thread_id)
+                tid = backend.native_thread_id(thread_id)
                 steps.mark("OS thread id asked of debugpy")
                 window = dataclasses.replace(window, until=self._native_position(window))
                 python_lines = self._python_window_lines(thread_id)
@@ -763,23 +765,6 @@ class RecordBreakpoints:
                                f"{module.path} (built with -g?)")
         return hex(min(addresses))
 
-    def _native_id(self, thread_id: int) -> int:
-        known = self._native_ids.get(thread_id)
-        if known is not None:  # debugpy never gives a thread's id to another thread
-            return known
-        backend = self.session.backend
-        frames = backend.request("stackTrace", {"threadId": thread_id, "levels": 1}, timeout=10)
-        stack = (frames.raw.get("body") or {}).get("stackFrames") or []
-        if not frames.success or not stack:
-            raise AdapterError(f"debugpy gave no stack for thread {thread_id}")
-        answer = backend.request("evaluate", {"expression": NATIVE_ID, "frameId": stack[0]["id"],
-                                              "context": "repl"}, timeout=10)
-        if not answer.success:
-            raise AdapterError(f"cannot learn the OS id of thread {thread_id}: "
-                               f"{answer.error_text}")
-        self._native_ids[thread_id] = int(answer.raw["body"]["result"])
-        return self._native_ids[thread_id]
-
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
                 release, parked: Parked | None = None,
                 parked_at_end: list | None = None, recorded=None,
@@ -797,8 +782,9 @@ class RecordBreakpoints:
             number = max(len(self.captures) + 1, self._next_number)
             self._next_number = number + 1
         output = str(self._new_bundle_directory(number))
+        backend = self.session.backend
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
-                "goid_probe": self._goid_offsets() if self.session.backend.name == "delve"
+                "goid_probe": backend.thread_id_probe() if isinstance(backend, HandsOverThreads)
                 else None,
                 "parked": parked.to_json() if parked else None,
                 "stop_at": sorted(stop_at or ()),
@@ -806,7 +792,7 @@ class RecordBreakpoints:
                 # a debugpy session's captures name the Python frames and lines that ran
                 # (adapter/python/frame_probe.py; "auto": not for an interpreter whose
                 # layout ptdebug does not know, which the log says)
-                "python": "auto" if self.session.backend.name == "debugpy" else "off",
+                "python": "auto" if isinstance(backend, RunsInsidePython) else "off",
                 "python_lines": python_lines}
         clock = clock or StepClock(f"capture {number}")
         try:  # a warm recorder process (adapter/features/recorder_worker.py)
@@ -891,17 +877,6 @@ class RecordBreakpoints:
                 + (f"; Delve stops there if `{stop.condition}` holds" if stop.condition
                    else "") + "\n"})
         return capture
-
-    def _goid_offsets(self) -> dict:
-        """Where the recorder finds a thread's goroutine id (the runtime layout is read once
-        per binary, here, instead of in every recorder process)."""
-        from adapter.golang.bundle_index import runtime_layout
-        from adapter.golang.runtime_layout import LayoutError
-        try:
-            layout = runtime_layout(os.readlink(f"/proc/{self.session.pid}/exe"))
-        except (LayoutError, OSError) as exc:
-            raise AdapterError(f"cannot read goroutine ids in this binary: {exc}") from None
-        return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset}
 
     # --- where captures are kept ----------------------------------------------------------
     def _new_bundle_directory(self, number: int):
@@ -1012,6 +987,7 @@ def _any_between(sorted_values, low: int, high: int) -> bool:
 
 def install_trace_features(session) -> None:
     """Wire record breakpoints, the trace scope and reverse stepping into a new session."""
+    from adapter.features.goroutine_view import install_goroutine_history
     from adapter.features.reverse import Reverse
     from adapter.features.trace_scope import TraceScope
     recording = RecordBreakpoints(session)
@@ -1019,6 +995,7 @@ def install_trace_features(session) -> None:
     session.capabilities["breakpointModes"] = BREAKPOINT_MODES
     TraceScope(session, recording)
     session.reverse = Reverse(session, recording)
+    install_goroutine_history(session)
 
 
 ADAPTER_GONE: list = []
@@ -1061,10 +1038,8 @@ def _record_worker(spec_text: str) -> int:
     request = stepper.EndRequest()
     python_lines = None
     if spec.get("python_lines"):
-        from adapter.python.frame_probe import LineStops
         lines = spec["python_lines"]
-        python_lines = LineStops(frozenset(map(tuple, lines["close"])),
-                                 frozenset(map(tuple, lines["watch"])), request)
+        python_lines = ({tuple(w) for w in lines["close"]}, {tuple(w) for w in lines["watch"]})
     window = RecordWindow(**spec["window"])
     tid = spec["tid"]
     probe = None
@@ -1112,13 +1087,14 @@ def _record_worker(spec_text: str) -> int:
     finally:
         WINDOW_END_REQUESTS.clear()
     stats = result.manifest.get("stats") or {}
+    line_stops = (result.manifest.get("python") or {}).get("line_stops") or {}
     _say(json.dumps({"end_reason": stats.get("end_reason", ""),
                       "partial_reason": result.manifest.get("partial_reason"),
                       "stopped_at": stopped_at[0] if stopped_at else None,
-                      "python_stop": python_lines.reached if python_lines else None,
+                      "python_stop": line_stops.get("reached"),
                       "closed_by": next((why for why, reason in WINDOW_ENDS.items()
                                          if request.reason == reason), None),
-                      "python_passed": sorted(python_lines.passed) if python_lines else []}))
+                      "python_passed": line_stops.get("passed") or []}))
     return 0
 
 

@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from adapter.powers import RunsInsidePython
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InternalError, InvalidRequest
 
@@ -146,8 +147,7 @@ class RunControl:
         session.event_filters.insert(0, self._filter_event)
 
     def _active(self) -> bool:
-        backend = self.session.backend
-        return backend is not None and backend.name == "debugpy"
+        return isinstance(self.session.backend, RunsInsidePython)
 
     def intercepting(self, command: str) -> bool:
         """Session.update_fast_path: a debugpy session's run control always comes here."""
@@ -316,8 +316,8 @@ class RunControl:
             continueds_before = self._continueds_seen
         if pause:  # sent outside the lock: a write to debugpy may block for a while
             # not while an evaluation runs: pydevd would suspend its thread inside it
-            done = getattr(self.session.backend, "evaluations_done", None)
-            if done is not None and not done(PAUSE_WAIT):
+            backend = self.session.backend
+            if isinstance(backend, RunsInsidePython) and not backend.evaluations_done(PAUSE_WAIT):
                 log.warning("run control: an evaluation is still running after %g s; "
                             "pausing anyway", PAUSE_WAIT)
             self.session.backend.forward(request)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from adapter.powers import RunsInsidePython
 from adapter.protocol.errors import AdapterError, InvalidRequest
 
 if TYPE_CHECKING:
@@ -52,8 +53,7 @@ class ThreadGuard:
         return guard
 
     def _active(self) -> bool:
-        backend = self.session.backend
-        return backend is not None and backend.name == "debugpy"
+        return isinstance(self.session.backend, RunsInsidePython)
 
     def intercepting(self, command: str) -> bool:
         """Session.update_fast_path: every guarded request of a debugpy session is checked."""

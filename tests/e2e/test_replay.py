@@ -356,6 +356,8 @@ def test_go_recording_replays_its_goroutines(start_adapter, go_bundle):
     start_replay(run, bundle)
     threads = client.call("threads")["threads"]
     history = client.call("ptdebug/goroutineHistory", {"bundle": str(bundle)})
+    # without `bundle`, a replay answers for the bundle it replays
+    assert client.call("ptdebug/goroutineHistory", {}) == history
     recorded = {g["goid"] for g in history["goroutines"] if g["goid"] > 0}
     assert len(recorded) >= 3, history
     assert {t["id"] for t in threads} == recorded

@@ -18,8 +18,15 @@ from adapter.session import Session
 
 
 class _DebugpyLike:
-    """Records forwarded requests (with their observers) and ptdebug's own requests."""
+    """Records forwarded requests (with their observers) and ptdebug's own requests. Has
+    debugpy's power (powers.RunsInsidePython), on which run control decides."""
     name = "debugpy"
+
+    def native_thread_id(self, thread_id: int) -> int:
+        return thread_id
+
+    def evaluations_done(self, timeout: float) -> bool:
+        return True
 
     def __init__(self):
         self.sent: list[str] = []

@@ -2,10 +2,25 @@
 x breakpoint kind x launched or attached, a C program that prints a checksum
 prints the same checksum and ends the same way as a plain run, and after a
 `record --pid` the process is untraced with all four debug-register slots
-free for another tool (`ptdebug watch`). Also a Python process, attached.
+free for another tool (`ptdebug watch`). Also a Python process, attached, and a
+Go program, launched and attached, with its runtime fully alive.
 
 Real processes, real ptrace, real perf events; `ptdebug record` as a user runs
 it. Windows are small (the stepper runs ~10k instructions/s here).
+
+The Go cells (rec_checksum.go: worker goroutines allocating through the window, so
+garbage collections, SIGURG preemption and sysmon are live; no GODEBUG) run
+count, until, until_return, duration, sigint and target_exits with debug
+registers, launched and attached, and an error inside ptdebug in both. Left out:
+sigterm (the same path as sigint in ptdebug: both raise KeyboardInterrupt in
+record_stepper, covered on C) and int3 x every end condition: a Go program has
+several threads by the time it reaches main.step, so `--breakpoints int3` is
+refused there; two cells check the refusal instead (attached: the program goes
+on untouched; launched: it is ended, since its recording never began).
+
+The program is always checked in full first. A cell whose recording then meets
+one of the two known faults below (RESTARTED_SYSCALL, GOROUTINE_LEFT) is an
+xfail naming it, recognised by its exact signature, never a pass.
 """
 from __future__ import annotations
 
@@ -18,10 +33,10 @@ import sys
 import time
 
 import pytest
-from stepper_support import PTDEBUG, ROOT, build_c
+from stepper_support import PTDEBUG, ROOT, build_c, build_go
 
 from adapter.capture import record, stepper
-from adapter.capture.bundle import read_manifest
+from adapter.capture.bundle import Bundle, read_manifest
 from adapter.hw import perf
 from adapter.hw import ptrace as pt
 
@@ -112,16 +127,63 @@ def run_record(args, argv, stop_signal, **popen):
     return proc.returncode, out, "".join(err_lines) + err
 
 
-@pytest.mark.parametrize("kind", ["int3", "dr"])
-@pytest.mark.parametrize("end", list(ENDS))
-def test_launched_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
-    args, stop_signal, complete = ENDS[end]
-    argv = [program, *(EXITING_LAUNCHED if end == "target_exits" else LAUNCHED_ARGS)]
+# Two known faults of the recording (not of the program, which these tests still check in
+# full first); a cell that meets one is an xfail naming it, never a pass.
+#
+# The stepper loses the flow when the kernel restarts a system call the recorded thread was
+# interrupted in (the watchdog's PTRACE_INTERRUPT after 0.25-0.5 s blocked, or a withheld
+# SIGURG): the stop shows RIP after the SYSCALL with RAX = -ERESTART*, the thread is resumed,
+# the kernel rewinds RIP onto the SYSCALL, whose debug-register breakpoint is still armed and
+# fires at an address that is not on the walk: "the thread was found at <the SYSCALL>, off
+# the path the recorder predicted", and the bundle is partial.
+RESTARTED_SYSCALL = ("stepper: a system call restarted by the kernel after an interrupted "
+                     "block is taken for a lost flow (recording partial; program unharmed)")
+# A Go goroutine preempted at a stack check (a garbage collection's stop-the-world asks every
+# goroutine to yield; the Go window withholds only SIGURG and sysmon's request) goes to the
+# scheduler, and often on to another thread: the recorded thread never reaches the --until
+# address or the return of --from, and the window runs on until the program exits.
+GOROUTINE_LEFT = ("Go: a goroutine that yields at a stack check (a GC's stop-the-world) "
+                  "leaves the recorded thread; --until/--until-return then end with the program")
+
+
+def lost_at_a_syscall(bundle, err: str) -> bool:
+    """Whether ptdebug said the thread was found off the path on a SYSCALL instruction
+    (0f 05, read from the images of the bundle): the signature of RESTARTED_SYSCALL."""
+    found = re.search(r"the thread was found at (0x[0-9a-f]+), off the path", err)
+    if found is None:
+        return False
+    addr = int(found[1], 16)
+    b = Bundle.open(bundle)
+    for image in b.images:
+        if image["load_address"] <= addr < image["load_address"] + image["size"] - 1:
+            at = addr - image["load_address"]
+            with open(b.image_path(image), "rb") as f:
+                f.seek(at if image["kind"] == "snapshot" else image["offset"] + at)
+                return f.read(2) == b"\x0f\x05"
+    return False
+
+
+def goroutine_left(err: str) -> bool:
+    """The signature of GOROUTINE_LEFT: the program exited before the end condition, with
+    another goroutine than the window's first on the recorded thread."""
+    left = re.search(r"partial: the target exited with status \d+ before the end condition "
+                     r"\(goroutine (\d+) at the start, goroutine (\d+) on the thread", err)
+    return left is not None and left[1] != left[2]
+
+
+def launched_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, complete, kind):
+    """`record --breakpoints KIND END_ARGS -- ARGV`: the program prints the checksum and ends
+    with the status of a plain run; the bundle says complete or partial as it should."""
     expected, expected_rc = plain_checksum(argv)
-    rc, out, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind, *args], argv,
+    rc, out, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind, *end_args], argv,
                               stop_signal)
     assert checksum_of(out) == expected, err
     assert f"the program exited with status {expected_rc}" in err, err
+    if rc != (0 if complete else 1):
+        if goroutine_left(err):
+            pytest.xfail(GOROUTINE_LEFT)
+        if lost_at_a_syscall(tmp_path / "b", err):
+            pytest.xfail(RESTARTED_SYSCALL)
     assert rc == (0 if complete else 1), err
     manifest = read_manifest(tmp_path / "b")
     assert manifest["status"] == ("complete" if complete else "partial"), manifest
@@ -131,21 +193,27 @@ def test_launched_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
         assert manifest["partial_reason"] == expected_reason, manifest
     else:
         assert manifest["stats"]["breakpoints"] == kind
+    return err
 
 
-@pytest.mark.parametrize("kind", ["int3", "dr"])
-@pytest.mark.parametrize("end", list(ENDS))
-def test_attached_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
-    args, stop_signal, complete = ENDS[end]
-    argv = [program, *(EXITING_ATTACHED if end == "target_exits" else ATTACHED_ARGS)]
-    expected, expected_rc = plain_checksum(argv)
+def attached_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, expected_rc, kind,
+                                     exits=False):
+    """`record --breakpoints KIND --pid PID END_ARGS` of ARGV started alone: unless the
+    program `exits` in the window, it is let go (untraced, running, every debug-register
+    slot free); it prints the checksum and exit status of a plain run; ptdebug ends with
+    `expected_rc` (checked last: a known fault of the recording is an xfail, once the
+    program is known to be unharmed)."""
+    expected, plain_rc = plain_checksum(argv)
     target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
     try:
         assert target.stdout.readline().strip() == "ready"
         rc, _, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind,
-                                 "--pid", str(target.pid), *args], None, stop_signal)
-        assert rc == (0 if complete else 1), err
-        if end != "target_exits":
+                                 "--pid", str(target.pid), *end_args], None, stop_signal)
+        known = None
+        if rc != expected_rc:
+            known = (GOROUTINE_LEFT if goroutine_left(err) else
+                     RESTARTED_SYSCALL if lost_at_a_syscall(tmp_path / "b", err) else None)
+        if not exits and known != GOROUTINE_LEFT:  # that window ran to the program's end
             assert target.poll() is None, f"the target ended with the recording: {err}"
             assert_let_go(target.pid)
         out, _ = target.communicate(timeout=60)
@@ -153,7 +221,52 @@ def test_attached_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
         target.kill()
         target.wait()
     assert checksum_of(out) == expected, err
-    assert target.returncode == expected_rc
+    assert target.returncode == plain_rc
+    if known is not None:
+        pytest.xfail(known)
+    assert rc == expected_rc, err
+    return err
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+@pytest.mark.parametrize("end", list(ENDS))
+def test_launched_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
+    args, stop_signal, complete = ENDS[end]
+    argv = [program, *(EXITING_LAUNCHED if end == "target_exits" else LAUNCHED_ARGS)]
+    launched_runs_as_without_ptdebug(argv, tmp_path, args, stop_signal, complete, kind)
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+@pytest.mark.parametrize("end", list(ENDS))
+def test_attached_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
+    args, stop_signal, complete = ENDS[end]
+    argv = [program, *(EXITING_ATTACHED if end == "target_exits" else ATTACHED_ARGS)]
+    attached_runs_as_without_ptdebug(argv, tmp_path, args, stop_signal, 0 if complete else 1,
+                                     kind, exits=end == "target_exits")
+
+
+def test_a_thread_blocked_past_the_watchdog_is_recorded_on(program, tmp_path):
+    """The recorded thread sleeps 1 s in nanosleep after step: the watchdog interrupts it
+    (PTRACE_INTERRUPT; RAX = -ERESTART_RESTARTBLOCK) and the kernel restarts the call when
+    it is resumed. The window of 600 instructions goes on past the sleep and is complete.
+    The deterministic reproduction of RESTARTED_SYSCALL: an xfail on every run until the
+    stepper knows the restart (~400 instructions, "found at" libc's SYSCALL)."""
+    target = subprocess.Popen([str(program), "6", "1000000"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        rc, _, err = run_record(["-o", tmp_path / "b", "--breakpoints", "dr", "--pid",
+                                 str(target.pid), "--from", "step", "--count", "600"],
+                                None, None)
+        assert_let_go(target.pid)
+        restarted = rc != 0 and lost_at_a_syscall(tmp_path / "b", err)
+    finally:
+        target.kill()
+        target.wait()
+    if restarted:
+        pytest.xfail(RESTARTED_SYSCALL)
+    assert rc == 0, err
+    assert read_manifest(tmp_path / "b")["status"] == "complete"
 
 
 def failing_probe(after: int):
@@ -269,6 +382,105 @@ def test_attached_python_runs_as_without_ptdebug(tmp_path, end, kind):
                                  "--pid", str(target.pid), *end], None, None)
         assert rc == 0, err
         assert target.poll() is None
+        assert_let_go(target.pid)
+        out, _ = target.communicate(timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    assert checksum_of(out) == expected
+    assert target.returncode == 0
+
+
+# -- Go: the matrix on rec_checksum.go, whose runtime is fully alive: its workers allocate
+# through the window (a collection every ~70 ms attached, every ~2 ms launched, SIGURG to
+# preempt, sysmon; no GODEBUG). ptdebug holds the goroutine with the Go window. ------------
+
+GO_ENDS = ("count", "until", "until_return", "duration", "sigint", "target_exits")
+
+
+def go_end(end: str):
+    """ENDS[end] with the fixture's functions named as Go names them (main.step)."""
+    args, stop_signal, complete = ENDS[end]
+    args = [f"main.{a}" if a in ("step", "checkpoint") else a for a in args]
+    return args, stop_signal, complete
+
+
+@pytest.fixture(scope="module")
+def go_program(tmp_path_factory):
+    return build_go("rec_checksum.go", tmp_path_factory.mktemp("survival_go"))
+
+
+@pytest.mark.parametrize("end", GO_ENDS)
+def test_launched_go_program_runs_as_without_ptdebug(go_program, tmp_path, end):
+    args, stop_signal, complete = go_end(end)
+    argv = [go_program, *(EXITING_LAUNCHED if end == "target_exits" else LAUNCHED_ARGS)]
+    launched_runs_as_without_ptdebug(argv, tmp_path, args, stop_signal, complete, "dr")
+
+
+@pytest.mark.parametrize("end", GO_ENDS)
+def test_attached_go_program_runs_as_without_ptdebug(go_program, tmp_path, end):
+    args, stop_signal, complete = go_end(end)
+    argv = [go_program, *(EXITING_ATTACHED if end == "target_exits" else ATTACHED_ARGS)]
+    attached_runs_as_without_ptdebug(argv, tmp_path, args, stop_signal, 0 if complete else 1,
+                                     "dr", exits=end == "target_exits")
+
+
+def test_int3_refused_for_a_launched_go_program(go_program, tmp_path):
+    """A Go program has several threads by the time it reaches main.step: int3 is refused
+    with the reason, and the program, whose recording never began, is ended and said so."""
+    argv = [go_program, *LAUNCHED_ARGS]
+    rc, out, err = run_record(["-o", tmp_path / "b", "--breakpoints", "int3",
+                               *go_end("count")[0]], argv, None)
+    assert rc == 1, err
+    assert "--breakpoints int3 needs a single-threaded target" in err, err
+    assert "its recording never began" in err, err
+    assert "checksum" not in out
+    assert read_manifest(tmp_path / "b")["status"] == "partial"
+
+
+def test_int3_refused_for_an_attached_go_program(go_program, tmp_path):
+    """Attached, the refusal lets the program go as it found it."""
+    err = attached_runs_as_without_ptdebug([go_program, *ATTACHED_ARGS], tmp_path,
+                                           go_end("count")[0], None, 1, "int3")
+    assert "--breakpoints int3 needs a single-threaded target" in err, err
+
+
+def test_error_inside_ptdebug_leaves_go_programs_running(go_program, tmp_path, monkeypatch):
+    """An error in the recording loop, launched and attached: the Go window's probe (called
+    at every stop, adapter/golang/recording.py) fails after 40 stops, with preemption held
+    off and SIGURG withheld as in any Go recording; both are given back with the thread."""
+    from adapter.golang.recording import GoWindow
+    probe = GoWindow.__call__
+    calls = [0]
+
+    def failing(self, regs):
+        calls[0] += 1
+        if calls[0] > 40:
+            raise RuntimeError("probe failed on purpose")
+        return probe(self, regs)
+    monkeypatch.setattr(GoWindow, "__call__", failing)
+
+    argv = [go_program, *LAUNCHED_ARGS]
+    expected, _ = plain_checksum(argv)
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError") as exc:
+            record.record_stepper(str(tmp_path / "launched"), command=[str(a) for a in argv],
+                                  start="main.step", end=stepper.EndCondition(count=100_000),
+                                  breakpoints="dr", output_fd=out.fileno())
+    assert exc.value.program is not None and exc.value.killed_program is None
+    assert exc.value.program.wait(60) == 0
+    assert checksum_of(out_path.read_text()) == expected
+
+    calls[0] = 0
+    argv = [go_program, *ATTACHED_ARGS]
+    expected, _ = plain_checksum(argv)
+    target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError"):
+            record.record_stepper(str(tmp_path / "attached"), pid=target.pid, start="main.step",
+                                  end=stepper.EndCondition(count=100_000), breakpoints="dr")
         assert_let_go(target.pid)
         out, _ = target.communicate(timeout=60)
     finally:

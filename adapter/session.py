@@ -235,8 +235,8 @@ class Session:
                        handlers, name)
 
     def colocate_relay(self, cpu: int) -> None:
-        """Run the fast relay's thread on `cpu`, the backend's (backends.delve.colocation_cpu
-        says why)."""
+        """Run the fast relay's thread on `cpu`, the backend's
+        (backends.delve_process.colocation_cpu says why)."""
         if self.relay is not None:
             self.relay.colocate(cpu)
 

@@ -213,7 +213,7 @@ def _rotating(sessions: dict, requests: int) -> dict:
 
 
 def bench_dap(requests: int, tmp: str) -> dict:
-    from adapter.backends.delve import find_dlv
+    from adapter.backends.delve_process import find_dlv
     binary, package = _build("go_session", tmp, debug=True)
     source = os.path.join(package, "main.go")
     one_cpu = max(os.sched_getaffinity(0))

@@ -187,7 +187,7 @@ def _find_go() -> str | None:
 
 
 def _find_dlv(go: str | None) -> str | None:
-    """Where a Go session looks for Delve, in the same order (adapter/backends/delve.py
+    """Where a Go session looks for Delve, in the same order (adapter/backends/delve_process.py
     find_dlv): $PTDEBUG_DLV, $(go env GOPATH)/bin, ~/go/bin, PATH."""
     explicit = os.environ.get("PTDEBUG_DLV")
     if explicit:

@@ -4,13 +4,13 @@ Layer: adapter.golang. Pure bookkeeping over DAP message bodies; knows nothing o
 Delve's processes or features.
 
 A record breakpoint makes Delve let go of the program and a new Delve attach after the
-recording (handover in adapter/backends/delve.py). The new Delve numbers its breakpoints from
-scratch, while the client (and ptdebug's features, which see the same ids) still holds the
-old numbers. So every id that leaves the backend is a *client id*: until the first handover
-it is Delve's own number (nothing is rewritten on the common path); after one, the
-breakpoints replayed into the new Delve get back the client ids they had, by their position
-in the replayed request, and breakpoints set later get fresh client ids above every id ever
-handed out.
+recording (handover in adapter/backends/delve_handover.py). The new Delve numbers its
+breakpoints from scratch, while the client (and ptdebug's features, which see the same ids)
+still holds the old numbers. So every id that leaves the backend is a *client id*: until the
+first handover it is Delve's own number (nothing is rewritten on the common path); after one,
+the breakpoints replayed into the new Delve get back the client ids they had, by their
+position in the replayed request, and breakpoints set later get fresh client ids above every
+id ever handed out.
 """
 from __future__ import annotations
 

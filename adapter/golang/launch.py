@@ -7,7 +7,7 @@ only for the moment of its exec (adapter.hw.ptrace). Knows nothing of DAP or of 
 Why ptdebug starts the program and not Delve: a Delve that launched its debuggee always kills
 it when it detaches (service/debugger: `if d.config.AttachPid == 0 { kill = true }`), and a
 record breakpoint needs Delve to let go of the process for the recording and attach again
-after (DelveBackend.hand_over / take_back in adapter/backends/delve.py). A process Delve
+after (DelveBackend.hand_over / take_back in adapter/backends/delve_handover.py). A process Delve
 attached to survives that.
 
 How it is held: the child stops itself before exec, is seized (PTRACE_O_TRACEEXEC), runs to

@@ -33,7 +33,7 @@ def go_tool() -> str:
 
 
 def require_dlv() -> str:
-    from adapter.backends.delve import find_dlv
+    from adapter.backends.delve_process import find_dlv
     from adapter.protocol.errors import BackendError
     try:
         return find_dlv()

@@ -1,8 +1,9 @@
-"""Delve and the fast relay's thread share one CPU (backends.delve.colocation_cpu: each plain
-request crosses the relay twice, and a crossing between CPUs costs an interrupt and, on a VM, a
-hypervisor exit). Checked on the real processes of a Go session: every thread of Delve and the
-adapter's relay thread are allowed one and the same CPU, the program being debugged and the
-adapter's other threads are not restricted; PTDEBUG_COLOCATE=0 leaves everything alone."""
+"""Delve and the fast relay's thread share one CPU (backends.delve_process.colocation_cpu: each
+plain request crosses the relay twice, and a crossing between CPUs costs an interrupt and, on a
+VM, a hypervisor exit). Checked on the real processes of a Go session: every thread of Delve
+and the adapter's relay thread are allowed one and the same CPU, the program being debugged
+and the adapter's other threads are not restricted; PTDEBUG_COLOCATE=0 leaves everything
+alone."""
 from __future__ import annotations
 
 import os

@@ -7,9 +7,10 @@ capture's bundle holds its own copy of the executable, so caches keyed by path m
 
 Here: a real stepper recording of tests/fixtures/programs/go_handoff (the goid probe writing
 PTWRITEs), its images copied into the bundle as a debug session keeps them. What the adapter
-does when a Go program starts (backends.delve._read_layout, on the live process) is done first;
-then the capture's stop is looked at as the session does (goroutine index, Processor Trace
-scope) with the readers of DWARF, pclntab and ELF symbols counting their calls: none may run.
+does when a Go program starts (backends.delve_process._read_layout, on the live process) is
+done first; then the capture's stop is looked at as the session does (goroutine index,
+Processor Trace scope) with the readers of DWARF, pclntab and ELF symbols counting their
+calls: none may run.
 The index built from the decode's kept PTWRITEs equals the one built by decoding the bundle
 again (bundle_index.index_bundle). benchmarks/bench_first_look.py times the same through
 `ptdebug dap` in front of Delve.
@@ -60,7 +61,7 @@ def _go() -> str:
 def go_capture(tmp_path_factory):
     """(bundle path, the program's binary): a recording of main.handoff whose images are
     copied into the bundle, made after the launch-time reading of the live program."""
-    from adapter.backends.delve import _read_layout
+    from adapter.backends.delve_process import _read_layout
     tmp = tmp_path_factory.mktemp("first_look")
     package = tmp / "go_handoff"
     shutil.copytree(PROGRAMS / "go_handoff", package)

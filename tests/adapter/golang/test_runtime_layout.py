@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from adapter.backends.delve import find_dlv
+from adapter.backends.delve_process import find_dlv
 from adapter.backends.delve_rpc import DelveRpc
 from adapter.golang.runtime_layout import LayoutError, RuntimeLayout
 

@@ -51,7 +51,8 @@ class _Recording:
 def bench_capture_index(bundle: str, binary: str) -> dict:
     from adapter.export.trace import DecodedBundle
     from adapter.features import goroutine_view
-    from adapter.features.record_breakpoints import Capture, RecordWindow
+    from adapter.features.captures import Capture
+    from adapter.features.record_window import RecordWindow
     from adapter.golang import bundle_index
     from adapter.golang.runtime_layout import RuntimeLayout
     layout_s = _best(lambda: RuntimeLayout.from_elf(binary), rounds=1)
@@ -75,7 +76,8 @@ def bench_views(instructions: int, bundle: str) -> dict:
     from adapter.capture.bundle import Bundle
     from adapter.export.trace import DecodedBundle
     from adapter.features import goroutine_view, trace_scope
-    from adapter.features.record_breakpoints import Capture, RecordWindow
+    from adapter.features.captures import Capture
+    from adapter.features.record_window import RecordWindow
     from adapter.golang.bundle_index import go_binary, index_bundle, runtime_layout
     from adapter.golang.goroutine_index import GoroutineIndex
     from pt_decoder.history import History

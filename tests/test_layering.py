@@ -75,7 +75,9 @@ FEATURE_FAMILIES = {
     "data breakpoints": ("adapter.features.data_breakpoints", "adapter.features.buffer_probe",
                          "adapter.features.native_frames"),
     "trace": ("adapter.features.record_breakpoints", "adapter.features.reverse",
-              "adapter.features.trace_scope", "adapter.features.goroutine_view"),
+              "adapter.features.trace_scope", "adapter.features.goroutine_view",
+              "adapter.features.captures", "adapter.features.record_window",
+              "adapter.features.recorder_worker", "adapter.features.window_ends"),
 }
 
 

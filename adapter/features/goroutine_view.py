@@ -2,7 +2,7 @@
 in the Processor Trace scope (time per goroutine, the goroutine at the position), in the threads
 pane and the recorded frames while replaying, and in the text of a replay stop.
 
-Layer: features. Reads captures (features.record_breakpoints.Capture) and builds their goroutine
+Layer: features. Reads captures (features.captures.Capture) and builds their goroutine
 index from the PTWRITE goids their decode kept (export.trace.ThreadTrace.ptwrites) and the
 binary's runtime layout (adapter.golang, read once per binary), or with
 adapter.golang.bundle_index, decoding the bundle again, where the decode kept none; knows DAP
@@ -137,9 +137,18 @@ def _from_decoded(capture) -> CaptureGoroutines | None:
 
 
 def prepare(capture) -> None:
-    """Build the capture's index off the caller's thread, so the first replay stop finds it."""
-    threading.Thread(target=capture_goroutines, args=(capture,), daemon=True,
-                     name=f"ptdebug-goroutines-{capture.id}").start()
+    """Build the capture's index off the caller's thread, so the first replay stop finds it.
+    A failure is logged here and met again by the view that asks for the index (its request
+    fails, naming it): this thread has no user to tell."""
+    def build() -> None:
+        try:
+            capture_goroutines(capture)
+        except Exception:
+            log.exception("capture %s: building its goroutine index ahead failed",
+                          getattr(capture, "id", "?"))
+
+    threading.Thread(target=build, daemon=True,
+                     name=f"ptdebug-goroutines-{getattr(capture, 'id', '?')}").start()
 
 
 # --- words -----------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """Record breakpoints: DAP source breakpoints in mode `record` that open a trace window instead
-of stopping, and the captures they leave in the session.
+of stopping, and the captures they leave in the session (the feature: the breakpoints the
+client set, the stops it consumes or holds back, each capture from the record breakpoint's
+stop to its announcement).
 
 Layer: features. Knows DAP and the Session's hooks (request interceptors, event filters,
-`backend.request`); records with adapter.capture.record (the ptrace stepper writes an Intel PT
-bundle) and decodes the bundle with adapter.export.trace (pt_decoder's History, symbols and
-lines). It knows nothing of how the trace scope or reverse stepping present a capture: they
-read `captures`.
+`backend.request`) and the backends' powers (adapter/powers.py); records in a recorder process
+(recorder_worker.py: adapter.capture.record, the ptrace stepper writing an Intel PT bundle) and
+decodes the bundle with adapter.export.trace. The window settings are record_window.py's, a
+capture is captures.py's. It knows nothing of how the trace scope or reverse stepping present a
+capture: they read `captures`.
 
 How a record breakpoint fires (Python backend):
 - `setBreakpoints` is intercepted: each breakpoint is forwarded to debugpy as a normal one with
@@ -41,17 +44,28 @@ import dataclasses
 import itertools
 import json
 import logging
-import os
 import pathlib
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.features.captures import Capture
+from adapter.features.record_window import (
+    BREAKPOINT_MODES,
+    RECORD_MODE,
+    RecordWindow,
+    ReplayedWindow,
+)
 from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
 from adapter.features.replay_hits import ReplayBreakpoint
-from adapter.golang.park import Parked, park, resume_preemption, unpark
-from adapter.golang.user_lines import WithoutRuntime
+from adapter.features.window_ends import (
+    native_position,
+    python_window_lines,
+    tell_python_window,
+    tell_unwatched,
+)
+from adapter.golang.park import Parked, resume_preemption, unpark
 from adapter.powers import (
     HandsOverThreads,
     ReplaysRecordings,
@@ -59,202 +73,17 @@ from adapter.powers import (
     records,
 )
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import AdapterError, InvalidLaunchConfig
+from adapter.protocol.errors import AdapterError
 from adapter.protocol.messages import Event, Request
-from adapter.protocol.schema import (
-    CaptureGap,
-    CaptureLocation,
-    CaptureNowIn,
-    CaptureNowOut,
-    RecordWindowSettings,
-    parse,
-)
+from adapter.protocol.schema import CaptureNowIn, parse
 
 log = logging.getLogger("ptdebug.dap")
 
-RECORD_MODE = "record"
-BREAKPOINT_MODES = [
-    {"mode": "normal", "label": "Stop", "description": "Pause the program here",
-     "appliesTo": ["source"]},
-    {"mode": RECORD_MODE, "label": "Record",
-     "description": "Do not stop: record the thread's instructions (Intel PT, or the ptrace "
-                    "stepper) in a trace window that opens here", "appliesTo": ["source"]},
-]
-DEFAULT_INSTRUCTIONS = 2000
-"""A window with no end named closes after this many instructions (small: the stepper in a VM
-records some 10-50 thousand instructions a second)."""
 LOCAL_REFERENCE_BASE = 1 << 28
 """variablesReference / frameId numbers from here on are ptdebug's (debugpy counts from 1)."""
-LINE_TABLE_MAX_BYTES = 4 << 20
 RECORDER_GRACE = 120.0
 """Seconds a recording may take beyond waiting for its trigger (the stepper records some
 10^5-10^6 instructions a second here; a 5 M-instruction window takes about 5 s)."""
-
-
-@dataclass
-class RecordWindow(RecordWindowSettings):
-    """When a window opens and closes; the fields are the schema's (one source), merged from
-    the launch configuration's `recordWindow` and a breakpoint's own."""
-
-    @classmethod
-    def from_dicts(cls, *configs: dict | None) -> RecordWindow:
-        merged: dict = {}
-        for config in configs:
-            if config is None:
-                continue
-            if not isinstance(config, dict):
-                raise InvalidLaunchConfig(f"recordWindow must be an object, got {config!r:.60}")
-            merged.update(config)
-        window = cls()
-        for key, value in merged.items():
-            if not hasattr(window, key):
-                raise InvalidLaunchConfig(f"recordWindow.{key} is not a window setting (known: "
-                                          "function, untilReturn, instructions, milliseconds, "
-                                          "until, timeout)")
-            expected = {"function": str, "until": str, "untilReturn": bool,
-                        "instructions": int, "milliseconds": (int, float),
-                        "timeout": (int, float)}[key]
-            if value is not None and (not isinstance(value, expected) or
-                                      (expected is not bool and isinstance(value, bool))):
-                raise InvalidLaunchConfig(f"recordWindow.{key} has the wrong type: {value!r:.60}")
-            setattr(window, key, value)
-        if window.instructions is not None and window.instructions <= 0:
-            raise InvalidLaunchConfig("recordWindow.instructions must be positive")
-        return window
-
-    def end_condition(self):
-        from adapter.capture.stepper import EndCondition
-        count = self.instructions
-        if count is None and self.milliseconds is None and not (self.function and
-                                                                  self.untilReturn):
-            count = DEFAULT_INSTRUCTIONS
-        return EndCondition(count=count, until_spec=self.until,
-                            until_return=bool(self.function and self.untilReturn),
-                            duration_ms=self.milliseconds)
-
-    def describe(self) -> str:
-        start = f"from {self.function}()" if self.function else "from the breakpoint"
-        ends = []
-        if self.function and self.untilReturn:
-            ends.append(f"until {self.function} returns")
-        end = self.end_condition()
-        if end.count:
-            ends.append(f"at most {end.count} instructions")
-        if self.milliseconds:
-            ends.append(f"at most {self.milliseconds:g} ms")
-        if self.until:
-            ends.append(f"until {self.until}")
-        return f"{start}, {', '.join(ends)}"
-
-
-@dataclass
-class ReplayedWindow(RecordWindow):
-    """The "window" of a replayed bundle's capture: the whole recording, described as such."""
-
-    text: str = ""
-
-    def describe(self) -> str:
-        return self.text
-
-
-@dataclass
-class Capture:
-    """One finished trace window: its decoded history and what it cost."""
-    id: int
-    tid: int
-    """The recorded OS thread."""
-    thread_id: int | None
-    """Its DAP (debugpy) thread id."""
-    window: RecordWindow
-    bundle: str
-    trace: Any
-    """adapter.export.trace.DecodedBundle."""
-    breakpoint_id: int | None = None
-    end_reason: str = ""
-    partial: str | None = None
-    """Why the window closed early, or None (a complete capture)."""
-    location: dict | None = None
-    """{path, line} of the record breakpoint that opened the window (None: captureNow)."""
-
-    _lines: Any = None
-    stream: int = 0
-    """Which of the bundle's streams (trace.threads) is this capture's history."""
-    replay_from: int | None = None
-    """A replayed bundle's thread (backends.replay): the position it starts at, and there is
-    no live position after the history. None: a capture of the live program."""
-    replay_hits: dict = field(default_factory=dict, repr=False)
-    """features.replay_hits.recorded_hits' answer for the client's current breakpoints."""
-
-    @property
-    def history(self):
-        return self.trace.threads[self.stream].history
-
-    @property
-    def lines(self):
-        """pt_decoder LineTable of the modules the capture ran code of that carry their own line information
-        and are small enough to read at once (LINE_TABLE_MAX_BYTES) or are Go binaries
-        (pclntab): the user's native and Go code.
-        The interpreter and system libraries are left out: reading a 20 MB libpython's DWARF
-        takes many seconds, and stepping by line is about the user's code."""
-        if self._lines is None:
-            from pt_decoder.lines import LineTable
-            ips = self.history.distinct_ips
-
-            def user_code(module) -> bool:
-                if not _any_between(ips, module.load_address,
-                                    module.load_address + module.size):
-                    return False  # no instruction of the capture ran in it
-                try:
-                    return (os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES or
-                            _has_pclntab(module.path))
-                except OSError:
-                    return False
-
-            # a Go program's runtime lines are passed over by line steps (golang/user_lines.py)
-            self._lines = WithoutRuntime.wrap(LineTable.for_image(self.trace.symbols,
-                                                                  accept=user_code))
-        return self._lines
-
-    def line(self, ip: int) -> tuple[str, int] | None:
-        return self.lines.lookup(ip)
-
-    def function(self, ip: int) -> tuple[str, int]:
-        """(function name, offset of `ip` in it); a module label where no symbol covers it."""
-        symbol = self.trace.symbols.symbolize(ip)
-        if symbol is not None:
-            return symbol.name, symbol.offset
-        module = self.trace.symbols.module_at(ip)
-        label = module.path.rsplit("/", 1)[-1] if module is not None else "unknown code"
-        return f"[{label}]", ip - (module.load_address if module is not None else ip)
-
-    @property
-    def instructions(self) -> int:
-        return len(self.history)
-
-    @property
-    def cycles(self) -> int:
-        history = self.history
-        return history.cycles(len(history) - 1) - history.cycles(0) if len(history) else 0
-
-    @property
-    def duration_ns(self) -> int:
-        history = self.history
-        if not len(history):
-            return 0
-        return self.trace.ns(history.time(len(history) - 1)) - self.trace.ns(history.time(0))
-
-    def event_body(self) -> dict:
-        """The `ptdebug/capture` event body (schema.CaptureNowOut, the one source of its shape)."""
-        location = self.location
-        return dataclasses.asdict(CaptureNowOut(
-            id=self.id, threadId=self.thread_id, tid=self.tid, window=self.window.describe(),
-            instructions=self.instructions, cycles=self.cycles, durationNs=self.duration_ns,
-            gaps=[CaptureGap(g.position, g.reason) for g in self.history.gaps],
-            bundle=self.bundle, endReason=self.end_reason,
-            status="partial" if self.partial else "complete",
-            partial=self.partial is not None, partialReason=self.partial,
-            reason="breakpoint" if location else "command",
-            location=CaptureLocation(location["path"], location["line"]) if location else None))
 
 
 @dataclass
@@ -514,7 +343,7 @@ class RecordBreakpoints:
         handed_over = False
         kept = False
         python_lines = None
-        """debugpy: the Python lines the window closes at or watches (_python_window_lines)."""
+        """debugpy: the Python lines the window closes at or watches (python_window_lines)."""
         stops: dict = {}
         """Go: address -> WindowStop, the user's breakpoints that close the window."""
         unwatched: dict = {}
@@ -548,7 +377,7 @@ class RecordBreakpoints:
                 # Delve holds the program with ptrace, and a thread has one tracer: Delve lets
                 # go of it for the window and comes back after (DelveBackend.hand_over)
                 tid, pc = backend.thread_of(thread_id)
-                window = dataclasses.replace(window, until=self._native_position(window))
+                window = dataclasses.replace(window, until=native_position(self.session.pid, window))
                 # the user's breakpoints the thread may reach in the window: it closes there
                 # and the Delve that comes back stops at it (adapter/golang/window_stops.py)
                 stops, unwatched = backend.window_stops(thread_id, pc, self._record_lines())
@@ -567,8 +396,8 @@ class RecordBreakpoints:
             else:
                 tid = backend.native_thread_id(thread_id)
                 steps.mark("OS thread id asked of debugpy")
-                window = dataclasses.replace(window, until=self._native_position(window))
-                python_lines = self._python_window_lines(thread_id)
+                window = dataclasses.replace(window, until=native_position(self.session.pid, window))
+                python_lines = python_window_lines(backend, self.sources, thread_id)
                 steps.mark("breakpoints in the window listed")
 
             def take_back() -> None:
@@ -596,7 +425,7 @@ class RecordBreakpoints:
                                    recorded=take_back if parked else None, stop_at=stops,
                                    python_lines=python_lines, clock=steps,
                                    target_released=target_released)
-            self._tell_unwatched(capture, unwatched)
+            tell_unwatched(self.session.client.send_event, capture, unwatched)
             if breakpoint.get("path"):
                 capture.location = {"path": breakpoint["path"], "line": breakpoint.get("line")}
             self._keep(capture)
@@ -647,79 +476,6 @@ class RecordBreakpoints:
                 self.session.backend_event(Event(raw), observed=True)
             self.session.run_control.done(hold)  # stops features queued meanwhile go out now
 
-    def _tell_unwatched(self, capture: Capture, unwatched: dict) -> None:
-        """Go: say which conditional breakpoints the recorded thread passed in the window
-        without a stop (their condition was false when it opened; nobody could evaluate it
-        while Delve was away)."""
-        ips = capture.history.distinct_ips if unwatched else ()
-        for address, stop in sorted(unwatched.items()):
-            if _any_between(ips, address, address + 1):
-                self.session.client.send_event("output", {"category": "important", "output":
-                    f"ptdebug: in capture {capture.id} the recorded thread passed the "
-                    f"breakpoint at {stop.where} without stopping: its condition "
-                    f"`{stop.condition}` was false when the window opened, and no debugger "
-                    "can evaluate it while Delve is away\n"})
-
-    def _python_window_lines(self, thread_id: int) -> dict:
-        """debugpy: the lines of the user's breakpoints that close the window when the
-        recorded thread reaches them (debugpy then evaluates the breakpoint at full speed and
-        stops), and those it only watches: a condition is evaluated by debugpy in the stopped
-        thread's top frame as the window opens; false there, its line is watched, and passing
-        it is told after the capture (nobody can evaluate it while the thread is recorded);
-        true or not evaluable there, it closes the window (debugpy decides at the line)."""
-        close, watch, conditions = set(), set(), {}
-        conditional = []
-        for path, entry in self.sources.items():
-            real = os.path.realpath(path)
-            for line, condition in entry.stops:
-                if condition:
-                    conditional.append(((real, line), condition))
-                else:
-                    close.add((real, line))
-        frame_id = None
-        if conditional:
-            backend = self.session.backend
-            frames = backend.request("stackTrace", {"threadId": thread_id, "levels": 1},
-                                     timeout=10)
-            stack = (frames.raw.get("body") or {}).get("stackFrames") or []
-            frame_id = stack[0]["id"] if frames.success and stack else None
-        for where, condition in conditional:
-            value = None
-            if frame_id is not None:
-                answer = self.session.backend.request("evaluate", {
-                    "expression": f"bool(({condition}\n))", "frameId": frame_id,
-                    "context": "watch"}, timeout=10)
-                if answer.success:
-                    value = (answer.raw.get("body") or {}).get("result")
-            if value == "False":
-                watch.add(where)
-                conditions[f"{where[0]}:{where[1]}"] = condition
-            else:
-                close.add(where)
-        return {"close": sorted(close), "watch": sorted(watch - close),
-                "conditions": conditions}
-
-    def _tell_python_window(self, number: int, result: dict, python_lines: dict) -> str | None:
-        """After a debugpy capture: say where the window closed early, and which conditional
-        breakpoints the thread passed unobserved. Returns the capture's end reason when a
-        breakpoint or a debugger stop closed it."""
-        say = self.session.client.send_event
-        for path, line in result.get("python_passed") or ():
-            condition = python_lines["conditions"].get(f"{path}:{line}", "")
-            say("output", {"category": "important", "output":
-                f"ptdebug: in capture {number} the recorded thread passed the breakpoint at "
-                f"{path}:{line} without stopping: its condition `{condition}` was false when "
-                "the window opened, and debugpy cannot evaluate it while the thread is "
-                "recorded\n"})
-        if result.get("python_stop"):
-            where = result["python_stop"]
-            say("output", {"category": "console", "output":
-                f"ptdebug: capture {number} closed early at the breakpoint at {where}, which "
-                "the recorded thread reached in the window; debugpy stops there if its "
-                "condition holds\n"})
-            return f"the thread reached the breakpoint at {where}"
-        return None
-
     def close_window_of(self, tid: int, why: str) -> None:
         """Close the window that holds OS thread `tid` now, if one does (`why`: a key of
         WINDOW_ENDS): its thread is to stop for the user (data breakpoints: it wrote a
@@ -734,37 +490,6 @@ class RecordBreakpoints:
         return {(path, bp.get("line")) for path, entry in self.sources.items()
                 for bp in entry.record_ids.values()}
 
-    def _native_position(self, window: RecordWindow) -> str | None:
-        """`window.until` as the recorder takes it: FILE:LINE of native code (a second
-        breakpoint closing the window) becomes the address of that line's first statement, in
-        the library of the window's function; a symbol or an address is passed on as is."""
-        spec = window.until
-        file, _, line = (spec or "").rpartition(":")
-        if not file or not line.isdigit():
-            return spec
-        if not window.function:
-            raise AdapterError(f"recordWindow.until {spec!r}: a source line closes a window "
-                               "that opens at a native function (recordWindow.function) of the "
-                               "same library")
-        from pt_decoder.errors import PtError
-        from pt_decoder.image import Image
-        from pt_decoder.lines import LineTable
-        try:
-            image = Image.from_process(self.session.pid, perf_map=False)
-            found = image.find_symbol(window.function)
-            module = image.module_at(found[0]) if found is not None else None
-            if module is None:
-                raise AdapterError(f"no function {window.function!r} in process "
-                                   f"{self.session.pid}")
-            addresses = LineTable.for_elf(module.path, module.base).statement_addresses(
-                file, int(line))
-        except (PtError, OSError) as exc:
-            raise AdapterError(f"recordWindow.until {spec!r}: {exc}") from None
-        if not addresses:
-            raise AdapterError(f"recordWindow.until {spec!r}: no code at that line in "
-                               f"{module.path} (built with -g?)")
-        return hex(min(addresses))
-
     def _record(self, tid: int, thread_id: int, window: RecordWindow, breakpoint_id,
                 release, parked: Parked | None = None,
                 parked_at_end: list | None = None, recorded=None,
@@ -776,7 +501,7 @@ class RecordBreakpoints:
         holds it and parks it again where the window closed: that Parked goes into
         `parked_at_end`. `recorded()` runs once the child has ended, before the decoding.
         `stop_at` (Go): address -> WindowStop where the window closes before its end.
-        `python_lines` (debugpy): _python_window_lines."""
+        `python_lines` (debugpy): window_ends.python_window_lines."""
         from adapter.export.trace import DecodedBundle, TraceError
         with self._phase_lock:  # captures may overlap (one decoded, the next recorded)
             number = max(len(self.captures) + 1, self._next_number)
@@ -859,7 +584,8 @@ class RecordBreakpoints:
         capture = Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                           result.get("end_reason", ""), result.get("partial_reason"))
         if python_lines is not None:
-            capture.end_reason = (self._tell_python_window(number, result, python_lines)
+            capture.end_reason = (tell_python_window(self.session.client.send_event, number,
+                                                     result, python_lines)
                                   or capture.end_reason)
         closed_by = result.get("closed_by")
         if closed_by is not None:
@@ -951,38 +677,12 @@ class StepClock:
                  1e3 * (last - self.start))
 
 
-def _has_pclntab(path: str) -> bool:
-    """A Go binary: its lines come from pclntab, read in well under a second whatever its size
-    (docs/PERFORMANCE.md), unlike DWARF."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    try:
-        with open(path, "rb") as f:
-            return ELFFile(f).get_section_by_name(".gopclntab") is not None
-    except (OSError, ELFError):
-        return False
-
-
-def _tgid(tid: int) -> int:
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Tgid:"):
-                return int(line.split()[1])
-    raise OSError(f"no thread {tid}")
-
-
 def _data_breakpoint_registers(session) -> int:
     """Debug registers the session's data breakpoints hold in every thread: the recorder
     leaves them alone (the kernel's count misses those of threads created after a watch
     was armed; capture/stepper.py, _DebugRegisters)."""
     watcher = getattr(getattr(session, "data_breakpoints", None), "watcher", None)
     return watcher.registers.in_use() if watcher is not None else 0
-
-
-def _any_between(sorted_values, low: int, high: int) -> bool:
-    import bisect
-    i = bisect.bisect_left(sorted_values, low)
-    return i < len(sorted_values) and sorted_values[i] < high
 
 
 def install_trace_features(session) -> None:
@@ -998,108 +698,3 @@ def install_trace_features(session) -> None:
     install_goroutine_history(session)
 
 
-ADAPTER_GONE: list = []
-"""Set (in a recorder process) once its stdout is a broken pipe: the adapter is gone."""
-
-
-def _say(*parts) -> None:
-    """One line to the adapter (recorder process side). An adapter that is gone (killed) is no
-    reason to stop: the recording goes on to its end, the target is let go and the bundle's
-    manifest finished (record_stepper), and the worker then exits (recorder_worker)."""
-    if ADAPTER_GONE:
-        return
-    try:
-        print(*parts, flush=True)
-    except (BrokenPipeError, ValueError):
-        ADAPTER_GONE.append(True)
-
-
-WINDOW_END_REQUESTS: list = []
-"""The EndRequest of the recording in progress in this recorder process (at most one)."""
-WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
-               "data breakpoint": "a data breakpoint fired in the window"}
-"""Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
-
-
-def end_window_now(why: str) -> None:
-    """In the recorder process, on the adapter's signal (RecorderWorker.end_window): close the
-    window in progress, complete, where the thread stands."""
-    for request in WINDOW_END_REQUESTS:
-        request.end(WINDOW_ENDS[why])
-
-
-def _record_worker(spec_text: str) -> int:
-    """The child process of `_record`: one stepper recording of a thread into a bundle. Prints
-    `attached` once the thread is held, then one JSON line: the result or {"error": text}."""
-    from adapter.capture.record import RecordFailed, record_stepper
-    spec = json.loads(spec_text)
-    from adapter.capture import stepper
-    stepper.OTHER_BREAKPOINT_SLOTS = int(spec.get("held_slots") or 0)  # data breakpoints'
-    request = stepper.EndRequest()
-    python_lines = None
-    if spec.get("python_lines"):
-        lines = spec["python_lines"]
-        python_lines = ({tuple(w) for w in lines["close"]}, {tuple(w) for w in lines["watch"]})
-    window = RecordWindow(**spec["window"])
-    tid = spec["tid"]
-    probe = None
-    if spec.get("goid_probe"):
-        from types import SimpleNamespace
-
-        from adapter.golang.recording import GoWindow
-        from adapter.golang.stepper_probe import GoidProbe
-        probe = GoidProbe(_tgid(tid), SimpleNamespace(**spec["goid_probe"]))
-        # Go's preemption signal is not delivered in the window (adapter/golang/recording.py)
-        probe.withheld_signals = GoWindow.withheld_signals
-
-    def attached() -> None:
-        if spec.get("parked"):
-            # the thread was spinning on `jmp .` (DelveBackend.hand_over); held now, it may
-            # have its instruction back and be recorded from there
-            unpark(Parked.from_json(spec["parked"]))
-        _say("attached")
-
-    stop_at = frozenset(spec.get("stop_at") or ())
-    stopped_at = []
-
-    def before_release(thread: int, ip: int) -> None:
-        if ip in stop_at:
-            stopped_at.append(ip)
-        if spec.get("parked"):
-            # held where the window closed until the debugger is back (_capture unparks it)
-            _say("parked", json.dumps(park(_tgid(thread), ip).to_json()))
-
-    WINDOW_END_REQUESTS[:] = [request]
-    try:
-        result = record_stepper(spec["output"], tid=tid, start=window.function,
-                                end=dataclasses.replace(window.end_condition(), stop_at=stop_at,
-                                                        request=request),
-                                trigger_timeout=window.timeout,
-                                copy_images=False, breakpoints="dr", ptw_probe=probe,
-                                python=spec.get("python") or "off", python_lines=python_lines,
-                                on_attached=attached, before_release=before_release,
-                                stage=lambda name: _say("stage", time.monotonic(), name),
-                                release_first=True,
-                                log=lambda text: _say("log", text.replace("\n", "\\n")))
-    except RecordFailed as exc:
-        _say(json.dumps({"error": str(exc)}))
-        return 1
-    finally:
-        WINDOW_END_REQUESTS.clear()
-    stats = result.manifest.get("stats") or {}
-    line_stops = (result.manifest.get("python") or {}).get("line_stops") or {}
-    _say(json.dumps({"end_reason": stats.get("end_reason", ""),
-                      "partial_reason": result.manifest.get("partial_reason"),
-                      "stopped_at": stopped_at[0] if stopped_at else None,
-                      "python_stop": line_stops.get("reached"),
-                      "closed_by": next((why for why, reason in WINDOW_ENDS.items()
-                                         if request.reason == reason), None),
-                      "python_passed": line_stops.get("passed") or []}))
-    return 0
-
-
-def preload_recorder() -> None:
-    """What a recording imports, imported ahead (a warm recorder process, before its first
-    capture)."""
-    import adapter.capture.record  # noqa: F401
-    import pt_decoder.image  # noqa: F401

@@ -2,11 +2,12 @@
 (when the first record breakpoint is set) instead of once per capture, so that a captured
 request does not wait for a Python interpreter to start and import the stepper.
 
-Layer: features (the process side of adapter/features/record_breakpoints.py). A worker is
+Layer: features (the process side of adapter/features/record_breakpoints.py: both halves,
+RecorderWorker in the adapter and `_serve` / `_record_worker` in the worker). A worker is
 `python -I adapter -m adapter.features.recorder_worker` (adapter/spawn.py: isolated, as every
 child ptdebug starts); it imports the recorder once, says `ready`, then reads one JSON spec a
 line on its stdin and records each on its main thread (the stepper's watchdog is a SIGALRM
-handler, which Python runs only there) with record_breakpoints._record_worker, which prints
+handler, which Python runs only there) with `_record_worker`, which prints
 `attached`, `stage T NAME` lines and one JSON result line. The worker ends when its stdin
 closes (the session ended, or the adapter died: a recording in progress is finished and its
 bundle written first); SIGUSR1 or SIGUSR2 closes the window in progress where the thread
@@ -23,6 +24,7 @@ starts a spare, and at most MAX_IDLE idle workers are kept.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import select
@@ -31,7 +33,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
+from adapter.features.record_window import RecordWindow
+from adapter.golang.park import Parked, park, unpark
 from adapter.spawn import module_command
 
 log = logging.getLogger("ptdebug.dap")
@@ -229,10 +234,125 @@ class RecorderWorkers:
             worker.close()
 
 
+# --- one recording, in the worker process ------------------------------------------------
+ADAPTER_GONE: list = []
+"""Set (in a recorder process) once its stdout is a broken pipe: the adapter is gone."""
+
+
+def _say(*parts) -> None:
+    """One line to the adapter (recorder process side). An adapter that is gone (killed) is no
+    reason to stop: the recording goes on to its end, the target is let go and the bundle's
+    manifest finished (record_stepper), and the worker then exits (recorder_worker)."""
+    if ADAPTER_GONE:
+        return
+    try:
+        print(*parts, flush=True)
+    except (BrokenPipeError, ValueError):
+        ADAPTER_GONE.append(True)
+
+
+WINDOW_END_REQUESTS: list = []
+"""The EndRequest of the recording in progress in this recorder process (at most one)."""
+WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
+               "data breakpoint": "a data breakpoint fired in the window"}
+"""Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
+
+
+def end_window_now(why: str) -> None:
+    """In the recorder process, on the adapter's signal (RecorderWorker.end_window): close the
+    window in progress, complete, where the thread stands."""
+    for request in WINDOW_END_REQUESTS:
+        request.end(WINDOW_ENDS[why])
+
+
+def _record_worker(spec_text: str) -> int:
+    """The child process of `_record`: one stepper recording of a thread into a bundle. Prints
+    `attached` once the thread is held, then one JSON line: the result or {"error": text}."""
+    from adapter.capture.record import RecordFailed, record_stepper
+    spec = json.loads(spec_text)
+    from adapter.capture import stepper
+    stepper.OTHER_BREAKPOINT_SLOTS = int(spec.get("held_slots") or 0)  # data breakpoints'
+    request = stepper.EndRequest()
+    python_lines = None
+    if spec.get("python_lines"):
+        lines = spec["python_lines"]
+        python_lines = ({tuple(w) for w in lines["close"]}, {tuple(w) for w in lines["watch"]})
+    window = RecordWindow(**spec["window"])
+    tid = spec["tid"]
+    probe = None
+    if spec.get("goid_probe"):
+        from types import SimpleNamespace
+
+        from adapter.golang.recording import GoWindow
+        from adapter.golang.stepper_probe import GoidProbe
+        probe = GoidProbe(_tgid(tid), SimpleNamespace(**spec["goid_probe"]))
+        # Go's preemption signal is not delivered in the window (adapter/golang/recording.py)
+        probe.withheld_signals = GoWindow.withheld_signals
+
+    def attached() -> None:
+        if spec.get("parked"):
+            # the thread was spinning on `jmp .` (DelveBackend.hand_over); held now, it may
+            # have its instruction back and be recorded from there
+            unpark(Parked.from_json(spec["parked"]))
+        _say("attached")
+
+    stop_at = frozenset(spec.get("stop_at") or ())
+    stopped_at = []
+
+    def before_release(thread: int, ip: int) -> None:
+        if ip in stop_at:
+            stopped_at.append(ip)
+        if spec.get("parked"):
+            # held where the window closed until the debugger is back (_capture unparks it)
+            _say("parked", json.dumps(park(_tgid(thread), ip).to_json()))
+
+    WINDOW_END_REQUESTS[:] = [request]
+    try:
+        result = record_stepper(spec["output"], tid=tid, start=window.function,
+                                end=dataclasses.replace(window.end_condition(), stop_at=stop_at,
+                                                        request=request),
+                                trigger_timeout=window.timeout,
+                                copy_images=False, breakpoints="dr", ptw_probe=probe,
+                                python=spec.get("python") or "off", python_lines=python_lines,
+                                on_attached=attached, before_release=before_release,
+                                stage=lambda name: _say("stage", time.monotonic(), name),
+                                release_first=True,
+                                log=lambda text: _say("log", text.replace("\n", "\\n")))
+    except RecordFailed as exc:
+        _say(json.dumps({"error": str(exc)}))
+        return 1
+    finally:
+        WINDOW_END_REQUESTS.clear()
+    stats = result.manifest.get("stats") or {}
+    line_stops = (result.manifest.get("python") or {}).get("line_stops") or {}
+    _say(json.dumps({"end_reason": stats.get("end_reason", ""),
+                      "partial_reason": result.manifest.get("partial_reason"),
+                      "stopped_at": stopped_at[0] if stopped_at else None,
+                      "python_stop": line_stops.get("reached"),
+                      "closed_by": next((why for why, reason in WINDOW_ENDS.items()
+                                         if request.reason == reason), None),
+                      "python_passed": line_stops.get("passed") or []}))
+    return 0
+
+
+def preload_recorder() -> None:
+    """What a recording imports, imported ahead (a warm recorder process, before its first
+    capture)."""
+    import adapter.capture.record  # noqa: F401
+    import pt_decoder.image  # noqa: F401
+
+
+def _tgid(tid: int) -> int:
+    with open(f"/proc/{tid}/status") as f:
+        for line in f:
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    raise OSError(f"no thread {tid}")
+
+
 def _serve() -> int:
     """The worker's main loop (see the module docstring)."""
-    from adapter.features import record_breakpoints
-    record_breakpoints.preload_recorder()
+    preload_recorder()
     interrupted = []
 
     def on_interrupt(signum, frame):
@@ -243,14 +363,14 @@ def _serve() -> int:
     # set before `ready`: a worker is given recordings only once ready
     for why, signum in WINDOW_END_SIGNALS.items():
         signal.signal(signum, lambda _signum, _frame, why=why:
-                      record_breakpoints.end_window_now(why))
+                      end_window_now(why))
     try:
         print("ready", flush=True)
         for line in sys.stdin:
             if not line.strip():
                 continue
-            record_breakpoints._record_worker(line)
-            if interrupted or record_breakpoints.ADAPTER_GONE:
+            _record_worker(line)
+            if interrupted or ADAPTER_GONE:
                 return 1
     except (KeyboardInterrupt, BrokenPipeError):
         return 1

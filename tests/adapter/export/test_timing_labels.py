@@ -28,7 +28,8 @@ from test_real_intel_pt import real_bundle  # noqa: F401 (fixture)
 from adapter.export import protowire
 from adapter.export.trace import DecodedBundle
 from adapter.features import trace_scope
-from adapter.features.record_breakpoints import Capture, RecordWindow
+from adapter.features.captures import Capture
+from adapter.features.record_window import RecordWindow
 from adapter.lsp.hotlines import HotLines, hover_markdown, lens_title
 
 pytestmark = pytest.mark.timeout(300)

@@ -30,7 +30,8 @@ from adapter.capture import record, stepper
 from adapter.capture.bundle import Bundle
 from adapter.export.trace import DecodedBundle, load_bias
 from adapter.features import goroutine_view, trace_scope
-from adapter.features.record_breakpoints import Capture, RecordWindow
+from adapter.features.captures import Capture
+from adapter.features.record_window import RecordWindow
 from adapter.golang import bundle_index, runtime_layout
 from adapter.golang.stepper_probe import probe_for
 from pt_decoder import image as image_module

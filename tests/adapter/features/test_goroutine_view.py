@@ -1,6 +1,6 @@
 """features.goroutine_view on a real stepper recording of a Go program whose goroutines hand a
 token around channels (tests/fixtures/programs/go_handoff, GOMAXPROCS=1, the goid probe writing
-PTWRITEs), turned into a record_breakpoints.Capture as a record breakpoint leaves it:
+PTWRITEs), turned into a captures.Capture as a record breakpoint leaves it:
 
 * the capture's goroutine index agrees with the goid the probe read at every stop;
 * the per-goroutine instructions, times and cycles of the Processor Trace scope add up to the
@@ -29,7 +29,9 @@ import pytest
 from adapter.capture import record, stepper
 from adapter.export.trace import DecodedBundle
 from adapter.features import goroutine_view, trace_scope
-from adapter.features.record_breakpoints import Capture, RecordBreakpoints, RecordWindow
+from adapter.features.captures import Capture
+from adapter.features.record_breakpoints import RecordBreakpoints
+from adapter.features.record_window import RecordWindow
 from adapter.features.reverse import Reverse
 from adapter.golang.goroutine_index import Confidence
 from adapter.golang.stepper_probe import probe_for

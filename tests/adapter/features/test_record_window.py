@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.features.record_breakpoints import DEFAULT_INSTRUCTIONS, RecordWindow
+from adapter.features.record_window import DEFAULT_INSTRUCTIONS, RecordWindow
 from adapter.protocol.errors import InvalidLaunchConfig
 
 

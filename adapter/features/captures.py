@@ -1,0 +1,138 @@
+"""A capture: one finished trace window of the session, with its decoded history, the lines
+stepping moves by, and the announcement (`ptdebug/capture`) the client gets.
+
+Layer: features (data the trace features share: record_breakpoints makes captures; reverse,
+trace_scope, goroutine_view and python_replay read them). Reads line tables through
+pt_decoder and adapter.golang (Go runtime lines are passed over); knows nothing of how a
+capture was recorded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapter.features.record_window import RecordWindow
+from adapter.golang.user_lines import WithoutRuntime
+from adapter.protocol.schema import CaptureGap, CaptureLocation, CaptureNowOut
+
+LINE_TABLE_MAX_BYTES = 4 << 20
+
+
+@dataclass
+class Capture:
+    """One finished trace window: its decoded history and what it cost."""
+    id: int
+    tid: int
+    """The recorded OS thread."""
+    thread_id: int | None
+    """Its DAP (debugpy) thread id."""
+    window: RecordWindow
+    bundle: str
+    trace: Any
+    """adapter.export.trace.DecodedBundle."""
+    breakpoint_id: int | None = None
+    end_reason: str = ""
+    partial: str | None = None
+    """Why the window closed early, or None (a complete capture)."""
+    location: dict | None = None
+    """{path, line} of the record breakpoint that opened the window (None: captureNow)."""
+
+    _lines: Any = None
+    stream: int = 0
+    """Which of the bundle's streams (trace.threads) is this capture's history."""
+    replay_from: int | None = None
+    """A replayed bundle's thread (backends.replay): the position it starts at, and there is
+    no live position after the history. None: a capture of the live program."""
+    replay_hits: dict = field(default_factory=dict, repr=False)
+    """features.replay_hits.recorded_hits' answer for the client's current breakpoints."""
+
+    @property
+    def history(self):
+        return self.trace.threads[self.stream].history
+
+    @property
+    def lines(self):
+        """pt_decoder LineTable of the modules the capture ran code of that carry their own line information
+        and are small enough to read at once (LINE_TABLE_MAX_BYTES) or are Go binaries
+        (pclntab): the user's native and Go code.
+        The interpreter and system libraries are left out: reading a 20 MB libpython's DWARF
+        takes many seconds, and stepping by line is about the user's code."""
+        if self._lines is None:
+            from pt_decoder.lines import LineTable
+            ips = self.history.distinct_ips
+
+            def user_code(module) -> bool:
+                if not any_between(ips, module.load_address,
+                                    module.load_address + module.size):
+                    return False  # no instruction of the capture ran in it
+                try:
+                    return (os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES or
+                            _has_pclntab(module.path))
+                except OSError:
+                    return False
+
+            # a Go program's runtime lines are passed over by line steps (golang/user_lines.py)
+            self._lines = WithoutRuntime.wrap(LineTable.for_image(self.trace.symbols,
+                                                                  accept=user_code))
+        return self._lines
+
+    def line(self, ip: int) -> tuple[str, int] | None:
+        return self.lines.lookup(ip)
+
+    def function(self, ip: int) -> tuple[str, int]:
+        """(function name, offset of `ip` in it); a module label where no symbol covers it."""
+        symbol = self.trace.symbols.symbolize(ip)
+        if symbol is not None:
+            return symbol.name, symbol.offset
+        module = self.trace.symbols.module_at(ip)
+        label = module.path.rsplit("/", 1)[-1] if module is not None else "unknown code"
+        return f"[{label}]", ip - (module.load_address if module is not None else ip)
+
+    @property
+    def instructions(self) -> int:
+        return len(self.history)
+
+    @property
+    def cycles(self) -> int:
+        history = self.history
+        return history.cycles(len(history) - 1) - history.cycles(0) if len(history) else 0
+
+    @property
+    def duration_ns(self) -> int:
+        history = self.history
+        if not len(history):
+            return 0
+        return self.trace.ns(history.time(len(history) - 1)) - self.trace.ns(history.time(0))
+
+    def event_body(self) -> dict:
+        """The `ptdebug/capture` event body (schema.CaptureNowOut, the one source of its shape)."""
+        location = self.location
+        return dataclasses.asdict(CaptureNowOut(
+            id=self.id, threadId=self.thread_id, tid=self.tid, window=self.window.describe(),
+            instructions=self.instructions, cycles=self.cycles, durationNs=self.duration_ns,
+            gaps=[CaptureGap(g.position, g.reason) for g in self.history.gaps],
+            bundle=self.bundle, endReason=self.end_reason,
+            status="partial" if self.partial else "complete",
+            partial=self.partial is not None, partialReason=self.partial,
+            reason="breakpoint" if location else "command",
+            location=CaptureLocation(location["path"], location["line"]) if location else None))
+
+
+def _has_pclntab(path: str) -> bool:
+    """A Go binary: its lines come from pclntab, read in well under a second whatever its size
+    (docs/PERFORMANCE.md), unlike DWARF."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(path, "rb") as f:
+            return ELFFile(f).get_section_by_name(".gopclntab") is not None
+    except (OSError, ELFError):
+        return False
+
+
+def any_between(sorted_values, low: int, high: int) -> bool:
+    import bisect
+    i = bisect.bisect_left(sorted_values, low)
+    return i < len(sorted_values) and sorted_values[i] < high

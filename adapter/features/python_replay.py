@@ -106,8 +106,8 @@ def merged_stack(capture, position: int, limit: int,
     on the stack for the whole window under the innermost of them (lowest_depth) are left to
     the live stack: shown twice they were, recorded frames a user cannot evaluate in, with
     debugpy's own runner frames among them that its live stack hides. The innermost of them
-    stays, recorded: its line moved in the window (the caller drops its live twin,
-    `below_live_twin`)."""
+    stays last, for `join_live` to show as its live twin at its recorded line (it moved in
+    the window)."""
     history = python_history(capture)
     if history is None:
         return None
@@ -133,22 +133,30 @@ def merged_stack(capture, position: int, limit: int,
     return out
 
 
-def below_live_twin(merged: list[StackEntry], live: list[dict]) -> list[dict]:
-    """The live DAP frames to show under merged_stack(live_below=True): those under the live
-    frame of the innermost frame that stayed on the stack (merged's outermost: the same
-    function, in the same file, the first from the top); every live frame above it ran after
-    the replay position. All of them when it is not found (the merged stack then drops it)."""
+def join_live(merged: list[StackEntry], live: list[dict]) -> list[dict]:
+    """The live DAP frames to show under merged_stack(live_below=True), which ends with the
+    innermost frame that stayed on the stack (taken off `merged` here). Its live twin (the
+    same function in the same file, the first from the top) stands for it, so that the user
+    can evaluate in it, at the line it was on at the replay position, its name saying when
+    that is not the live line (its values are those of now); the live frames above the twin
+    ran after the position and are not shown. All of the live frames when no twin is found."""
     stayed = merged[-1].python if merged else None
-    if stayed is not None and stayed.filename:
+    if stayed is None:
+        return live
+    merged.pop()
+    if stayed.filename:
         path = os.path.realpath(stayed.filename)
         short = stayed.qualname.rsplit(".", 1)[-1]
         for k, frame in enumerate(live):
             source = (frame.get("source") or {}).get("path") or ""
             if frame.get("name") in (stayed.qualname, short) and source and \
                     os.path.realpath(source) == path:
-                return live[k + 1:]
-    if stayed is not None:
-        merged.pop()  # not found in the live stack: the live frames stand for it
+                twin = dict(frame)
+                if twin.get("line") != stayed.line:
+                    twin["line"] = stayed.line
+                    twin["name"] = (f"{frame.get('name')} [line {stayed.line} at the replay "
+                                    f"position; values of now]")
+                return [twin] + live[k + 1:]
     return live
 
 

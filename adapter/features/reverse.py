@@ -352,8 +352,8 @@ class Reverse:
                                                                "levels": MAX_FRAMES}, timeout=10)
             if live.success:
                 live_frames = (live.raw.get("body") or {}).get("stackFrames") or []
-            if merged is not None:
-                live_frames = python_replay.below_live_twin(merged, live_frames)
+            if merged is not None and live_frames:
+                live_frames = python_replay.join_live(merged, live_frames)
         if merged is not None:  # a Python capture: Python frames in place of the interpreter
             frames = [self._frame(thread_id, capture, entry.position) if entry.python is None
                       else self._python_frame(thread_id, capture, entry) for entry in merged]

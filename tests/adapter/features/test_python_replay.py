@@ -130,23 +130,30 @@ def test_merged_stack_puts_python_frames_in_place_of_the_interpreter():
     assert python_replay.merged_stack(capture, 3, 1)[0].python is None
 
 
-def test_a_live_captures_stack_keeps_the_innermost_frame_of_the_whole_window_recorded():
+def test_a_live_captures_stack_shows_the_innermost_frame_of_the_whole_window_live():
     """score (depth 1) was on the stack for the whole window, helper (depth 2) was entered in
-    it: with the live stack shown below, score stays a recorded frame (its line moved in the
-    window) and its live twin and every live frame above the twin go; the live frames under
-    the twin stay. Without a twin in the live stack, the live frames stand for it."""
+    it: with the live stack shown below, helper is a recorded frame and score is shown as its
+    live twin (evaluable), at the line it was on at the position; the live frames above the
+    twin ran later and go, those under it stay. Without a twin the live frames stand for it."""
     capture = _capture()
     full = python_replay.merged_stack(capture, 3, 20)
     live = python_replay.merged_stack(capture, 3, 20, live_below=True)
     assert [e.python.qualname for e in full if e.python] == ["_helper", "_score"]
     assert [e.python.qualname for e in live if e.python] == ["_helper", "_score"]
-    assert live[-1].python.line == CALL
     here = {"path": __file__}
-    stack = [{"name": "later", "source": here}, {"name": "_score", "source": here},
-             {"name": "main", "source": here}]
-    assert python_replay.below_live_twin(live, stack) == [stack[2]]
-    assert [e.python.qualname for e in live if e.python] == ["_helper", "_score"]
+    stack = [{"id": 7, "name": "later", "source": here},
+             {"id": 8, "name": "_score", "source": here, "line": RET},
+             {"id": 9, "name": "main", "source": here}]
+    joined = python_replay.join_live(live, stack)
+    assert [e.python.qualname for e in live if e.python] == ["_helper"]
+    assert joined[0]["id"] == 8 and joined[0]["line"] == CALL
+    assert joined[0]["name"] == f"_score [line {CALL} at the replay position; values of now]"
+    assert joined[1:] == [stack[2]]
+    same_line = [{"id": 8, "name": "_score", "source": here, "line": CALL}]
+    assert python_replay.join_live(python_replay.merged_stack(capture, 3, 20, live_below=True),
+                                   same_line) == same_line
     elsewhere = [{"name": "_score", "source": {"path": "/elsewhere.py"}},
                  {"name": "main", "source": here}]
-    assert python_replay.below_live_twin(live, elsewhere) == elsewhere
-    assert [e.python.qualname for e in live if e.python] == ["_helper"]
+    again = python_replay.merged_stack(capture, 3, 20, live_below=True)
+    assert python_replay.join_live(again, elsewhere) == elsewhere
+    assert [e.python.qualname for e in again if e.python] == ["_helper"]

@@ -44,6 +44,8 @@ from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
 SYS_RT_SIGRETURN, SYS_EXECVE, SYS_EXIT, SYS_EXIT_GROUP, SYS_EXECVEAT = 15, 59, 60, 231, 322
+# -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK (linux/errno.h)
+RESTART_ERRORS = frozenset({-512, -513, -514, -516})
 SI_KERNEL = 0x80  # si_code of the SIGTRAP an INT3 raises (x86 do_int3_user -> force_sig)
 RF = 1 << 16   # RFLAGS.RF: suppresses an instruction breakpoint for one instruction
 MAX_WALK = 1 << 16   # a straight path longer than this ends in a stop anyway (jmp-only loops)
@@ -366,6 +368,18 @@ def caught_signals(pid: int) -> int:
     return 0
 
 
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >> 63 else v
+
+
+def _pending_restart(regs) -> int | None:
+    """The SYSCALL the kernel will run again when the thread resumes (stopped inside an
+    interrupted system call: ORIG_RAX its number, RAX -ERESTART*), or None."""
+    if _signed(regs.orig_rax) >= 0 and _signed(regs.rax) in RESTART_ERRORS:
+        return regs.rip - 2
+    return None
+
+
 class ThreadRecorder:
     """Records one ptrace-stopped thread from where it stands now until the end
     condition. The thread must be stopped (in a ptrace-stop) when `run` is
@@ -639,9 +653,10 @@ class ThreadRecorder:
                     regs.eflags &= ~RF
                 self._setregs(regs)
                 continue
+            restart_at = pos if kind == Kind.SYSCALL else _pending_restart(regs)
             self._setregs(regs)
             if self._run_to(walk, origin, saved_shadow, shadow, regs, deadline,
-                            watchdog) is not None:
+                            watchdog, restart_at) is not None:
                 return
             pos = regs.rip
 
@@ -658,7 +673,8 @@ class ThreadRecorder:
             return end.stop_at | {end.until}
         return end.stop_at
 
-    def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, watchdog):
+    def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, watchdog,
+                restart_at=None):
         """Continue the thread until it stops at walk.stop, handling what comes
         in between. Returns "gone" when recording must end (the reason is set)."""
         rec = self.rec
@@ -690,6 +706,15 @@ class ThreadRecorder:
                 rec.ips.extend(walk.ips)
                 return None
             where = self._locate(walk, regs.rip)
+            if where is None and restart_at is not None and regs.rip == restart_at:
+                # the kernel restarted the interrupted system call (RIP rewound onto the
+                # SYSCALL when resumed): it runs again from here, nothing of the walk ran
+                shadow[:] = saved_shadow
+                if hit is not None or status.event:
+                    return None
+                return self._deliver(sig, regs)
+            if where == 0 and _pending_restart(regs) is not None:
+                restart_at = _pending_restart(regs)
             if hit is not None and where is not None:
                 # another armed address on the path: an ordinary stop there
                 rec.ips.extend(walk.ips[:where])

@@ -36,7 +36,7 @@ import pytest
 from stepper_support import PTDEBUG, ROOT, build_c, build_go
 
 from adapter.capture import record, stepper
-from adapter.capture.bundle import Bundle, read_manifest
+from adapter.capture.bundle import read_manifest
 from adapter.hw import perf
 from adapter.hw import ptrace as pt
 
@@ -127,40 +127,15 @@ def run_record(args, argv, stop_signal, **popen):
     return proc.returncode, out, "".join(err_lines) + err
 
 
-# Two known faults of the recording (not of the program, which these tests still check in
-# full first); a cell that meets one is an xfail naming it, never a pass.
+# A known fault of the recording (not of the program, which these tests still check in full
+# first); a cell that meets it is an xfail naming it, never a pass.
 #
-# The stepper loses the flow when the kernel restarts a system call the recorded thread was
-# interrupted in (the watchdog's PTRACE_INTERRUPT after 0.25-0.5 s blocked, or a withheld
-# SIGURG): the stop shows RIP after the SYSCALL with RAX = -ERESTART*, the thread is resumed,
-# the kernel rewinds RIP onto the SYSCALL, whose debug-register breakpoint is still armed and
-# fires at an address that is not on the walk: "the thread was found at <the SYSCALL>, off
-# the path the recorder predicted", and the bundle is partial.
-RESTARTED_SYSCALL = ("stepper: a system call restarted by the kernel after an interrupted "
-                     "block is taken for a lost flow (recording partial; program unharmed)")
 # A Go goroutine preempted at a stack check (a garbage collection's stop-the-world asks every
 # goroutine to yield; the Go window withholds only SIGURG and sysmon's request) goes to the
 # scheduler, and often on to another thread: the recorded thread never reaches the --until
 # address or the return of --from, and the window runs on until the program exits.
 GOROUTINE_LEFT = ("Go: a goroutine that yields at a stack check (a GC's stop-the-world) "
                   "leaves the recorded thread; --until/--until-return then end with the program")
-
-
-def lost_at_a_syscall(bundle, err: str) -> bool:
-    """Whether ptdebug said the thread was found off the path on a SYSCALL instruction
-    (0f 05, read from the images of the bundle): the signature of RESTARTED_SYSCALL."""
-    found = re.search(r"the thread was found at (0x[0-9a-f]+), off the path", err)
-    if found is None:
-        return False
-    addr = int(found[1], 16)
-    b = Bundle.open(bundle)
-    for image in b.images:
-        if image["load_address"] <= addr < image["load_address"] + image["size"] - 1:
-            at = addr - image["load_address"]
-            with open(b.image_path(image), "rb") as f:
-                f.seek(at if image["kind"] == "snapshot" else image["offset"] + at)
-                return f.read(2) == b"\x0f\x05"
-    return False
 
 
 def goroutine_left(err: str) -> bool:
@@ -182,8 +157,6 @@ def launched_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, comp
     if rc != (0 if complete else 1):
         if goroutine_left(err):
             pytest.xfail(GOROUTINE_LEFT)
-        if lost_at_a_syscall(tmp_path / "b", err):
-            pytest.xfail(RESTARTED_SYSCALL)
     assert rc == (0 if complete else 1), err
     manifest = read_manifest(tmp_path / "b")
     assert manifest["status"] == ("complete" if complete else "partial"), manifest
@@ -211,8 +184,7 @@ def attached_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, expe
                                  "--pid", str(target.pid), *end_args], None, stop_signal)
         known = None
         if rc != expected_rc:
-            known = (GOROUTINE_LEFT if goroutine_left(err) else
-                     RESTARTED_SYSCALL if lost_at_a_syscall(tmp_path / "b", err) else None)
+            known = GOROUTINE_LEFT if goroutine_left(err) else None
         if not exits and known != GOROUTINE_LEFT:  # that window ran to the program's end
             assert target.poll() is None, f"the target ended with the recording: {err}"
             assert_let_go(target.pid)
@@ -249,8 +221,8 @@ def test_a_thread_blocked_past_the_watchdog_is_recorded_on(program, tmp_path):
     """The recorded thread sleeps 1 s in nanosleep after step: the watchdog interrupts it
     (PTRACE_INTERRUPT; RAX = -ERESTART_RESTARTBLOCK) and the kernel restarts the call when
     it is resumed. The window of 600 instructions goes on past the sleep and is complete.
-    The deterministic reproduction of RESTARTED_SYSCALL: an xfail on every run until the
-    stepper knows the restart (~400 instructions, "found at" libc's SYSCALL)."""
+    (The stepper took the restarted SYSCALL, rewound onto by the kernel and still armed, for
+    a lost flow: partial after ~400 instructions, "found at" libc's SYSCALL.)"""
     target = subprocess.Popen([str(program), "6", "1000000"], stdout=subprocess.PIPE,
                               text=True)
     try:
@@ -259,12 +231,9 @@ def test_a_thread_blocked_past_the_watchdog_is_recorded_on(program, tmp_path):
                                  str(target.pid), "--from", "step", "--count", "600"],
                                 None, None)
         assert_let_go(target.pid)
-        restarted = rc != 0 and lost_at_a_syscall(tmp_path / "b", err)
     finally:
         target.kill()
         target.wait()
-    if restarted:
-        pytest.xfail(RESTARTED_SYSCALL)
     assert rc == 0, err
     assert read_manifest(tmp_path / "b")["status"] == "complete"
 

@@ -131,9 +131,10 @@ def run_record(args, argv, stop_signal, **popen):
 # first); a cell that meets it is an xfail naming it, never a pass.
 #
 # A Go goroutine preempted at a stack check (a garbage collection's stop-the-world asks every
-# goroutine to yield; the Go window withholds only SIGURG and sysmon's request) goes to the
-# scheduler, and often on to another thread: the recorded thread never reaches the --until
-# address or the return of --from, and the window runs on until the program exits.
+# goroutine to yield; the Go window withholds only SIGURG and sysmon's request), or woken from
+# a sleep, goes to the scheduler and often on to another thread: the recorded thread never
+# reaches the --until address or the return of --from, and the window runs on until the
+# program exits (docs/go.md, "Not held: a goroutine that leaves by the runtime's own hand").
 GOROUTINE_LEFT = ("Go: a goroutine that yields at a stack check (a GC's stop-the-world) "
                   "leaves the recorded thread; --until/--until-return then end with the program")
 

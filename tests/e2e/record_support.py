@@ -48,3 +48,30 @@ def record_session(client: DapClient, library: str, *, record_condition: str,
     client.call("configurationDone", {})
     assert client.expect_response(launch_seq)["success"]
     return client.expect_stopped("breakpoint", timeout=40)
+
+
+def launch_service(client: DapClient, library: str, window: dict,
+                   breakpoints: list[dict]) -> None:
+    """Launch the service with the session's `recordWindow` and these breakpoints on it (each
+    {"marker": NAME, ...DAP fields}); returns once the launch is answered (it runs)."""
+    client.call("initialize", INITIALIZE)
+    launch_seq = client.send_request("launch", {
+        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
+        "recordWindow": window})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, bp["marker"]), **{k: v for k, v in bp.items() if k != "marker"}}
+        for bp in breakpoints]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+
+
+def stop_ready_with_data_breakpoints(run, client: DapClient, library: str, window: dict) -> dict:
+    """Launch the service stopped at @ready, with data breakpoints available (the feature's
+    capabilities announced); returns the stop's body."""
+    launch_service(client, library, window, [{"marker": "ready"}])
+    ready = client.expect_stopped("breakpoint")
+    run.track()
+    client.expect_event("capabilities",
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    return ready

@@ -9,7 +9,14 @@ import pathlib
 
 import pytest
 from conftest import INITIALIZE, evaluate, top_frame
-from record_support import KVCACHE, SERVICE, build_kvcache, line_of, record_session
+from record_support import (
+    KVCACHE,
+    SERVICE,
+    build_kvcache,
+    line_of,
+    record_session,
+    stop_ready_with_data_breakpoints,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -103,19 +110,7 @@ def test_recording_while_a_data_breakpoint_holds_debug_registers(start_adapter, 
     run = start_adapter()
     client = run.client
     library = build_kvcache(tmp_path)
-    client.call("initialize", INITIALIZE)
-    launch_seq = client.send_request("launch", {
-        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
-        "recordWindow": {"function": "kv_update"}})
-    client.expect_event("initialized")
-    client.call("setBreakpoints", {"source": {"path": str(SERVICE)},
-                                   "breakpoints": [{"line": line_of(SERVICE, "ready")}]})
-    client.call("configurationDone", {})
-    assert client.expect_response(launch_seq)["success"]
-    stopped = client.expect_stopped("breakpoint")
-    run.track()
-    client.expect_event("capabilities",
-                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    stopped = stop_ready_with_data_breakpoints(run, client, library, {"function": "kv_update"})
     frame = top_frame(client, stopped["threadId"])
     info = client.call("dataBreakpointInfo", {"name": "cache[0]", "frameId": frame["id"]})
     client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})

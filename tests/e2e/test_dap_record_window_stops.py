@@ -12,8 +12,15 @@ breakpoint can close the first one early."""
 from __future__ import annotations
 
 import pytest
-from conftest import INITIALIZE, evaluate, top_frame
-from record_support import SERVICE, build_kvcache, line_of, record_session
+from conftest import evaluate, top_frame
+from record_support import (
+    SERVICE,
+    build_kvcache,
+    launch_service,
+    line_of,
+    record_session,
+    stop_ready_with_data_breakpoints,
+)
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -71,17 +78,10 @@ def test_conditional_breakpoint_false_when_the_window_opens_is_watched(start_ada
     run = start_adapter()
     client = run.client
     library = build_kvcache(tmp_path)
-    client.call("initialize", INITIALIZE)
-    launch_seq = client.send_request("launch", {
-        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
-        "recordWindow": {"instructions": 320_000, "timeout": 60}})
-    client.expect_event("initialized")
-    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
-        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 4"},
-        {"line": line_of(SERVICE, "after_request"), "condition": "tokens < 0"},
-        {"line": line_of(SERVICE, "done")}]})
-    client.call("configurationDone", {})
-    assert client.expect_response(launch_seq)["success"]
+    launch_service(client, library, {"instructions": 320_000, "timeout": 60}, [
+        {"marker": "request", "mode": "record", "condition": "request_id == 4"},
+        {"marker": "after_request", "condition": "tokens < 0"},
+        {"marker": "done"}])
     capture = client.expect_event("ptdebug/capture", timeout=90)["body"]
     assert capture["endReason"] == "recorded 320000 instructions", capture
     passed = client.expect_event("output", timeout=30, pred=lambda e: "without stopping" in
@@ -104,19 +104,8 @@ def test_data_breakpoint_written_inside_a_record_window_closes_it(start_adapter,
     run = start_adapter()
     client = run.client
     library = build_kvcache(tmp_path)
-    client.call("initialize", INITIALIZE)
-    launch_seq = client.send_request("launch", {
-        "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
-        "recordWindow": {"instructions": 400_000, "timeout": 60}})
-    client.expect_event("initialized")
-    client.call("setBreakpoints", {"source": {"path": str(SERVICE)},
-                                   "breakpoints": [{"line": line_of(SERVICE, "ready")}]})
-    client.call("configurationDone", {})
-    assert client.expect_response(launch_seq)["success"]
-    ready = client.expect_stopped("breakpoint")
-    run.track()
-    client.expect_event("capabilities",
-                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    ready = stop_ready_with_data_breakpoints(run, client, library,
+                                             {"instructions": 400_000, "timeout": 60})
     frame = top_frame(client, ready["threadId"])
     info = client.call("dataBreakpointInfo", {"name": "cache[2]", "frameId": frame["id"]})
     client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})

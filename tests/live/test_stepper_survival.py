@@ -252,34 +252,31 @@ def failing_probe(after: int):
     return probe
 
 
-@pytest.mark.parametrize("kind", ["int3", "dr"])
-def test_error_inside_ptdebug_leaves_launched_program_running(program, tmp_path, kind):
-    argv = [program, *LAUNCHED_ARGS]
+def launched_survives_an_error(argv, bundle, **recording) -> None:
+    """record_stepper(**recording) of ARGV launched fails inside ptdebug (RuntimeError): the
+    program was let go and ends as a plain run does."""
     expected, _ = plain_checksum(argv)
-    out_path = tmp_path / "out.txt"
+    out_path = bundle.parent / f"{bundle.name}.out"
     with open(out_path, "w") as out:
         with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError") as exc:
-            record.record_stepper(str(tmp_path / "b"), command=[str(a) for a in argv],
-                                  start="step", end=stepper.EndCondition(count=100_000),
-                                  ptw_probe=failing_probe(40), breakpoints=kind,
-                                  output_fd=out.fileno())
+            record.record_stepper(str(bundle), command=[str(a) for a in argv],
+                                  end=stepper.EndCondition(count=100_000),
+                                  output_fd=out.fileno(), **recording)
     assert exc.value.program is not None and exc.value.killed_program is None
     assert exc.value.program.wait(60) == 0
     assert checksum_of(out_path.read_text()) == expected
-    assert read_manifest(tmp_path / "b")["status"] == "partial"
 
 
-@pytest.mark.parametrize("kind", ["int3", "dr"])
-def test_error_inside_ptdebug_leaves_attached_program_running(program, tmp_path, kind):
-    argv = [program, *ATTACHED_ARGS]
+def attached_survives_an_error(argv, bundle, **recording) -> None:
+    """The same for ARGV started alone and attached to: let go (untraced, running, every
+    debug-register slot free), it ends as a plain run does."""
     expected, _ = plain_checksum(argv)
     target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
     try:
         assert target.stdout.readline().strip() == "ready"
         with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError"):
-            record.record_stepper(str(tmp_path / "b"), pid=target.pid, start="step",
-                                  end=stepper.EndCondition(count=100_000),
-                                  ptw_probe=failing_probe(40), breakpoints=kind)
+            record.record_stepper(str(bundle), pid=target.pid,
+                                  end=stepper.EndCondition(count=100_000), **recording)
         assert_let_go(target.pid)
         out, _ = target.communicate(timeout=60)
     finally:
@@ -287,6 +284,19 @@ def test_error_inside_ptdebug_leaves_attached_program_running(program, tmp_path,
         target.wait()
     assert checksum_of(out) == expected
     assert target.returncode == 0
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+def test_error_inside_ptdebug_leaves_launched_program_running(program, tmp_path, kind):
+    launched_survives_an_error([program, *LAUNCHED_ARGS], tmp_path / "b", start="step",
+                               ptw_probe=failing_probe(40), breakpoints=kind)
+    assert read_manifest(tmp_path / "b")["status"] == "partial"
+
+
+@pytest.mark.parametrize("kind", ["int3", "dr"])
+def test_error_inside_ptdebug_leaves_attached_program_running(program, tmp_path, kind):
+    attached_survives_an_error([program, *ATTACHED_ARGS], tmp_path / "b", start="step",
+                               ptw_probe=failing_probe(40), breakpoints=kind)
 
 
 @pytest.mark.parametrize("kind", ["int3", "dr"])
@@ -430,31 +440,8 @@ def test_error_inside_ptdebug_leaves_go_programs_running(go_program, tmp_path, m
         return probe(self, regs)
     monkeypatch.setattr(GoWindow, "__call__", failing)
 
-    argv = [go_program, *LAUNCHED_ARGS]
-    expected, _ = plain_checksum(argv)
-    out_path = tmp_path / "out.txt"
-    with open(out_path, "w") as out:
-        with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError") as exc:
-            record.record_stepper(str(tmp_path / "launched"), command=[str(a) for a in argv],
-                                  start="main.step", end=stepper.EndCondition(count=100_000),
-                                  breakpoints="dr", output_fd=out.fileno())
-    assert exc.value.program is not None and exc.value.killed_program is None
-    assert exc.value.program.wait(60) == 0
-    assert checksum_of(out_path.read_text()) == expected
-
+    launched_survives_an_error([go_program, *LAUNCHED_ARGS], tmp_path / "launched",
+                               start="main.step", breakpoints="dr")
     calls[0] = 0
-    argv = [go_program, *ATTACHED_ARGS]
-    expected, _ = plain_checksum(argv)
-    target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
-    try:
-        assert target.stdout.readline().strip() == "ready"
-        with pytest.raises(record.RecordFailed, match="the recorder failed: RuntimeError"):
-            record.record_stepper(str(tmp_path / "attached"), pid=target.pid, start="main.step",
-                                  end=stepper.EndCondition(count=100_000), breakpoints="dr")
-        assert_let_go(target.pid)
-        out, _ = target.communicate(timeout=60)
-    finally:
-        target.kill()
-        target.wait()
-    assert checksum_of(out) == expected
-    assert target.returncode == 0
+    attached_survives_an_error([go_program, *ATTACHED_ARGS], tmp_path / "attached",
+                               start="main.step", breakpoints="dr")

@@ -58,7 +58,8 @@ class RecordError(Exception):
 class EndRequest:
     """A request from outside the loop to close the window before the next instruction the
     recorder looks at: from a signal handler (the DAP session saw the thread stop in its
-    debugger) or from the Python probe (the thread reached a breakpoint's line). The window
+    debugger, or write a watched buffer) or from the Python probe (the thread reached a
+    breakpoint's line). The window
     it closes is complete, not partial: it ended where the user's debugger took over. The
     first reason given wins."""
 

@@ -10,7 +10,7 @@ recorder uses the debug-register slots the watch leaves (none: it steps every in
 a hit during a recording window is delivered as a stop once the window is over: every write the
 program counts is a `data breakpoint` stop, and the record breakpoint keeps captures.
 
-The soak (`slow`) runs the same session for PTDEBUG_SOAK_SECONDS (default 60; 600 for the
+The soak (`slow`) runs the same session for PTDEBUG_SOAK_SECONDS (default 20; 600 for the
 figures in docs/testing.md) and also checks that every request is answered and that the
 adapter's memory stays flat (its RSS sampled every second: start, end, max are printed)."""
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_data_breakpoint_and_record_breakpoint_both_work(start_adapter, size):
     _end(run)
 
 
-SOAK_SECONDS = float(os.environ.get("PTDEBUG_SOAK_SECONDS", "60"))
+SOAK_SECONDS = float(os.environ.get("PTDEBUG_SOAK_SECONDS", "20"))
 SOAK_RECORD_EVERY = int(os.environ.get("PTDEBUG_SOAK_RECORD_EVERY", "10"))
 """The record breakpoint's hit condition: every Nth handled request opens a window."""
 

@@ -189,7 +189,11 @@ class CodeCache:
             code = self._read(addr, 16)
         except OSError:
             code = b""
-        lite = next(_MD_LITE.disasm_lite(code, addr, 1), None) if code else None
+        # the generator is run to its end (count 1), never left suspended: closed later by
+        # the collector, a Ctrl-C landing in its GeneratorExit was an unraisable exception,
+        # lost, and the recording ran on (tests/live/test_stepper_errors.py, once in CI)
+        found = list(_MD_LITE.disasm_lite(code, addr, 1)) if code else []
+        lite = found[0] if found else None
         if lite is not None:
             size, mnemonic, op_str = lite[1], lite[2], lite[3]
             self._bytes[addr] = bytes(code[:size])

@@ -31,13 +31,15 @@ def test_an_end_request_closes_the_window_complete(program, tmp_path, rounds, pa
     request = stepper.EndRequest()
     timer = threading.Timer(0.5, request.end, ["the debugger stopped the thread"])
     out_path = tmp_path / "out.txt"
+    # asked 0.5 s into the recording (not from the launch: under load, reaching `step` may
+    # take longer than that, and a request made before the window opens closes it at once)
     with open(out_path, "w") as out:
-        timer.start()
         try:
             result = record.record_stepper(
                 str(tmp_path / "b"), command=argv, start="step",
                 end=stepper.EndCondition(count=50_000_000, request=request),
-                breakpoints="dr", output_fd=out.fileno())
+                breakpoints="dr", output_fd=out.fileno(),
+                stage=lambda name: timer.start() if name == "recorder set up" else None)
         finally:
             timer.cancel()
     stats = result.manifest["stats"]

@@ -148,7 +148,10 @@ class DelveHandover:
             layout = runtime_layout(os.readlink(f"/proc/{self.pid}/exe"))
         except (LayoutError, OSError) as exc:
             raise AdapterError(f"cannot read goroutine ids in this binary: {exc}") from None
-        return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset}
+        from adapter.golang.thread_lock import LockLayout
+        lock = LockLayout.of(layout, self.pid)
+        return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset,
+                "lock": lock.to_json() if lock is not None else None}
 
     def thread_of(self, goroutine: int) -> tuple[int, int]:
         """(OS thread id, pc) of a goroutine stopped on a thread; AdapterError if it is not

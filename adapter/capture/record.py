@@ -231,6 +231,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if ptw_probe is None:  # a Go program: its goroutine kept on the thread, ids recorded
             from adapter.golang.recording import GoWindow
             go_window = ptw_probe = GoWindow.for_process(target.pid)
+        hold = getattr(ptw_probe, "hold", None)  # a Go goroutine locked to the thread
         recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
@@ -238,7 +239,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                                               breakpoints=breakpoints,
                                               max_instructions=max_instructions,
                                               withheld_signals=getattr(
-                                                  ptw_probe, "withheld_signals", frozenset()))
+                                                  ptw_probe, "withheld_signals", frozenset()),
+                                              hold=hold)
         log(f"recording thread {rec_tid}")
         stage("recorder set up")
         began = True
@@ -247,6 +249,11 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         finally:
             if go_window is not None:
                 go_window.release()  # preempted as usual again, whatever happened
+            if hold is not None:  # how the goroutine's lock ended, also when cut short
+                hold.close()
+                writer.manifest.setdefault("go", {})["thread_lock"] = hold.describe()
+                if hold.state.startswith("left locked"):
+                    log(hold.describe())
             if not recorder.alive:
                 target.threads.pop(rec_tid, None)
                 if recorder.exit_status is not None and target.launched is not None \
@@ -258,8 +265,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         stage(f"window recorded ({len(rec.ips)} instructions)")
         if go_window is not None:
             go_window.close()
-            writer.manifest["go"] = {"goroutines": go_window.describe(),
-                                     "withheld_signals": recorder.withheld}
+            writer.manifest.setdefault("go", {}).update(goroutines=go_window.describe(),
+                                                        withheld_signals=recorder.withheld)
             if partial:
                 partial += f" ({go_window.describe()})"
         if python_probe is not None:

@@ -44,6 +44,9 @@ from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
 SYS_RT_SIGRETURN, SYS_EXECVE, SYS_EXIT, SYS_EXIT_GROUP, SYS_EXECVEAT = 15, 59, 60, 231, 322
+SYS_RT_SIGPROCMASK = 14
+MASK_CHANGES = frozenset({SYS_RT_SIGPROCMASK, SYS_RT_SIGRETURN})
+"""System calls after which the thread's signal mask is read again (_trap_blocked)."""
 # -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK (linux/errno.h)
 RESTART_ERRORS = frozenset({-512, -513, -514, -516})
 SI_KERNEL = 0x80  # si_code of the SIGTRAP an INT3 raises (x86 do_int3_user -> force_sig)
@@ -327,6 +330,14 @@ class _Watchdog:
             signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
 
 
+HOME_GRACE_S = 1.0
+"""How long a window's hold waits, after the window, for the thread to run what it held again
+(ThreadRecorder._bring_home)."""
+POLL_SPINS = 64
+"""Non-blocking waits before ThreadRecorder._poll sleeps between them (a single step takes a
+few microseconds; a sleeping system call, up to the grace)."""
+
+
 def _thread_state(tid: int) -> str:
     """The state letter of /proc/TID/stat ("t": stopped by the tracer); "" if gone."""
     try:
@@ -342,6 +353,18 @@ def pending_signals(tid: int) -> int:
         with open(f"/proc/{tid}/status") as f:
             for line in f:
                 if line.startswith("SigPnd:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def blocked_signals(tid: int) -> int:
+    """SigBlk of /proc/TID/status: the thread's signal mask (0 if gone)."""
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("SigBlk:"):
                     return int(line.split()[1], 16)
     except OSError:
         pass
@@ -391,12 +414,18 @@ class ThreadRecorder:
                  predict_returns: bool = True, ptw_probe=None, max_instructions: int = 50_000_000,
                  entry_rsp: int | None = None, return_address: int | None = None,
                  breakpoints: str = "dr", withheld_signals: frozenset = frozenset(),
-                 held_slots: int | None = None):
+                 held_slots: int | None = None, hold=None):
         """`breakpoints`: "dr" (debug registers; any process) or "int3" (planted
         bytes; faster, only for a process whose one thread is this one, traced
         with PTRACE_O_TRACECLONE so that a new thread is noticed).
         `withheld_signals`: signals not delivered to the thread in the window
-        (Go's SIGURG: adapter/golang/recording.py says why that is safe)."""
+        (Go's SIGURG: adapter/golang/recording.py says why that is safe).
+        `hold`: what keeps the recorded work on this thread for the window (a Go goroutine
+        locked to it: adapter/golang/thread_lock.GoroutineLock), told of every stop
+        (`at_stop(regs)`), of the addresses in its `visits` (address -> callable(regs), each
+        once, before the instruction there runs), and given back when the window ends where
+        `home(regs)` holds (`release(regs)`; the thread is stepped, unrecorded, until it does,
+        at most HOME_GRACE_S, else `abandon(why)`)."""
         if breakpoints not in ("dr", "int3"):
             raise ValueError(f"breakpoints must be 'dr' or 'int3', not {breakpoints!r}")
         self.tid = tid
@@ -411,6 +440,7 @@ class ThreadRecorder:
         self.code = blocks.CodeCache(self._read_code)
         self.walker = blocks.Walker(self.code, predict_returns)
         self.ptw_probe = ptw_probe
+        self.hold = hold
         self.withheld_signals = withheld_signals
         self.withheld = 0
         """How many withheld signals reached the thread (and were not delivered)."""
@@ -431,6 +461,10 @@ class ThreadRecorder:
         self.pending_signal = 0
         """A signal the thread was stopped for while being brought to a stop for
         cleanup: to be delivered when it is let go."""
+        self._trap_blocked = False
+        """The thread blocks SIGTRAP (_read_trap_mask): debug registers are not run to."""
+        self._visits = dict(hold.visits) if hold is not None else {}
+        """The hold's addresses not visited yet."""
         self._watchdog: _Watchdog | None = None
         """The run's watchdog, told of single steps too (no slot left: every instruction)."""
 
@@ -449,6 +483,8 @@ class ThreadRecorder:
     def _stamp(self, regs) -> None:
         rec = self.rec
         rec.stamps.append((len(rec.ips), time.monotonic_ns()))
+        if self.hold is not None:
+            self.hold.at_stop(regs)
         if self.ptw_probe is not None:
             value = self.ptw_probe(regs)
             if value is not None and value != self._last_ptw:
@@ -487,6 +523,7 @@ class ThreadRecorder:
             self.bp = _Int3Breakpoints(self.tid, self.mem, end.until)
         else:
             self.bp = _DebugRegisters(self.tid, end.until, self.held_slots)
+            self._read_trap_mask()  # stopped inside a signal handler, say
         shadow: list[blocks.ShadowEntry] = []
         regs = pt.getregs(self.tid)
         watchdog = self._watchdog = _Watchdog()
@@ -520,6 +557,8 @@ class ThreadRecorder:
                 # slots are the recorder's own file descriptors and stay open otherwise
                 # (a target killed mid-recording leaked four per recording)
                 self.bp.clear()
+                if self.alive and self.hold is not None:
+                    self._bring_home()
                 self.mem.close()
         rec.stops = watchdog.stops_seen
         return rec
@@ -549,6 +588,8 @@ class ThreadRecorder:
             if deadline is not None and time.monotonic_ns() >= deadline:
                 return self._finish(f"recorded for {end.duration_ms:g} ms", pos)
             self._stamp(regs)
+            if self._visits and pos in self._visits:
+                self._visits.pop(pos)(regs)
             if end.request is not None and end.request.reason is not None:
                 # asked to close here (the probe may have just asked, at this stop): a sample
                 # taken now says what the last instruction recorded left standing (the
@@ -577,8 +618,9 @@ class ThreadRecorder:
                     return self._finish("the target calls execve", pos,
                                         "the target called execve before the end condition")
                 # rt_sigreturn: the kernel restores the interrupted state; with planted
-                # bytes a system call is stepped (it cannot resume on its own INT3)
-                step = nr == SYS_RT_SIGRETURN or self.mode == "int3"
+                # bytes a system call is stepped (it cannot resume on its own INT3); one
+                # that changes the signal mask is stepped so that the mask is read after it
+                step = nr in MASK_CHANGES or self.mode == "int3"
                 start = ins.next
             elif kind == Kind.PLAIN:
                 # where the trigger, a signal or a single step left us: just walk on,
@@ -641,6 +683,8 @@ class ThreadRecorder:
                 ips.append(pos)
                 if self._step_over(regs) is not None:
                     return
+                if kind == Kind.SYSCALL and nr in MASK_CHANGES and self.mode == "dr":
+                    self._read_trap_mask()
                 pos = regs.rip
                 continue
             try:
@@ -662,17 +706,31 @@ class ThreadRecorder:
             pos = regs.rip
 
     def _no_slot(self) -> bool:
-        """Data breakpoints (or another tool) hold every debug-register slot."""
-        return self.mode == "dr" and self.bp.usable == 0
+        """No debug register can be run to: data breakpoints (or another tool) hold every
+        slot, or the thread blocks SIGTRAP (_trap_blocked)."""
+        return self.mode == "dr" and (self.bp.usable == 0 or self._trap_blocked)
+
+    def _read_trap_mask(self) -> None:
+        """Whether the thread blocks SIGTRAP now (SigBlk). A perf breakpoint's SIGTRAP is a
+        signal like any other: while it is blocked the hit is reported late, where the
+        thread unblocks it, past the instruction it was for; the recorder took it for a
+        signal from elsewhere and delivered it, and the program died of SIGTRAP (Go's
+        newosproc blocks every signal around clone: seen 2026-12-03 as a goroutine locked
+        to the recorded thread made that thread start Ms). A single step's trap is forced
+        past the mask, so the thread is stepped while it blocks SIGTRAP."""
+        self._trap_blocked = bool(blocked_signals(self.tid) & (1 << (SIGTRAP - 1)))
 
     @property
     def _walk_stops(self) -> frozenset:
         """Addresses a walk ends before besides the armed ones: a debugger's breakpoints, and
         the --until address when it has no slot of its own (fewer than four free)."""
         end = self.end
+        stops = end.stop_at
+        if self._visits:
+            stops = stops | self._visits.keys()
         if end.until is not None and self.mode == "dr" and self.bp.reserved is None:
-            return end.stop_at | {end.until}
-        return end.stop_at
+            return stops | {end.until}
+        return stops
 
     def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, watchdog,
                 restart_at=None):
@@ -754,20 +812,99 @@ class ThreadRecorder:
         thread would die on one: lift them all, let the new thread go
         (detached), and continue with debug registers, which are per thread."""
         new = pt.geteventmsg(self.tid)
-        while True:  # the new thread reports its first stop (PTRACE_EVENT_STOP)
-            status = pt.waitpid(new)
-            if status.gone or status.stopped:
-                break
         if self.mode == "int3":
             self.bp.clear()
             self.mode = "dr"
             self.bp = _DebugRegisters(self.tid, self.end.until, self.held_slots)
         self.rec.threads_created.append(new)
+        self._let_new_thread_go(new)
+
+    @staticmethod
+    def _let_new_thread_go(new: int) -> None:
+        while True:  # the new thread reports its first stop (PTRACE_EVENT_STOP)
+            status = pt.waitpid(new)
+            if status.gone or status.stopped:
+                break
         if not status.gone:
             try:
                 pt.detach(new)
             except pt.PtraceError:
                 pass
+
+    # -- after the window -------------------------------------------------------------------
+
+    def _bring_home(self) -> None:
+        """Give the hold back where `home` says the thread runs what was held: at once when it
+        does (the usual case: the window ended in the goroutine), else after stepping the
+        thread on, unrecorded, through the scheduler until it does (the window ended while
+        the goroutine waited and the locked thread slept: the lock can only be given back
+        by the goroutine's own thread, running it; thread_lock.py says why). Breakpoints are
+        cleared by now. The stepping ends after HOME_GRACE_S (the goroutine waits for
+        something that does not come): the hold is then abandoned, and says so."""
+        hold = self.hold
+        tid = self.tid
+        try:
+            regs = pt.getregs(tid)
+            deadline = time.monotonic_ns() + int(HOME_GRACE_S * 1e9)
+            while not hold.home(regs):
+                if not self._step_unrecorded(regs, deadline):
+                    if self.alive:
+                        hold.abandon(f"it was waiting, not back on thread {tid} "
+                                     f"{HOME_GRACE_S:g} s after the window")
+                    return
+            hold.release(regs)
+        except pt.PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                hold.abandon(f"ptrace: {exc}")
+            self.alive = False
+
+    def _step_unrecorded(self, regs, deadline: int) -> bool:
+        """One instruction on, not recorded (signals delivered as they come, withheld ones
+        not). False when the deadline passed first (the thread is stopped again, where it
+        was, a system call it slept in to be restarted by the kernel) or the thread ended."""
+        tid = self.tid
+        sig = 0
+        while True:
+            self._step(sig)
+            sig = 0
+            status = self._poll(deadline)
+            if status is None:
+                pt.interrupt(tid)
+                status = self._wait_for_interrupt()
+                if not status.gone:
+                    pt.getregs(tid, regs)
+                    return False
+            if status.gone:
+                self.alive = False
+                self.exit_status = status
+                return False
+            if status.event:
+                if status.event == pt.EVENT_CLONE:
+                    self._let_new_thread_go(pt.geteventmsg(tid))
+                continue
+            pt.getregs(tid, regs)
+            if status.stop_signal == SIGTRAP:
+                return True
+            if status.stop_signal in self.withheld_signals:
+                self.withheld += 1
+            else:
+                sig = status.stop_signal
+
+    def _poll(self, deadline: int) -> pt.WaitStatus | None:
+        """The thread's next stop, None if none came before `deadline` (polled: no watchdog
+        runs after the window; a step usually ends within microseconds, a system call it
+        steps into may sleep)."""
+        spins = 0
+        while True:
+            status = pt.waitpid(self.tid, pt.WALL | pt.WNOHANG)
+            if status is not None:
+                self.running = False
+                return status
+            if time.monotonic_ns() >= deadline:
+                return None
+            spins += 1
+            if spins > POLL_SPINS:
+                time.sleep(0.001)
 
     def _locate(self, walk, rip) -> int | None:
         """Index in walk.ips of the instruction at `rip` (not yet executed), or
@@ -797,6 +934,8 @@ class ThreadRecorder:
                 return self._gone(status)
             pt.getregs(self.tid, regs)
             rec.async_events.append((len(rec.ips), interrupted))
+            if self.mode == "dr":
+                self._read_trap_mask()  # a handler runs with its sa_mask blocked (Go's: all)
             return None
         self._cont(sig)
         status = self._wait()

@@ -594,6 +594,10 @@ class RecordBreakpoints:
             self.session.client.send_event("output", {"category": "console", "output":
                 f"ptdebug: capture {number} closed early: {what[closed_by]}; its stop "
                 "follows\n"})
+        thread_lock = result.get("thread_lock") or ""
+        if "stays locked" in thread_lock:  # adapter/golang/thread_lock.py, abandon
+            self.session.client.send_event("output", {"category": "console", "output":
+                f"ptdebug: capture {number}: {thread_lock}\n"})
         stop = (stop_at or {}).get(result.get("stopped_at"))
         if stop is not None:
             capture.end_reason = f"the thread reached the breakpoint at {stop.where}"

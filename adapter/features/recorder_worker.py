@@ -285,9 +285,14 @@ def _record_worker(spec_text: str) -> int:
 
         from adapter.golang.recording import GoWindow
         from adapter.golang.stepper_probe import GoidProbe
-        probe = GoidProbe(_tgid(tid), SimpleNamespace(**spec["goid_probe"]))
-        # Go's preemption signal is not delivered in the window (adapter/golang/recording.py)
+        from adapter.golang.thread_lock import GoroutineLock, LockLayout
+        where = dict(spec["goid_probe"])
+        lock = where.pop("lock", None)
+        probe = GoidProbe(_tgid(tid), SimpleNamespace(**where))
+        # Go's preemption signal is not delivered in the window, and the goroutine is locked
+        # to its thread for it (adapter/golang/recording.py)
         probe.withheld_signals = GoWindow.withheld_signals
+        probe.hold = GoroutineLock(_tgid(tid), LockLayout(**lock)) if lock else None
 
     def attached() -> None:
         if spec.get("parked"):
@@ -331,7 +336,8 @@ def _record_worker(spec_text: str) -> int:
                       "python_stop": line_stops.get("reached"),
                       "closed_by": next((why for why, reason in WINDOW_ENDS.items()
                                          if request.reason == reason), None),
-                      "python_passed": line_stops.get("passed") or []}))
+                      "python_passed": line_stops.get("passed") or [],
+                      "thread_lock": (result.manifest.get("go") or {}).get("thread_lock")}))
     return 0
 
 

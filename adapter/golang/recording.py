@@ -19,7 +19,10 @@ a run queue, often to another thread. So, for the window only:
     SIGURG only to ask a goroutine to yield (runtime/preempt.go; a program's own
     os/signal.Notify(SIGURG) would miss it), and the runtime asks again while it still
     needs the goroutine to stop (suspendG for a stop-the-world), which it gets, as with
-    GODEBUG=asyncpreemptoff=1, when the goroutine next yields by itself.
+    GODEBUG=asyncpreemptoff=1, when the goroutine next yields by itself;
+  * when it does yield (a stop-the-world's stack check), sleeps or blocks, it comes back to
+    the recorded thread: the goroutine is locked to it for the window as by
+    runtime.LockOSThread (`hold`, thread_lock.py).
 What the program computes does not change: only when its scheduler may move the goroutine.
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ import signal
 from .park import Parked, hold_preemption, resume_preemption
 from .runtime_layout import LayoutError, RuntimeLayout
 from .stepper_probe import GoidProbe
+from .thread_lock import GoroutineLock
 
 
 class GoWindow:
@@ -42,6 +46,9 @@ class GoWindow:
         self.pid = pid
         self.layout = layout
         self.goid = GoidProbe(pid, layout)
+        self.hold = GoroutineLock.for_process(pid, layout)
+        """The stepper's `hold`: the goroutine locked to the thread, preemption held off on
+        each P it runs on (None: a Go before 1.10, where only the first P is held here)."""
         self.held: Parked | None = None
         self.first_goid: int | None = None
         self.last_goid: int | None = None
@@ -57,7 +64,8 @@ class GoWindow:
             return None
 
     def __call__(self, regs) -> int | None:
-        if self.held is None:  # the window's first stop: hold the goroutine on its thread
+        if self.held is None and self.hold is None:
+            # the window's first stop: hold preemption off (the lock does, where there is one)
             try:
                 self.held = hold_preemption(self.pid, regs.fs_base, self.layout)
             except OSError:

@@ -18,9 +18,11 @@ several threads by the time it reaches main.step, so `--breakpoints int3` is
 refused there; two cells check the refusal instead (attached: the program goes
 on untouched; launched: it is ended, since its recording never began).
 
-The program is always checked in full first. A cell whose recording then meets
-one of the two known faults below (RESTARTED_SYSCALL, GOROUTINE_LEFT) is an
-xfail naming it, recognised by its exact signature, never a pass.
+The program is always checked in full first, then the recording. The Go cells
+whose --until / --until-return window ended with the program, partial, because
+the goroutine left the recorded thread (GOROUTINE_LEFT, an xfail until
+2026-12-03) pass since the goroutine is locked to the thread for the window
+(adapter/golang/thread_lock.py).
 """
 from __future__ import annotations
 
@@ -127,26 +129,6 @@ def run_record(args, argv, stop_signal, **popen):
     return proc.returncode, out, "".join(err_lines) + err
 
 
-# A known fault of the recording (not of the program, which these tests still check in full
-# first); a cell that meets it is an xfail naming it, never a pass.
-#
-# A Go goroutine preempted at a stack check (a garbage collection's stop-the-world asks every
-# goroutine to yield; the Go window withholds only SIGURG and sysmon's request), or woken from
-# a sleep, goes to the scheduler and often on to another thread: the recorded thread never
-# reaches the --until address or the return of --from, and the window runs on until the
-# program exits (docs/go.md, "Not held: a goroutine that leaves by the runtime's own hand").
-GOROUTINE_LEFT = ("Go: a goroutine that yields at a stack check (a GC's stop-the-world) "
-                  "leaves the recorded thread; --until/--until-return then end with the program")
-
-
-def goroutine_left(err: str) -> bool:
-    """The signature of GOROUTINE_LEFT: the program exited before the end condition, with
-    another goroutine than the window's first on the recorded thread."""
-    left = re.search(r"partial: the target exited with status \d+ before the end condition "
-                     r"\(goroutine (\d+) at the start, goroutine (\d+) on the thread", err)
-    return left is not None and left[1] != left[2]
-
-
 def launched_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, complete, kind):
     """`record --breakpoints KIND END_ARGS -- ARGV`: the program prints the checksum and ends
     with the status of a plain run; the bundle says complete or partial as it should."""
@@ -155,9 +137,6 @@ def launched_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, comp
                               stop_signal)
     assert checksum_of(out) == expected, err
     assert f"the program exited with status {expected_rc}" in err, err
-    if rc != (0 if complete else 1):
-        if goroutine_left(err):
-            pytest.xfail(GOROUTINE_LEFT)
     assert rc == (0 if complete else 1), err
     manifest = read_manifest(tmp_path / "b")
     assert manifest["status"] == ("complete" if complete else "partial"), manifest
@@ -175,18 +154,14 @@ def attached_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, expe
     """`record --breakpoints KIND --pid PID END_ARGS` of ARGV started alone: unless the
     program `exits` in the window, it is let go (untraced, running, every debug-register
     slot free); it prints the checksum and exit status of a plain run; ptdebug ends with
-    `expected_rc` (checked last: a known fault of the recording is an xfail, once the
-    program is known to be unharmed)."""
+    `expected_rc` (checked last, once the program is known to be unharmed)."""
     expected, plain_rc = plain_checksum(argv)
     target = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, text=True)
     try:
         assert target.stdout.readline().strip() == "ready"
         rc, _, err = run_record(["-o", tmp_path / "b", "--breakpoints", kind,
                                  "--pid", str(target.pid), *end_args], None, stop_signal)
-        known = None
-        if rc != expected_rc:
-            known = GOROUTINE_LEFT if goroutine_left(err) else None
-        if not exits and known != GOROUTINE_LEFT:  # that window ran to the program's end
+        if not exits:
             assert target.poll() is None, f"the target ended with the recording: {err}"
             assert_let_go(target.pid)
         out, _ = target.communicate(timeout=60)
@@ -195,8 +170,6 @@ def attached_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, expe
         target.wait()
     assert checksum_of(out) == expected, err
     assert target.returncode == plain_rc
-    if known is not None:
-        pytest.xfail(known)
     assert rc == expected_rc, err
     return err
 

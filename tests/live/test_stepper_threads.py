@@ -40,6 +40,24 @@ def test_new_thread_during_int3_recording(rec_threads, tmp_path):
     assert errors_in(events) == [] and ips == list(result.recording.ips)
 
 
+def test_new_thread_during_debug_register_recording(rec_threads, tmp_path):
+    """pthread_create blocks every signal around clone: a debug-register hit there is a
+    perf SIGTRAP the kernel holds until the mask is restored, reported past its instruction.
+    The recorder steps while SIGTRAP is blocked (stepper._read_trap_mask); before, this
+    window ended "off the path the recorder predicted" in 2 of 2 runs (2026-12-03), and a Go
+    program whose recorded thread started an M died of that SIGTRAP. The flow is the one a
+    single-stepping reference records, instruction for instruction."""
+    from stepper_support import reference_launched
+    out = tmp_path / "thr.bundle"
+    result = record.record_stepper(str(out), command=[str(rec_threads)], start="start_worker",
+                                   end=stepper.EndCondition(until_return=True), no_aslr=True,
+                                   breakpoints="dr")
+    m = result.manifest
+    assert m["status"] == "complete", m["partial_reason"]
+    assert result.target_exit == 0
+    assert list(result.recording.ips) == reference_launched([rec_threads], "start_worker")
+
+
 def test_int3_refused_for_a_multithreaded_target(tmp_path):
     """A launched Go program has several threads once its runtime runs: planted
     bytes would kill the others, so int3 is refused with the reason."""

@@ -58,6 +58,7 @@ from adapter.features.record_window import (
     ReplayedWindow,
 )
 from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
+from adapter.features.recording_progress import RecordingProgress
 from adapter.features.replay_hits import ReplayBreakpoint
 from adapter.features.window_ends import (
     native_position,
@@ -240,11 +241,14 @@ class RecordBreakpoints:
                        all(self._record_breakpoint([i]) is not None for i in ids))
         with self._phase_lock:
             if (self._recording_thread is not None and self._child is not None
-                    and body.get("threadId") == self._recording_thread
+                    and (body.get("threadId") == self._recording_thread
+                         or body.get("allThreadsStopped"))
                     and isinstance(self.session.backend, RunsInsidePython)):
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
-                # see coming, an exception): the rest of the window would record it waiting
-                # in debugpy, so it closes now; the stop is shown once the capture is kept
+                # see coming, an exception), or stops every thread (a pause: the recorded one
+                # stops at its next Python line): the rest of the window would record it
+                # waiting in debugpy, so it closes now; the stop is shown once the capture is
+                # kept
                 self._child.end_window("debugger")
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
@@ -536,6 +540,7 @@ class RecordBreakpoints:
         watchdog.daemon = True
         watchdog.start()
         result = None
+        recording = None
         try:
             for line in worker.lines():
                 if line.startswith("stage "):  # stamped by the recorder (CLOCK_MONOTONIC)
@@ -551,12 +556,16 @@ class RecordBreakpoints:
                     clock.mark("recorder says attached")
                     release()
                     clock.mark("debugger released the program")
+                    recording = RecordingProgress.start(self.session, worker, thread_id,
+                                                        window)
                 elif line.startswith("parked ") and parked is not None:
                     parked_at_end.append(Parked.from_json(json.loads(line[7:])))
                 elif line.startswith("{"):
                     result = json.loads(line)
         finally:
             watchdog.cancel()
+            if recording is not None:
+                recording.end()
             with self._phase_lock:
                 self._child = self._recording_tid = None
             failure = None
@@ -590,10 +599,11 @@ class RecordBreakpoints:
         closed_by = result.get("closed_by")
         if closed_by is not None:
             what = {"debugger": "debugpy stopped the recorded thread",
-                    "data breakpoint": "a data breakpoint fired in the recorded thread"}
+                    "data breakpoint": "a data breakpoint fired in the recorded thread",
+                    "cancelled": "the recording was cancelled"}
+            follows = "" if closed_by == "cancelled" else "; its stop follows"
             self.session.client.send_event("output", {"category": "console", "output":
-                f"ptdebug: capture {number} closed early: {what[closed_by]}; its stop "
-                "follows\n"})
+                f"ptdebug: capture {number} closed early: {what[closed_by]}{follows}\n"})
         thread_lock = result.get("thread_lock") or ""
         if "stays locked" in thread_lock:  # adapter/golang/thread_lock.py, abandon
             self.session.client.send_event("output", {"category": "console", "output":

@@ -44,7 +44,8 @@ MODULE = "adapter.features.recorder_worker"
 MAX_IDLE = 2
 """Workers kept warm between captures: the one that records (taken last, reused each time)
 and the spare a capture starts when it takes the last idle one."""
-WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2}
+WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2,
+                      "cancelled": signal.SIGRTMIN}
 """Why the adapter closes a window early -> the signal that tells the worker."""
 READY_TIMEOUT = 30.0
 """Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
@@ -115,7 +116,8 @@ class RecorderWorker:
     def end_window(self, why: str) -> None:
         """Close the window in progress where the thread stands, complete: the thread is to
         stop for the user, and the rest would record it waiting. `why`: "debugger" (SIGUSR1:
-        the debugger stopped it) or "data breakpoint" (SIGUSR2: it wrote a watched buffer).
+        the debugger stopped it), "data breakpoint" (SIGUSR2: it wrote a watched buffer) or
+        "cancelled" (SIGRTMIN: the user cancelled the recording's progress).
         The worker stays usable; nothing happens between recordings."""
         if self.alive():
             self.process.send_signal(WINDOW_END_SIGNALS[why])
@@ -254,7 +256,8 @@ def _say(*parts) -> None:
 WINDOW_END_REQUESTS: list = []
 """The EndRequest of the recording in progress in this recorder process (at most one)."""
 WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
-               "data breakpoint": "a data breakpoint fired in the window"}
+               "data breakpoint": "a data breakpoint fired in the window",
+               "cancelled": "the user cancelled the recording"}
 """Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
 
 

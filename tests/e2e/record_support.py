@@ -51,10 +51,11 @@ def record_session(client: DapClient, library: str, *, record_condition: str,
 
 
 def launch_service(client: DapClient, library: str, window: dict,
-                   breakpoints: list[dict]) -> None:
+                   breakpoints: list[dict], progress: bool = False) -> None:
     """Launch the service with the session's `recordWindow` and these breakpoints on it (each
-    {"marker": NAME, ...DAP fields}); returns once the launch is answered (it runs)."""
-    client.call("initialize", INITIALIZE)
+    {"marker": NAME, ...DAP fields}); returns once the launch is answered (it runs). With
+    `progress` the client says it reports progress (supportsProgressReporting)."""
+    client.call("initialize", {**INITIALIZE, "supportsProgressReporting": progress})
     launch_seq = client.send_request("launch", {
         "program": str(SERVICE), "args": [library, "60"], "console": "internalConsole",
         "recordWindow": window})

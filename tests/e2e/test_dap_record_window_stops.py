@@ -8,7 +8,12 @@ and its stop follows the capture.
 The demo service: a record breakpoint at @request (the ctypes call of kv_update) and a normal
 one at @after_request, the next line. The windows are longer than the way from one to the
 other (some 230,000 instructions through debugpy's tracing, numpy and kv_update), so only the
-breakpoint can close the first one early."""
+breakpoint can close the first one early.
+
+While a window records, the client that reports progress sees "ptdebug: recording thread N"
+(adapter/features/recording_progress.py): a `pause` of that thread closes the window (the
+debugger stopped the recorded thread: RecorderWorker.end_window("debugger")), and a `cancel`
+of the progress closes it with the program running on."""
 from __future__ import annotations
 
 import pytest
@@ -123,6 +128,70 @@ def test_data_breakpoint_written_inside_a_record_window_closes_it(start_adapter,
     outputs = [e["body"]["output"] for e in client.events("output")]
     assert any("closed early: a data breakpoint fired" in o for o in outputs), outputs
     client.call("setDataBreakpoints", {"breakpoints": []})
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def _recording_started(client) -> tuple[dict, int]:
+    """The recording's progressStart and the DAP id of the thread it records."""
+    started = client.expect_event("progressStart", timeout=90, pred=lambda e: e["body"][
+        "title"].startswith("ptdebug: recording thread "))["body"]
+    return started, int(started["title"].rsplit(" ", 1)[1])
+
+
+def test_pause_inside_a_record_window_closes_it_and_the_pause_follows(start_adapter, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setenv("PTDEBUG_PROGRESS_DELAY", "0")
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    launch_service(client, library, {"instructions": 3_000_000, "timeout": 60}, [
+        {"marker": "request", "mode": "record", "condition": "request_id == 4"}], progress=True)
+    started, thread = _recording_started(client)
+    client.call("pause", {"threadId": thread})
+    stopped = client.expect_stopped("pause", timeout=90)  # debugpy's: any thread, all stopped
+    run.track()
+    assert stopped.get("allThreadsStopped"), stopped
+    capture = client.events("ptdebug/capture")[0]["body"]
+    assert capture["endReason"] == "the debugger stopped the thread in the window", capture
+    assert capture["status"] == "complete" and capture["instructions"] < 3_000_000, capture
+    order = [e["event"] for e in client.received if e.get("event") in
+             ("ptdebug/capture", "stopped")]
+    assert order[:2] == ["ptdebug/capture", "stopped"], order
+    outputs = [e["body"]["output"] for e in client.events("output")]
+    assert any("closed early: debugpy stopped the recorded thread; its stop follows" in o
+               for o in outputs), outputs
+    assert [e["body"]["progressId"] for e in client.events("progressEnd")].count(
+        started["progressId"]) == 1
+    # the history is there at once: one step back stays in the recorded thread's Python
+    client.call("stepBack", {"threadId": thread, "granularity": "line"})
+    client.expect_stopped("step", timeout=30)
+    assert any(name == "handle" for name, _ in _frames(client, thread)), _frames(client, thread)
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def test_cancelling_a_recording_keeps_its_capture_and_the_program_runs_on(start_adapter,
+                                                                          tmp_path, monkeypatch):
+    monkeypatch.setenv("PTDEBUG_PROGRESS_DELAY", "0")
+    run = start_adapter()
+    client = run.client
+    library = build_kvcache(tmp_path)
+    launch_service(client, library, {"instructions": 3_000_000, "timeout": 60}, [
+        {"marker": "request", "mode": "record", "condition": "request_id == 4"},
+        {"marker": "done"}], progress=True)
+    started, _ = _recording_started(client)
+    client.call("cancel", {"progressId": started["progressId"]})
+    capture = client.expect_event("ptdebug/capture", timeout=90)["body"]
+    assert capture["endReason"] == "the user cancelled the recording", capture
+    assert capture["status"] == "complete" and capture["instructions"] < 3_000_000, capture
+    client.expect_event("output", timeout=30, pred=lambda e: "closed early: the recording was "
+                        "cancelled\n" in e["body"]["output"])
+    stopped = client.expect_stopped("breakpoint", timeout=90)  # the program ran on to its end
+    run.track()
+    assert top_frame(client, stopped["threadId"])["line"] == line_of(SERVICE, "done")
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()

@@ -124,8 +124,8 @@ class GoroutineLock:
         self.goid: int | None = None
         self.state = "not taken"
         """"not taken", "held", "held by the program" (it had locked itself: nothing to undo),
-        "released", "released where the goroutine ended", "left locked" (see abandon),
-        "not possible: ..."."""
+        "released", "released WHERE" (LEAVE_AT), "left locked: WHY" (see abandon), "not
+        possible: WHY"."""
         self.visits = {address: functools.partial(self._leave, LEAVE_AT[name])
                        for name, address in layout.leave_at.items()}
         """address -> called at the stop before it runs (the stepper's one-shot stops)."""
@@ -166,7 +166,7 @@ class GoroutineLock:
             self._take(regs)
             if self.state.startswith("held"):
                 self._hold_preemption(regs)
-        elif self.holding:
+        elif self.state in ("held", "held by the program"):  # on the thread: follow it
             home = self._current_g(regs) == self.g
             if home and self._away:
                 self._hold_preemption(regs)

@@ -244,8 +244,16 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         log(f"recording thread {rec_tid}")
         stage("recorder set up")
         began = True
+        interrupt = None
         try:
             rec = recorder.run()
+        except KeyboardInterrupt as exc:
+            # Ctrl-C, SIGTERM, or the adapter ending a window it gave up on: what was recorded
+            # up to there is kept, encoded like any partial window, and the interrupt goes on
+            # once the bundle holds it (before, the bundle of an interrupted window was empty)
+            interrupt = exc
+            rec = recorder.rec
+            rec.reason = rec.partial_reason = str(exc) or "interrupted by the user"
         finally:
             if go_window is not None:
                 go_window.release()  # preempted as usual again, whatever happened
@@ -302,6 +310,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             "end_reason": rec.reason,
             "end_ip": rec.end_ip,
         }
+        if interrupt is not None:
+            raise interrupt
     except TargetError as exc:
         failure = str(exc)
         partial = failure

@@ -35,7 +35,7 @@ import sys
 import time
 
 import pytest
-from stepper_support import PTDEBUG, ROOT, build_c, build_go
+from stepper_support import PTDEBUG, ROOT, build_c, build_go, decode_ips, errors_in
 
 from adapter.capture import record, stepper
 from adapter.capture.bundle import read_manifest
@@ -144,8 +144,11 @@ def launched_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, comp
         expected_reason = ("interrupted by the user" if stop_signal == signal.SIGINT
                            else f"stopped by {stop_signal.name}")
         assert manifest["partial_reason"] == expected_reason, manifest
-    else:
-        assert manifest["stats"]["breakpoints"] == kind
+        # what was recorded before the signal is kept (the bundle was empty until 2026-12-03)
+        assert manifest["stats"]["end_reason"] == expected_reason, manifest
+        ips, events = decode_ips(tmp_path / "b")
+        assert errors_in(events) == [] and len(ips) == manifest["stats"]["instructions"] > 0
+    assert manifest["stats"]["breakpoints"] == kind
     return err
 
 

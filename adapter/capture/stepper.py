@@ -423,7 +423,8 @@ class ThreadRecorder:
         `hold`: what keeps the recorded work on this thread for the window (a Go goroutine
         locked to it: adapter/golang/thread_lock.GoroutineLock), told of every stop
         (`at_stop(regs)`), of the addresses in its `visits` (address -> callable(regs), each
-        once, before the instruction there runs), and given back when the window ends where
+        once, before the instruction there runs), asked how far its stack moved
+        (`stack_moved()`, for --until-return), and given back when the window ends where
         `home(regs)` holds (`release(regs)`; the thread is stepped, unrecorded, until it does,
         at most HOME_GRACE_S, else `abandon(why)`)."""
         if breakpoints not in ("dr", "int3"):
@@ -636,8 +637,8 @@ class ThreadRecorder:
                 else:
                     ips.append(pos)
                     if kind == Kind.RET:
-                        if end.until_return and regs.rsp == self.entry_rsp + 8 \
-                                and new == self.return_address:
+                        if end.until_return and new == self.return_address \
+                                and regs.rsp == self.entry_rsp + 8 + self._stack_moved():
                             self._setregs(regs)
                             return self._finish("the trigger function returned", new)
                         top = shadow[-1] if shadow else None
@@ -704,6 +705,11 @@ class ThreadRecorder:
                             watchdog, restart_at) is not None:
                 return
             pos = regs.rip
+
+    def _stack_moved(self) -> int:
+        """How far the hold's stack moved since the window began (a Go stack grown by copying:
+        every frame at the same distance from its top), 0 without a hold."""
+        return self.hold.stack_moved() if self.hold is not None else 0
 
     def _no_slot(self) -> bool:
         """No debug register can be run to: data breakpoints (or another tool) hold every

@@ -56,9 +56,10 @@ from adapter.hw import ptrace as pt
 from .park import Parked, hold_preemption, resume_preemption
 from .runtime_layout import STRUCTS
 
-LOCK_MEMBERS = {"runtime.g": ("lockedm",), "runtime.m": ("lockedg", "lockedExt", "lockedInt")}
-"""The members the lock reads (the counts) and writes (the pointers) besides STRUCTS' (read with every member of those
-structures by runtime_layout)."""
+LOCK_MEMBERS = {"runtime.g": ("lockedm", "stack"),
+                "runtime.m": ("lockedg", "lockedExt", "lockedInt")}
+"""The members the lock reads (the counts, g.stack) and writes (the pointers) besides STRUCTS'
+(read with every member of those structures by runtime_layout)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ class GoroutineLock:
         """Each P's sysmon record pushed ahead (park.hold_preemption), to resume at release."""
         self._away = False
         self._g, self._m = layout.offsets["runtime.g"], layout.offsets["runtime.m"]
+        self.stack_hi: int | None = None
+        """g.stack.hi when the lock was taken (stack_moved)."""
 
     @classmethod
     def for_process(cls, pid: int, layout) -> GoroutineLock | None:
@@ -183,6 +186,7 @@ class GoroutineLock:
             if not goid or not m or self._word(m + m_["curg"]) != g:
                 return  # g0, a signal handler's gsignal, or a switch half done: next stop
             self.g, self.m, self.goid = g, m, goid
+            self.stack_hi = self._word(g + g_["stack"] + 8)  # g.stack.hi
             if self._word(g + g_["lockedm"]) == m:
                 self.state = "held by the program"
                 return
@@ -195,6 +199,19 @@ class GoroutineLock:
             self.state = "held"
         except OSError as exc:
             self.state = f"not possible: {exc}"
+
+    def stack_moved(self) -> int:
+        """How far the goroutine's stack moved since the lock was taken: Go grows a stack by
+        copying it (runtime.copystack), every frame at the same distance from the new top, so
+        the trigger's return comes at entry_rsp + 8 + this. Seen 2026-12-03: `--from main.work
+        --until-return` of a work() that recursed 160 KiB deep missed the return and recorded
+        on to the program's exit."""
+        if self.stack_hi is None:
+            return 0
+        try:
+            return self._word(self.g + self._g["stack"] + 8) - self.stack_hi
+        except OSError:
+            return 0
 
     def _hold_preemption(self, regs) -> None:
         try:

@@ -57,6 +57,19 @@ def test_a_goroutine_that_sleeps_in_the_window_is_recorded_to_its_return(held_pr
     assert go["thread_lock"] == "goroutine 1 held on the thread: released", go
 
 
+def test_a_stack_grown_in_the_window_does_not_hide_the_return(held_program, tmp_path):
+    """Go grows a stack by copying it elsewhere: the trigger function's return then comes at
+    another RSP than its entry's + 8 (GoroutineLock.stack_moved). Before (2026-12-03), the
+    window missed the return and recorded on to the program's exit, partial."""
+    expected = plain_checksum(held_program, "grows")
+    done, manifest = record(held_program, "grows", tmp_path / "b", "--from", "main.work",
+                            "--until-return")
+    assert f"checksum {expected}" in done.stdout, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert manifest["status"] == "complete", manifest
+    assert manifest["stats"]["end_reason"] == "the trigger function returned", manifest
+
+
 def test_a_goroutine_that_ends_in_the_window_gives_its_thread_back(held_program, tmp_path):
     """The lock is given back where the goroutine ends (a locked goroutine that exits takes its
     thread with it): the window goes on, on the same thread, to its end condition."""

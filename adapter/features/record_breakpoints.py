@@ -60,6 +60,7 @@ from adapter.features.record_window import (
 from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
 from adapter.features.recording_progress import RecordingProgress
 from adapter.features.replay_hits import ReplayBreakpoint
+from adapter.features.run_control import RECORDED_RELEASE_TIMEOUT, RELEASE_TIMEOUT
 from adapter.features.window_ends import (
     native_position,
     python_window_lines,
@@ -74,7 +75,7 @@ from adapter.powers import (
     records,
 )
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import AdapterError
+from adapter.protocol.errors import AdapterError, BackendTimeout
 from adapter.protocol.messages import Event, Request
 from adapter.protocol.schema import CaptureNowIn, parse
 
@@ -133,6 +134,7 @@ class RecordBreakpoints:
         session.request_interceptors.setdefault("variables", []).append(self._variables)
         session.request_interceptors.setdefault("ptdebug/captureNow", []).append(
             self._capture_now)
+        session.request_interceptors.setdefault("pause", []).append(self._pause)
         session.event_filters.insert(0, self._filter_event)
 
     # --- shared with the trace scope and reverse stepping ---------------------------------
@@ -307,6 +309,17 @@ class RecordBreakpoints:
                 for listener in self._listeners:
                     listener(capture)
 
+    def _pause(self, request: Request) -> object:
+        """A `pause` while a debugpy window records: the window closes now, and the pause goes
+        to debugpy. debugpy suspends the thread at its next traced Python line, which at the
+        stepper's pace was 27 s away in a scikit-learn partial_fit (2026-12-03, 727,000
+        instructions recorded meanwhile, the last of them in debugpy's own suspension)."""
+        with self._phase_lock:
+            child = self._child if self._recording_thread is not None else None
+        if child is not None and isinstance(self.session.backend, RunsInsidePython):
+            child.end_window("debugger")
+        return None  # forwarded
+
     def _capture_now(self, request: Request) -> object:
         """`ptdebug/captureNow {threadId?}`: record a paused thread now, with the launch
         configuration's window; the program then runs on. The response is the capture's
@@ -364,11 +377,12 @@ class RecordBreakpoints:
                     self._recording_thread = None
                     self._finishing += 1
 
-        def release() -> None:
+        def release(recording: bool = False) -> None:
             if not released.is_set() and not parked:
                 released.set()
                 # never a continue the program cannot take (features/run_control.py)
-                self.session.run_control.release(thread_id, hold)
+                self.session.run_control.release(
+                    thread_id, hold, RECORDED_RELEASE_TIMEOUT if recording else RELEASE_TIMEOUT)
 
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
@@ -554,7 +568,17 @@ class RecordBreakpoints:
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):
                     clock.mark("recorder says attached")
-                    release()
+                    try:
+                        release(recording=True)
+                    except BackendTimeout as exc:
+                        # the window records on (whatever the thread does, it is recorded)
+                        # and the capture is kept: the user is told why it may show the thread
+                        # waiting in debugpy
+                        log.warning("record breakpoint: %s", exc)
+                        self.session.client.send_event("output", {
+                            "category": "important", "output":
+                            f"ptdebug: capture {number}: {exc}; the window records on, and "
+                            "may show the thread waiting in the debugger\n"})
                     clock.mark("debugger released the program")
                     recording = RecordingProgress.start(self.session, worker, thread_id,
                                                         window)

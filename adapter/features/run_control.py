@@ -71,6 +71,11 @@ RUN_CONTROL = ("continue", "next", "stepIn", "stepOut", "pause")
 STEPS = ("next", "stepIn", "stepOut")
 RELEASE_TIMEOUT = 10.0
 """Seconds debugpy gets to answer ptdebug's own `continue`."""
+RECORDED_RELEASE_TIMEOUT = 60.0
+"""The same while the thread that debugpy resumes is being recorded: debugpy answers with the
+GIL, which that thread, a thousand times slower under the stepper, holds for long stretches
+in debugpy's own suspend loop (10 s was not enough in 1 of 3 first tries on a scikit-learn
+service, 2026-12-03: the capture was lost)."""
 SETTLE = 0.05
 """Seconds after a `stopped` before a resume is sent: a stale `continued` of pydevd (a thread
 resuming late from the suspension before) follows the stop within milliseconds, and a
@@ -403,14 +408,16 @@ class RunControl:
         with self._cond:
             return bool(self._hidden_ops)
 
-    def release(self, thread_id: int | None, hold: int | None = None) -> None:
+    def release(self, thread_id: int | None, hold: int | None = None,
+                timeout: float = RELEASE_TIMEOUT) -> None:
         """ptdebug's own `continue` of a hidden stop: sent only while the program is stopped
-        (a second continue is never answered), bounded in time. The user's requests that
-        waited are then served, in their order. Raises BackendTimeout / BackendGone."""
+        (a second continue is never answered), bounded in time (`timeout`). The user's
+        requests that waited are then served, in their order. Raises BackendTimeout /
+        BackendGone."""
         backend = self.session.backend
         if not self._active():
             if backend is not None:
-                backend.request("continue", {"threadId": thread_id}, timeout=RELEASE_TIMEOUT)
+                backend.request("continue", {"threadId": thread_id}, timeout=timeout)
             return
         try:
             with self._cond:
@@ -432,7 +439,7 @@ class RunControl:
                 continueds_before = self._continueds_seen
             try:
                 response = backend.request("continue", {"threadId": thread_id},
-                                           timeout=RELEASE_TIMEOUT)
+                                           timeout=timeout)
             finally:
                 with self._cond:
                     self._releasing = False

@@ -347,28 +347,26 @@ def _thread_state(tid: int) -> str:
         return ""
 
 
-def pending_signals(tid: int) -> int:
-    """SigPnd of /proc/TID/status: signals queued for this thread (0 if gone)."""
+def _signal_set(tid: int, field: str) -> int:
+    """A signal set of /proc/TID/status (`field`: SigPnd, SigBlk...) as a mask; 0 if gone."""
     try:
         with open(f"/proc/{tid}/status") as f:
             for line in f:
-                if line.startswith("SigPnd:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1], 16)
     except OSError:
         pass
     return 0
+
+
+def pending_signals(tid: int) -> int:
+    """SigPnd: signals queued for this thread."""
+    return _signal_set(tid, "SigPnd")
 
 
 def blocked_signals(tid: int) -> int:
-    """SigBlk of /proc/TID/status: the thread's signal mask (0 if gone)."""
-    try:
-        with open(f"/proc/{tid}/status") as f:
-            for line in f:
-                if line.startswith("SigBlk:"):
-                    return int(line.split()[1], 16)
-    except OSError:
-        pass
-    return 0
+    """SigBlk: the thread's signal mask."""
+    return _signal_set(tid, "SigBlk")
 
 
 @contextlib.contextmanager

@@ -5,8 +5,10 @@ Every wait has a timeout, so a stalled adapter fails a test instead of hanging C
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -62,6 +64,13 @@ class AdapterRun:
         assert still_alive(self.seen) == [], f"processes left behind: {still_alive(self.seen)}"
 
 
+ADAPTER = (shlex.split(os.environ["PTDEBUG_TEST_ADAPTER"])
+           if os.environ.get("PTDEBUG_TEST_ADAPTER") else [sys.executable, "-m", "adapter.cli"])
+"""The adapter the e2e tests talk to: the checkout's, or PTDEBUG_TEST_ADAPTER (for example
+`/tmp/venv/bin/ptdebug`, a wheel installed elsewhere: the same tests then try what users
+install)."""
+
+
 @pytest.fixture
 def start_adapter(dap_schema, tmp_path):
     """start_adapter(port=False, command=None, cwd=ROOT) -> AdapterRun; everything is cleaned
@@ -75,8 +84,7 @@ def start_adapter(dap_schema, tmp_path):
             return _start(log, log_path, port, command, cwd)
 
     def _start(log, log_path, port: bool, command, cwd) -> AdapterRun:
-        argv = [*(command or [sys.executable, "-m", "adapter.cli"]), "dap", "--log-level",
-                "DEBUG"]
+        argv = [*(command or ADAPTER), "dap", "--log-level", "DEBUG"]
         if not port:
             client = DapClient.stdio(argv, dap_schema, stderr=log, cwd=cwd)
             run = AdapterRun(client, client.proc, log_path)

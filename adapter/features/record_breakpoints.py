@@ -568,8 +568,6 @@ class RecordBreakpoints:
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):
                     clock.mark("recorder says attached")
-                    recording = RecordingProgress.start(self.session, worker, thread_id,
-                                                        window)
                     try:
                         release(recording=True)
                     except BackendTimeout as exc:
@@ -582,6 +580,8 @@ class RecordBreakpoints:
                             f"ptdebug: capture {number}: {exc}; the window records on, and "
                             "may show the thread waiting in the debugger\n"})
                     clock.mark("debugger released the program")
+                    recording = RecordingProgress.start(self.session, worker, thread_id,
+                                                        window)
                 elif line.startswith("parked ") and parked is not None:
                     parked_at_end.append(Parked.from_json(json.loads(line[7:])))
                 elif line.startswith("{"):

@@ -243,14 +243,14 @@ class RecordBreakpoints:
                        all(self._record_breakpoint([i]) is not None for i in ids))
         with self._phase_lock:
             if (self._recording_thread is not None and self._child is not None
-                    and (body.get("threadId") == self._recording_thread
-                         or body.get("allThreadsStopped"))
+                    and body.get("threadId") == self._recording_thread
                     and isinstance(self.session.backend, RunsInsidePython)):
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
-                # see coming, an exception), or stops every thread (a pause: the recorded one
-                # stops at its next Python line): the rest of the window would record it
-                # waiting in debugpy, so it closes now; the stop is shown once the capture is
-                # kept
+                # see coming, an exception): the rest of the window would record it waiting
+                # in debugpy, so it closes now; the stop is shown once the capture is kept.
+                # (Not on another thread's stop that stops all: ptdebug's own data-breakpoint
+                # stops are such, and closing there left windows empty, 2026-12-03; a pause
+                # closes the window at the request, _pause.)
                 self._child.end_window("debugger")
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its

@@ -464,6 +464,9 @@ class ThreadRecorder:
         """The thread blocks SIGTRAP (_read_trap_mask): debug registers are not run to."""
         self._visits = dict(hold.visits) if hold is not None else {}
         """The hold's addresses not visited yet."""
+        self._stop_before = frozenset(end.stop_at | self._visits.keys())
+        """end.stop_at and the visits: built once, and again when a visit is made, not at
+        every stop (_walk_stops is read at each)."""
         self._watchdog: _Watchdog | None = None
         """The run's watchdog, told of single steps too (no slot left: every instruction)."""
 
@@ -589,6 +592,7 @@ class ThreadRecorder:
             self._stamp(regs)
             if self._visits and pos in self._visits:
                 self._visits.pop(pos)(regs)
+                self._stop_before = frozenset(end.stop_at | self._visits.keys())
             if end.request is not None and end.request.reason is not None:
                 # asked to close here (the probe may have just asked, at this stop): a sample
                 # taken now says what the last instruction recorded left standing (the
@@ -729,9 +733,7 @@ class ThreadRecorder:
         """Addresses a walk ends before besides the armed ones: a debugger's breakpoints, and
         the --until address when it has no slot of its own (fewer than four free)."""
         end = self.end
-        stops = end.stop_at
-        if self._visits:
-            stops = stops | self._visits.keys()
+        stops = self._stop_before
         if end.until is not None and self.mode == "dr" and self.bp.reserved is None:
             return stops | {end.until}
         return stops

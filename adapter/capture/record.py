@@ -102,6 +102,38 @@ def _python_probe(pid: int, required: bool, log):
         return None
 
 
+def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
+                         ends: dict | None, end: stepper_mod.EndCondition,
+                         timeout: float | None, log) -> None:
+    """Run thread `tid` to where it runs Python line `line` = (path, line) again (see
+    record_stepper's `python_start`), and have the probe close the window as `ends` says."""
+    from adapter.python.line_window import PythonWindowEnd, find_entry, run_to_entry
+    path, number = line
+    try:
+        entry = find_entry(probe, pt.getregs(tid).fs_base, path, number)
+    except (OSError, ValueError) as exc:
+        entry = None
+        log(f"the thread's Python frames could not be read ({exc})")
+    if entry is None:
+        log(f"the thread does not run {os.path.basename(path)}:{number}; the window opens "
+            "where it stands")
+        return
+    request = end.request if end.request is not None else stepper_mod.EndRequest()
+    end.request = request
+    try:
+        run_to_entry(target, tid, probe, entry, timeout=timeout or 10.0,
+                     stop_asked=lambda: request.reason)
+    except OSError as exc:
+        log(f"the window opens where the thread stands, not at {entry.where}: {exc}")
+        return
+    ends = ends or {}
+    if ends.get("return") or ends.get("lines"):
+        probe.window_end = PythonWindowEnd(request, entry.where,
+                                           depth=entry.depth if ends.get("return") else None,
+                                           lines=ends.get("lines"))
+    log(f"the window opens at {entry.where}")
+
+
 def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
     """The Recording as a PT stream (PSB+ every 4 KiB, timing from the stops)."""
     n = len(rec.ips)
@@ -132,7 +164,9 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                    output_fd: int | None = None, max_instructions: int = 50_000_000,
                    log=lambda msg: None, on_attached=None,
                    before_release=None, python: str = "off", python_lines=None,
-                   stage=lambda name: None, release_first: bool = False) -> RecordResult:
+                   stage=lambda name: None, release_first: bool = False,
+                   python_start: tuple[str, int] | None = None,
+                   python_end: dict | None = None) -> RecordResult:
     """Record with the ptrace stepper into the bundle directory `output`.
     `breakpoints`: "int3", "dr" or "auto" (planted INT3 bytes for a program
     ptdebug launched that has one thread, since they stop twice as fast; debug
@@ -155,7 +189,13 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     as the window has closed, and only then are its mappings read into the bundle and the
     path encoded (both take hundreds of milliseconds, which a thread held by a DAP record
     breakpoint would otherwise wait): code mapped and unmapped during the window, or code of a
-    process that exits right after it, may then be missing from the bundle."""
+    process that exits right after it, may then be missing from the bundle.
+    `python_start`: (path, line) of a Python line the thread `tid` is stopped at (a debugger's
+    breakpoint): the window opens when the thread runs that line's code again, after the
+    debugger's own code (adapter/python/line_window.py); `python_end`: {"return": bool,
+    "lines": N or None}, the window also closes when that Python function returns, or after
+    N Python lines. Where the line is not found in the thread's stack, the window opens at
+    once (the log says so)."""
     if python not in ("auto", "on", "off"):
         raise RecordFailed(f"python must be auto, on or off, not {python!r}")
     end = end or stepper_mod.EndCondition(count=100_000)
@@ -185,6 +225,14 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if on_attached is not None:
             on_attached()
         entry_rsp = return_address = None
+        python_probe = None
+        if python != "off" and ptw_probe is None:
+            python_probe = _python_probe(target.pid, python == "on", log)
+            ptw_probe = python_probe
+        if python_start and not start and python_probe is not None:
+            _open_at_python_line(target, tid, python_probe, python_start, python_end, end,
+                                 trigger_timeout, log)
+            stage("thread at the Python line")
         if start:
             addr = target.resolve(start)
             log(f"waiting for a thread of {target.pid} to reach {start} ({addr:#x})")
@@ -214,19 +262,15 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                 log(f"warning: {warning}")
             stage("images listed")
         writer.write_manifest()
-        python_probe = None
-        if python != "off" and ptw_probe is None:
-            python_probe = _python_probe(target.pid, python == "on", log)
-            ptw_probe = python_probe
-            if python_probe is not None and python_lines is not None:
-                from adapter.python.frame_probe import LineStops
-                close, watch = python_lines
-                python_probe.watch_lines(LineStops(
-                    frozenset(close), frozenset(watch),
-                    end.request if end.request is not None else stepper_mod.EndRequest()))
-            elif python_lines is not None and any(python_lines):
-                log("the window does not watch the Python breakpoints' lines (no probe); "
-                    "only the debugger's stops close it")
+        if python_probe is not None and python_lines is not None:
+            from adapter.python.frame_probe import LineStops
+            close, watch = python_lines
+            python_probe.watch_lines(LineStops(
+                frozenset(close), frozenset(watch),
+                end.request if end.request is not None else stepper_mod.EndRequest()))
+        elif python_lines is not None and any(python_lines):
+            log("the window does not watch the Python breakpoints' lines (no probe); "
+                "only the debugger's stops close it")
         go_window = None
         if ptw_probe is None:  # a Go program: its goroutine kept on the thread, ids recorded
             from adapter.golang.recording import GoWindow

@@ -278,6 +278,68 @@ class Target:
         finally:
             self._disarm_others()
 
+    def run_thread_to(self, tid: int, watched: int, arrived, *, what: str,
+                      timeout: float | None = None, stop_asked=lambda: None) -> pt.Regs:
+        """Let thread `tid` (stopped) run on its own until `arrived(regs)` says "here"; returns
+        its registers, the thread stopped there. `arrived` is asked only after a write to the
+        8 bytes at `watched` (a perf data breakpoint, run at full speed until then) and, while
+        it answers "near", at every instruction after one (single steps); "away" lets the
+        thread run free again. Signals that arrive are delivered to the thread. Raises
+        TargetError naming `what` when the thread ends, `timeout` passes or `stop_asked()`
+        returns a reason; the thread is stopped (and traced) then. OSError when the data
+        breakpoint cannot be armed (the thread's four debug registers are taken)."""
+        from adapter.hw import perf
+        fd = perf.perf_event_open(perf.write_trap_attr(watched), tid)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stepping = False
+        sig = self._pending.pop(tid, 0)
+        try:
+            while True:
+                if stepping:
+                    pt.singlestep(tid, sig)
+                else:
+                    pt.cont(tid, sig)
+                self.threads[tid] = "running"
+                sig = 0
+                st = self._wait_one(tid, deadline, timeout, stop_asked, what)
+                if st.event:
+                    continue  # a group-stop or our own interrupt: resume as it was
+                if st.stop_signal != signal.SIGTRAP:
+                    sig = st.stop_signal  # the program's: delivered as it resumes
+                    if not stepping:
+                        continue
+                regs = pt.getregs(tid)
+                answer = arrived(regs)
+                if answer == "here":
+                    return regs
+                stepping = answer == "near"
+        finally:
+            os.close(fd)
+            if sig:
+                self._pending[tid] = sig
+
+    def _wait_one(self, tid: int, deadline: float | None, timeout: float | None, stop_asked,
+                  what: str) -> pt.WaitStatus:
+        """The next stop of running thread `tid` (marked stopped); TargetError when it is gone,
+        past `deadline`, or `stop_asked()` gives a reason (it is stopped first)."""
+        while True:
+            st = pt.waitpid(tid, pt.WALL | pt.WNOHANG)
+            if st is not None:
+                if st.gone:
+                    self.threads.pop(tid, None)
+                    raise TargetError(f"the thread ended before {what} "
+                                      f"({st.describe().replace(f'thread {tid}', 'it')})")
+                self.threads[tid] = "stopped"
+                return st
+            reason = stop_asked()
+            late = deadline is not None and time.monotonic() > deadline
+            if reason or late:
+                if self._interrupt_and_wait(tid) is None:
+                    raise TargetError(f"the thread ended before {what}")
+                raise TargetError(f"{reason}, before {what}" if reason else
+                                  f"the thread did not come to {what} within {timeout:g} s")
+            time.sleep(0.0002)
+
     def _whereabouts(self) -> str:
         """Where the traced threads are, for a message ("; thread 12 at 0x4a5b6c")."""
         places = []

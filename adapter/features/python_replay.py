@@ -13,6 +13,8 @@ What it decides (docs/python.md, "Replaying a Python capture"):
   stack in place of the interpreter's frames. The interpreter's own frames under it (the eval
   loop's activations and the C glue between them) are not shown: the Python frames say what
   they ran.
+- The debugger's own Python frames (debugpy's trace function calls some) are folded into the
+  program's frame they interrupted (adapter/python/debugger_frames.py).
 - Line steps in a Python frame move by Python line: `stepBack` to the first instruction of the
   previous line run (into a callee's last line: the exact reverse of what `sys.settrace`
   reports), `stepIn` to the next line run (into a callee's first line), `next` over calls,
@@ -43,7 +45,11 @@ def python_history(capture):
         return None
     from pt_decoder.python_frames import PythonFrames
     history._python_checked = True
-    samples = capture.trace.threads[capture.stream].ptwrites
+    from adapter.python.debugger_frames import debugger_codes, fold_debugger_frames
+    # debugpy's own Python frames (its trace function's helpers) read as the program's frame
+    # they interrupted: steps and stacks show the program's lines only
+    samples = fold_debugger_frames(capture.trace.threads[capture.stream].ptwrites,
+                                   debugger_codes(table))
     try:
         frames = PythonFrames.from_manifest(table, samples, len(history))
     except (KeyError, ValueError, TypeError):

@@ -414,7 +414,12 @@ class RecordBreakpoints:
             else:
                 tid = backend.native_thread_id(thread_id)
                 steps.mark("OS thread id asked of debugpy")
-                window = dataclasses.replace(window, until=native_position(self.session.pid, window))
+                # a record breakpoint on a Python line: the window opens when the thread runs
+                # that line's code, and is sized in Python terms (adapter/python/line_window.py)
+                window = dataclasses.replace(window, until=native_position(self.session.pid, window),
+                                             python_line=bool(breakpoint.get("path")
+                                                              and breakpoint.get("line")
+                                                              and not window.function))
                 python_lines = python_window_lines(backend, self.sources, thread_id)
                 steps.mark("breakpoints in the window listed")
 
@@ -442,6 +447,8 @@ class RecordBreakpoints:
                                    parked_at_end=parked_at_end,
                                    recorded=take_back if parked else None, stop_at=stops,
                                    python_lines=python_lines, clock=steps,
+                                   python_start=((breakpoint["path"], breakpoint["line"])
+                                                 if window.python_line else None),
                                    target_released=target_released)
             tell_unwatched(self.session.client.send_event, capture, unwatched)
             if breakpoint.get("path"):
@@ -512,14 +519,16 @@ class RecordBreakpoints:
                 release, parked: Parked | None = None,
                 parked_at_end: list | None = None, recorded=None,
                 stop_at: dict | None = None, python_lines: dict | None = None,
-                clock: StepClock | None = None, target_released=None) -> Capture:
+                clock: StepClock | None = None, target_released=None,
+                python_start: tuple[str, int] | None = None) -> Capture:
         """Record `tid` in a child process (the stepper's watchdog is a SIGALRM handler, which
         Python runs only on a main thread); `release()` once the child holds the thread.
         With `parked` (Go: no debugger holds the program), the child unparks the thread when it
         holds it and parks it again where the window closed: that Parked goes into
         `parked_at_end`. `recorded()` runs once the child has ended, before the decoding.
         `stop_at` (Go): address -> WindowStop where the window closes before its end.
-        `python_lines` (debugpy): window_ends.python_window_lines."""
+        `python_lines` (debugpy): window_ends.python_window_lines. `python_start` (debugpy):
+        (path, line) of the Python line the window opens at (record_stepper's)."""
         from adapter.export.trace import DecodedBundle, TraceError
         with self._phase_lock:  # captures may overlap (one decoded, the next recorded)
             number = max(len(self.captures) + 1, self._next_number)
@@ -536,7 +545,8 @@ class RecordBreakpoints:
                 # (adapter/python/frame_probe.py; "auto": not for an interpreter whose
                 # layout ptdebug does not know, which the log says)
                 "python": "auto" if isinstance(backend, RunsInsidePython) else "off",
-                "python_lines": python_lines}
+                "python_lines": python_lines,
+                "python_start": list(python_start) if python_start else None}
         clock = clock or StepClock(f"capture {number}")
         try:  # a warm recorder process (adapter/features/recorder_worker.py)
             worker = self._workers.take()

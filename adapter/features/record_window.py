@@ -24,12 +24,23 @@ BREAKPOINT_MODES = [
 DEFAULT_INSTRUCTIONS = 2000
 """A window with no end named closes after this many instructions (small: the stepper in a VM
 records some 10-50 thousand instructions a second)."""
+PYTHON_INSTRUCTION_CAP = 200_000
+"""A window on a Python line that closes when its function returns (or after N lines) and
+names no `instructions`: the safety limit (some 4-20 s of stepping in a VM)."""
+SETTINGS = {"function": str, "until": str, "untilReturn": bool, "instructions": int,
+            "milliseconds": (int, float), "timeout": (int, float), "lines": int}
+"""The `recordWindow` keys (RecordWindowSettings) and their types."""
 
 
 @dataclass
 class RecordWindow(RecordWindowSettings):
     """When a window opens and closes; the fields are the schema's (one source), merged from
     the launch configuration's `recordWindow` and a breakpoint's own."""
+
+    python_line: bool = False
+    """Set by ptdebug (not a setting): the window is on a Python line of a debugpy session,
+    opens when the thread runs that line's code, and is sized in Python terms
+    (adapter/python/line_window.py)."""
 
     @classmethod
     def from_dicts(cls, *configs: dict | None) -> RecordWindow:
@@ -42,24 +53,34 @@ class RecordWindow(RecordWindowSettings):
             merged.update(config)
         window = cls()
         for key, value in merged.items():
-            if not hasattr(window, key):
+            if key not in SETTINGS:
                 raise InvalidLaunchConfig(f"recordWindow.{key} is not a window setting (known: "
-                                          "function, untilReturn, instructions, milliseconds, "
-                                          "until, timeout)")
-            expected = {"function": str, "until": str, "untilReturn": bool,
-                        "instructions": int, "milliseconds": (int, float),
-                        "timeout": (int, float)}[key]
+                                          f"{', '.join(SETTINGS)})")
+            expected = SETTINGS[key]
             if value is not None and (not isinstance(value, expected) or
                                       (expected is not bool and isinstance(value, bool))):
                 raise InvalidLaunchConfig(f"recordWindow.{key} has the wrong type: {value!r:.60}")
             setattr(window, key, value)
-        if window.instructions is not None and window.instructions <= 0:
-            raise InvalidLaunchConfig("recordWindow.instructions must be positive")
+        for key in ("instructions", "lines"):
+            if getattr(window, key) is not None and getattr(window, key) <= 0:
+                raise InvalidLaunchConfig(f"recordWindow.{key} must be positive")
         return window
+
+    @property
+    def python_ends(self) -> dict:
+        """On a Python line: {"return": close when its function returns, "lines": N}."""
+        return {"return": bool(self.untilReturn and not self.function), "lines": self.lines}
 
     def end_condition(self):
         from adapter.capture.stepper import EndCondition
         count = self.instructions
+        if self.python_line and not self.function:
+            if count is None and self.milliseconds is None:
+                ends = self.python_ends
+                count = (PYTHON_INSTRUCTION_CAP if ends["return"] or ends["lines"]
+                         else DEFAULT_INSTRUCTIONS)
+            return EndCondition(count=count, until_spec=self.until,
+                                duration_ms=self.milliseconds)
         if count is None and self.milliseconds is None and not (self.function and
                                                                   self.untilReturn):
             count = DEFAULT_INSTRUCTIONS
@@ -72,6 +93,12 @@ class RecordWindow(RecordWindowSettings):
         ends = []
         if self.function and self.untilReturn:
             ends.append(f"until {self.function} returns")
+        if self.python_line and not self.function:
+            start = "from the breakpoint's Python line"
+            if self.untilReturn:
+                ends.append("until its function returns")
+            if self.lines:
+                ends.append(f"{self.lines} Python line{'s' * (self.lines != 1)}")
         end = self.end_condition()
         if end.count:
             ends.append(f"at most {end.count} instructions")

@@ -322,6 +322,9 @@ def _record_worker(spec_text: str) -> int:
                                 trigger_timeout=window.timeout,
                                 copy_images=False, breakpoints="dr", ptw_probe=probe,
                                 python=spec.get("python") or "off", python_lines=python_lines,
+                                python_start=(tuple(spec["python_start"])
+                                              if spec.get("python_start") else None),
+                                python_end=window.python_ends if window.python_line else None,
                                 on_attached=attached, before_release=before_release,
                                 stage=lambda name: _say("stage", time.monotonic(), name),
                                 release_first=True,

@@ -221,6 +221,17 @@ def exec_trap_attr(address: int) -> PerfEventAttr:
     return attr
 
 
+def write_trap_attr(address: int, length: int = 8) -> PerfEventAttr:
+    """A data breakpoint that sends its thread a SIGTRAP after each write to the `length`
+    aligned bytes at `address` (a trap: RIP is past the writing instruction, SDM Vol. 3B
+    §17.2.5). Nothing is sampled; user-space writes only; its slot is the kernel's until
+    the fd is closed (as exec_trap_attr)."""
+    attr = exec_trap_attr(address)
+    attr.bp_type = HW_BREAKPOINT_W
+    attr.bp_len = length
+    return attr
+
+
 def perf_event_open(attr: PerfEventAttr, tid: int, cpu: int = -1, group_fd: int = -1,
                     flags: int = PERF_FLAG_FD_CLOEXEC) -> int:
     """perf_event_open(2) on one thread (`tid` > 0, cpu -1) or process: the new fd.

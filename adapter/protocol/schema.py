@@ -42,9 +42,13 @@ class RecordWindowSettings:
     function: str | None = None
     """Open at this native function's entry (the thread runs free until it gets there)."""
     untilReturn: bool = True
-    """With `function`: close when it returns."""
+    """With `function`: close when it returns. On a Python line (no `function`): close when
+    the Python function of that line returns."""
+    lines: int | None = None
+    """On a Python line: close after this many Python lines have run (the breakpoint's line
+    is the first)."""
     instructions: int | None = None
-    """Close after this many instructions."""
+    """Close after this many instructions (on a Python line, the cap of the window)."""
     milliseconds: float | None = None
     """Close after this many milliseconds."""
     until: str | None = None

@@ -107,6 +107,9 @@ class PythonFrameProbe:
         self._stop_files: set[str] = set()
         self._file_of: dict[int, str | None] = {}
         """Code id -> its file as a `stops` path, None when no watched line is in it."""
+        self.window_end = None
+        """line_window.PythonWindowEnd: closes the window when its function returns, or
+        after N Python lines."""
 
     def watch_lines(self, stops: LineStops) -> None:
         """Watch `stops` from the next read on (see LineStops)."""
@@ -202,6 +205,8 @@ class PythonFrameProbe:
             frame, data = self._python_frame(frame)
             if not frame:
                 self._last_frame = self._last_previous = self._depth = 0
+                if self.window_end is not None:
+                    self.window_end.check(self, 0, 0, 0, 0)
                 return NO_FRAME
             code, index, previous = self._parse(data)
             if self.stops is not None:
@@ -211,6 +216,8 @@ class PythonFrameProbe:
                     # line (the stepper puts it on the last instruction recorded)
                     return encode_sample(self.code_id(closing[0]), closing[1], self._depth)
             depth = self._depth_of(frame, previous)
+            if self.window_end is not None:
+                self.window_end.check(self, frame, code, index, depth)
         except (OSError, IndexError, ValueError):
             return None  # a short read, a pointer into nothing: no sample (never a failure)
         self._last_frame, self._last_previous, self._depth = frame, previous, depth

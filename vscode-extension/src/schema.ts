@@ -163,9 +163,11 @@ export interface GoroutineRange {
 export interface RecordWindowSettings {
     /** Open at this native function's entry (the thread runs free until it gets there). */
     function?: string | null;
-    /** With `function`: close when it returns. */
+    /** With `function`: close when it returns. On a Python line (no `function`): close when the Python function of that line returns. */
     untilReturn?: boolean;
-    /** Close after this many instructions. */
+    /** On a Python line: close after this many Python lines have run (the breakpoint's line is the first). */
+    lines?: number | null;
+    /** Close after this many instructions (on a Python line, the cap of the window). */
     instructions?: number | null;
     /** Close after this many milliseconds. */
     milliseconds?: number | null;

@@ -1,0 +1,136 @@
+"""A record window on a Python line, in Python terms: where it opens (when the thread next
+runs the user's code at that line, after the debugger's trace function and the wait it
+suspended the thread in are done) and where it closes (when that Python function returns,
+or after N Python lines).
+
+Layer: adapter.python. Reads the stopped thread through a PythonFrameProbe (frame_probe.py)
+and the offsets of cpython_layout.py; lets the thread run through
+adapter.capture.target.Target.run_thread_to. Knows nothing of DAP or debugpy: the caller
+names the file and line.
+
+Why a data breakpoint and not stepping: debugpy suspends a thread inside its trace
+function, which the interpreter called at the start of the line (3.11: DO_TRACING in
+Python/ceval.c sets the frame's instruction pointer to the line's first bytecode, then calls
+it). Once released, the thread wakes from its wait, takes the GIL back and returns through
+pydevd's Python code: hundreds of thousands of instructions that the stepper would crawl
+through while the thread holds the GIL (issue 13: a 2,000-instruction window held nothing
+but `take_gil` and `futex`). Every Python function pydevd calls from C runs in an invocation
+of the interpreter loop of its own, which installs its own _PyCFrame in the thread state
+(3.11, 3.12: `tstate->cframe = &cframe`, restored to `cframe.previous` on its way out); 3.10
+and 3.13 keep the current frame itself in the thread state. So the thread runs at full speed
+with a data breakpoint on that word until it holds the user's loop invocation (or frame)
+again, then is single-stepped to the next dispatch of that loop (the indirect jump to the
+line's first bytecode): the window opens there.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .frame_probe import DISPATCH, PythonFrameProbe
+
+
+@dataclass
+class PythonEntry:
+    """The user's frame at the breakpoint's line, found in the stopped thread."""
+
+    frame: int
+    depth: int
+    """Python frames from it down, it included (the probe's depth of that frame)."""
+    word: int
+    """The thread state's word that says which loop invocation (3.11/3.12: its _PyCFrame*)
+    or frame (3.10, 3.13) runs."""
+    value: int
+    """What `word` holds while the user's frame runs."""
+    where: str
+    """"score (service.py:42)"."""
+
+
+def find_entry(probe: PythonFrameProbe, thread_id: int, path: str,
+               line: int) -> PythonEntry | None:
+    """The innermost frame of the thread whose pthread_self() is `thread_id` that runs `line`
+    of `path` (compared as real paths); None when the thread has no such frame."""
+    lay = probe.layout
+    read = probe.memory.read_u64
+    tstate = probe.tstate_of(thread_id)
+    if tstate is None:
+        return None
+    wanted = os.path.realpath(path)
+    chain = []
+    frame = probe.current_frame(tstate)
+    while frame and len(chain) < 10_000:
+        frame, data = probe._python_frame(frame)
+        if not frame:
+            break
+        code, index, previous = probe._parse(data)
+        chain.append((frame, code, index))
+        frame = previous
+    for position, (frame, code, index) in enumerate(chain):
+        info = probe.codes.get(probe.code_id(code))
+        if info is None or _real(probe.pid, info.filename) != wanted or info.line(index) != line:
+            continue
+        if lay.tstate_cframe is not None:
+            word = tstate + lay.tstate_cframe
+            cframe = read(word)
+            while cframe and read(cframe + lay.cframe_current_frame) != frame:
+                cframe = read(cframe + lay.cframe_previous)
+            if not cframe:
+                return None
+            value = cframe
+        else:
+            word, value = tstate + lay.tstate_frame, frame
+        return PythonEntry(frame, len(chain) - position, word, value,
+                           f"{info.qualname} ({os.path.basename(info.filename)}:{line})")
+    return None
+
+
+def _real(pid: int, filename: str) -> str:
+    if not os.path.isabs(filename):
+        filename = os.path.join(f"/proc/{pid}/cwd", filename)
+    return os.path.realpath(filename)
+
+
+def run_to_entry(target, tid: int, probe: PythonFrameProbe, entry: PythonEntry, *,
+                 timeout: float, stop_asked) -> None:
+    """Let `tid` run until it dispatches the next bytecode of the entry's frame (see the
+    module docstring), leaving it stopped on that dispatch. Raises TargetError (the thread
+    ended, `timeout`, `stop_asked()`) or OSError (no debug register free)."""
+    read = probe.memory.read_u64
+
+    def arrived(regs) -> str:
+        if read(entry.word) != entry.value:
+            return "away"  # still in the debugger's code (or back in it): run free
+        return "here" if probe.where(regs.rip) == DISPATCH else "near"
+
+    target.run_thread_to(tid, entry.word, arrived, what=f"the thread ran {entry.where}",
+                         timeout=timeout, stop_asked=stop_asked)
+
+
+@dataclass
+class PythonWindowEnd:
+    """When a Python window closes, checked at each of the probe's reads: `depth` set, when
+    the entry's function has returned (the thread runs a frame under it, or none); `lines`
+    set, once that many Python lines have begun (line events as sys.settrace counts them:
+    the breakpoint's line is the first). `request`: adapter.capture.stepper.EndRequest."""
+
+    request: object
+    where: str
+    depth: int | None = None
+    lines: int | None = None
+    _last: tuple = ()
+    _count: int = 0
+
+    def check(self, probe: PythonFrameProbe, frame: int, code: int, index: int,
+              depth: int) -> None:
+        if self.depth is not None and (not frame or depth < self.depth):
+            self.request.end(f"{self.where} returned")
+            return
+        if self.lines is not None and frame:
+            info = probe.codes.get(probe.code_id(code))
+            at = (frame, info.line(index) if info is not None else index)
+            if at != self._last:
+                self._last = at
+                self._count += 1
+                if self._count > self.lines:
+                    self.request.end(f"{self.lines} Python line{'s' * (self.lines != 1)} ran "
+                                     f"from {self.where}")

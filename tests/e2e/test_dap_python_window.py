@@ -1,0 +1,84 @@
+"""A record breakpoint on a Python line records in Python terms (issue 13, build item 1; "Show
+that it works"), real debugpy, real ptrace: tests/fixtures/programs/dap_py_score_service.py,
+whose `scorer` thread calls score() for each request, with a record breakpoint on score()'s
+first line and a normal breakpoint on the line after the call returns.
+
+The window opens when the thread runs score()'s first line (not in debugpy's suspend loop, nor
+where the thread takes the GIL back) and closes when score() returns. From the stop at the
+normal breakpoint, stepBack by line walks exactly the reverse of the line sequence
+sys.settrace reports for the same call in a separate run, in Python frames of the service
+only, and ends at the start of the recorded history on score()'s first line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import PROGRAMS, marker_line, top_frame
+
+pytestmark = pytest.mark.timeout(180)
+
+SERVICE = PROGRAMS / "dap_py_score_service.py"
+
+
+def _settrace_lines() -> list[tuple[str, int]]:
+    out = subprocess.run([sys.executable, str(SERVICE), "settrace"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return [tuple(x) for x in json.loads(out)]
+
+
+def _start(client, window: dict | None = None) -> dict:
+    """Launch the service with the record and the normal breakpoint; the capture's body."""
+    from conftest import INITIALIZE
+    client.call("initialize", INITIALIZE)
+    config = {"program": str(SERVICE), "args": ["3"], "console": "internalConsole"}
+    if window is not None:
+        config["recordWindow"] = window
+    launch = client.send_request("launch", config)
+    client.expect_event("initialized")
+    answer = client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": marker_line(SERVICE, "score_first"), "mode": "record", "hitCondition": "2"},
+        {"line": marker_line(SERVICE, "after"), "hitCondition": "2"}]})
+    assert all(b["verified"] for b in answer["breakpoints"]), answer
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+    return client.expect_event("ptdebug/capture", timeout=120)["body"]
+
+
+def _python_top(client, thread_id: int) -> tuple[str, int, dict]:
+    """(function, line) of the innermost frame with a source (the innermost Python frame:
+    native frames above it have none), that frame."""
+    frames = client.call("stackTrace", {"threadId": thread_id})["stackFrames"]
+    top = next(f for f in frames if f.get("source"))
+    return top["name"].split(" ")[0], top["line"], top
+
+
+def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_adapter):
+    run = start_adapter()
+    client = run.client
+    capture = _start(client)
+    assert capture["status"] == "complete", capture
+    assert capture["endReason"].startswith("score (dap_py_score_service.py:"), capture
+    assert capture["endReason"].endswith("returned"), capture
+    assert "from the breakpoint's Python line, until its function returns" in capture["window"]
+    stopped = client.expect_stopped("breakpoint", timeout=60)
+    thread = stopped["threadId"]
+    run.track()
+    assert top_frame(client, thread)["line"] == marker_line(SERVICE, "after")
+    expected = _settrace_lines()
+    walked = []
+    for _ in range(len(expected) + 5):
+        client.call("stepBack", {"threadId": thread, "granularity": "line"})
+        step = client.expect_stopped("step")
+        name, line, frame = _python_top(client, thread)
+        assert frame["source"]["path"] == str(SERVICE)
+        if "start of the recorded history" in step["description"]:
+            assert (name, line) == walked[-1]  # it stays on the first line
+            break
+        walked.append((name, line))
+    # the history ends where score() returned into handle(), and begins on score's first line
+    assert walked == expected[::-1], f"walked {walked}\nexpected {expected[::-1]}"
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

@@ -226,10 +226,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             on_attached()
         entry_rsp = return_address = None
         python_probe = None
-        if python != "off" and ptw_probe is None:
-            python_probe = _python_probe(target.pid, python == "on", log)
-            ptw_probe = python_probe
-        if python_start and not start and python_probe is not None:
+        if python_start and not start and python != "off" and ptw_probe is None:
+            # (a launched program has no interpreter mapped yet: its probe is built later)
+            python_probe = ptw_probe = _python_probe(target.pid, python == "on", log)
+        if python_probe is not None:
             _open_at_python_line(target, tid, python_probe, python_start, python_end, end,
                                  trigger_timeout, log)
             stage("thread at the Python line")
@@ -262,6 +262,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                 log(f"warning: {warning}")
             stage("images listed")
         writer.write_manifest()
+        if python != "off" and ptw_probe is None:
+            python_probe = ptw_probe = _python_probe(target.pid, python == "on", log)
         if python_probe is not None and python_lines is not None:
             from adapter.python.frame_probe import LineStops
             close, watch = python_lines

@@ -15,12 +15,15 @@ import ctypes
 import errno
 import os
 import signal
+import threading
 import time
 
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
 
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
+GIVE_UP_TICK_S = 0.02
+"""How often run_thread_to looks whether to give up (its timeout, the caller's stop request)."""
 AT_ENTRY = 9  # auxv key of the program's entry point (getauxval(3))
 
 
@@ -284,13 +287,37 @@ class Target:
         its registers, the thread stopped there. `arrived` is asked only after a write to the
         8 bytes at `watched` (a perf data breakpoint, run at full speed until then) and, while
         it answers "near", at every instruction after one (single steps); "away" lets the
-        thread run free again. Signals that arrive are delivered to the thread. Raises
-        TargetError naming `what` when the thread ends, `timeout` passes or `stop_asked()`
-        returns a reason; the thread is stopped (and traced) then. OSError when the data
-        breakpoint cannot be armed (the thread's four debug registers are taken)."""
+        thread run free again. Signals of the program's are delivered to the thread. Raises
+        TargetError naming `what` ("score (service.py:30)") when the thread ends, `timeout`
+        passes or `stop_asked()` returns a reason; the thread is stopped (and traced) then.
+        OSError when the data breakpoint cannot be armed (the four debug registers are taken).
+
+        Each write stops the thread for as long as the recorder takes to look (while it may
+        hold a lock the program's other threads wait for: CPython's GIL), so the wait for the
+        stop blocks in waitpid; a SIGALRM tick (main thread only) checks the timeout and
+        `stop_asked` and interrupts the thread to give up."""
         from adapter.hw import perf
         fd = perf.perf_event_open(perf.write_trap_attr(watched), tid)
+        given_up: list[str] = []
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def give_up_if_asked(*_) -> None:
+            why = stop_asked()
+            if why is None and deadline is not None and time.monotonic() > deadline:
+                why = f"the thread did not come to {what} within {timeout:g} s"
+            elif why is not None:
+                why = f"{why}, before the thread ran {what}"
+            if why is not None and not given_up:
+                given_up.append(why)
+                try:  # (the tracer thread: this handler runs on it) -> an event stop
+                    pt.interrupt(tid)
+                except pt.PtraceError:
+                    pass
+
+        ticking = threading.current_thread() is threading.main_thread()
+        if ticking:
+            old_handler = signal.signal(signal.SIGALRM, give_up_if_asked)
+            signal.setitimer(signal.ITIMER_REAL, GIVE_UP_TICK_S, GIVE_UP_TICK_S)
         stepping = False
         sig = self._pending.pop(tid, 0)
         try:
@@ -301,10 +328,21 @@ class Target:
                     pt.cont(tid, sig)
                 self.threads[tid] = "running"
                 sig = 0
-                st = self._wait_one(tid, deadline, timeout, stop_asked, what)
+                st = pt.waitpid(tid) if ticking else self._poll_stop(tid, give_up_if_asked)
+                if st.gone:
+                    self.threads.pop(tid, None)
+                    raise TargetError(f"the thread ended before it ran {what} "
+                                      f"({st.describe().replace(f'thread {tid}', 'it')})")
+                self.threads[tid] = "stopped"
+                if given_up:
+                    if not st.event:
+                        sig = st.stop_signal if not self._own_trap(tid, watched,
+                                                                   stepping) else 0
+                    raise TargetError(given_up[0])
                 if st.event:
-                    continue  # a group-stop or our own interrupt: resume as it was
-                if st.stop_signal != signal.SIGTRAP:
+                    continue  # a group-stop: resume as it was
+                if st.stop_signal != signal.SIGTRAP or not self._own_trap(tid, watched,
+                                                                          stepping):
                     sig = st.stop_signal  # the program's: delivered as it resumes
                     if not stepping:
                         continue
@@ -314,31 +352,36 @@ class Target:
                     return regs
                 stepping = answer == "near"
         finally:
+            if ticking:
+                signal.setitimer(signal.ITIMER_REAL, 0, 0)
+                signal.signal(signal.SIGALRM, old_handler)
             os.close(fd)
             if sig:
                 self._pending[tid] = sig
 
-    def _wait_one(self, tid: int, deadline: float | None, timeout: float | None, stop_asked,
-                  what: str) -> pt.WaitStatus:
-        """The next stop of running thread `tid` (marked stopped); TargetError when it is gone,
-        past `deadline`, or `stop_asked()` gives a reason (it is stopped first)."""
+    @staticmethod
+    def _poll_stop(tid: int, check) -> pt.WaitStatus:
+        """The next stop of `tid`, polled (off the main thread, where no SIGALRM comes):
+        `check()` between polls."""
         while True:
             st = pt.waitpid(tid, pt.WALL | pt.WNOHANG)
             if st is not None:
-                if st.gone:
-                    self.threads.pop(tid, None)
-                    raise TargetError(f"the thread ended before {what} "
-                                      f"({st.describe().replace(f'thread {tid}', 'it')})")
-                self.threads[tid] = "stopped"
                 return st
-            reason = stop_asked()
-            late = deadline is not None and time.monotonic() > deadline
-            if reason or late:
-                if self._interrupt_and_wait(tid) is None:
-                    raise TargetError(f"the thread ended before {what}")
-                raise TargetError(f"{reason}, before {what}" if reason else
-                                  f"the thread did not come to {what} within {timeout:g} s")
+            check()
             time.sleep(0.0002)
+
+    @staticmethod
+    def _own_trap(tid: int, watched: int, stepping: bool) -> bool:
+        """Whether the SIGTRAP `tid` stopped with is run_thread_to's: its data breakpoint (a
+        perf trap, si_code TRAP_PERF, whose si_addr is the watched address) or, while
+        stepping, the single step's. Another perf trap (a data breakpoint of the program's
+        debugger: adapter/features/writer_trap.py) or a trap of the program's own is the
+        program's, and delivered."""
+        from adapter.hw.perf import TRAP_PERF
+        info = pt.getsiginfo(tid)
+        if info.si_code == TRAP_PERF:
+            return info.si_addr == watched
+        return stepping and info.si_code > 0  # a kernel trap (TRAP_TRACE...), not a kill()
 
     def _whereabouts(self) -> str:
         """Where the traced threads are, for a message ("; thread 12 at 0x4a5b6c")."""

@@ -88,6 +88,11 @@ RECORDER_GRACE = 120.0
 10^5-10^6 instructions a second here; a 5 M-instruction window takes about 5 s)."""
 
 
+class NotRecorded(AdapterError):
+    """A record breakpoint's hit that had nothing to record: its thread, or the program, was
+    stopped by the debugger before the thread ran the breakpoint's line."""
+
+
 @dataclass
 class SourceBreakpoints:
     """What the client set in one source file."""
@@ -119,6 +124,9 @@ class RecordBreakpoints:
         self._held: list[tuple[dict, int]] = []
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
         self._child: RecorderWorker | None = None
+        self._opening = False
+        """A window on a Python line waits for its thread to run the line (the recorder said
+        `attached`, not yet `thread at the Python line`)."""
         """The recorder process of the capture in progress."""
         self._recording_tid: int | None = None
         """The OS thread id it records."""
@@ -252,6 +260,11 @@ class RecordBreakpoints:
                 # stops are such, and closing there left windows empty, 2026-12-03; a pause
                 # closes the window at the request, _pause.)
                 self._child.end_window("debugger")
+            elif self._opening and self._child is not None:
+                # the program stopped for another thread before the recorded one ran the
+                # line: it cannot run it before the user continues, and this stop would wait
+                # for the capture (adapter/python/line_window.py): this hit is not recorded
+                self._child.end_window("stopped elsewhere")
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
@@ -459,6 +472,18 @@ class RecordBreakpoints:
             steps.report()
             if answer is not None:
                 answer.respond(capture.event_body())
+        except NotRecorded as exc:
+            # a window on a Python line whose thread was stopped, or the program, before it
+            # ran the line: nothing to record this time; the breakpoint stays armed
+            log.info("record breakpoint: %s", exc.message)
+            if answer is not None:
+                answer.fail(exc)
+            else:
+                where = f" at {breakpoint['path']}:{breakpoint['line']}" if breakpoint.get(
+                    "path") else ""
+                self.session.client.send_event("output", {"category": "console", "output":
+                    f"ptdebug: record breakpoint{where}: not recorded this time: "
+                    f"{exc.message}\n"})
         except Exception as exc:
             message = exc.message if isinstance(exc, AdapterError) else str(exc)
             log.warning("record breakpoint: %s", message, exc_info=not isinstance(
@@ -570,6 +595,8 @@ class RecordBreakpoints:
                 if line.startswith("stage "):  # stamped by the recorder (CLOCK_MONOTONIC)
                     at, _, step = line[6:].strip().partition(" ")
                     clock.mark(step, float(at))
+                    if step in ("thread at the Python line", "recorder set up"):
+                        self._opening = False
                     if step == "target released":
                         self._workers.spare()
                         if target_released is not None:
@@ -578,6 +605,7 @@ class RecordBreakpoints:
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):
                     clock.mark("recorder says attached")
+                    self._opening = python_start is not None
                     try:
                         release(recording=True)
                     except BackendTimeout as exc:
@@ -602,6 +630,7 @@ class RecordBreakpoints:
                 recording.end()
             with self._phase_lock:
                 self._child = self._recording_tid = None
+                self._opening = False
             failure = None
             if result is None:
                 worker.stop()  # ends the recording early (partial), and then the worker
@@ -612,6 +641,8 @@ class RecordBreakpoints:
             recorded()
         if result is None or "error" in result:
             reason = result["error"] if result else failure
+            if result and ", before the thread ran " in reason:
+                raise NotRecorded(reason)
             raise AdapterError(f"recording thread {tid} failed: {reason}")
         try:
             with self.session.progress.start(f"ptdebug: decoding capture {number}") as progress:

@@ -45,7 +45,7 @@ MAX_IDLE = 2
 """Workers kept warm between captures: the one that records (taken last, reused each time)
 and the spare a capture starts when it takes the last idle one."""
 WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2,
-                      "cancelled": signal.SIGRTMIN}
+                      "cancelled": signal.SIGRTMIN, "stopped elsewhere": signal.SIGRTMIN + 1}
 """Why the adapter closes a window early -> the signal that tells the worker."""
 READY_TIMEOUT = 30.0
 """Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
@@ -117,7 +117,10 @@ class RecorderWorker:
         """Close the window in progress where the thread stands, complete: the thread is to
         stop for the user, and the rest would record it waiting. `why`: "debugger" (SIGUSR1:
         the debugger stopped it), "data breakpoint" (SIGUSR2: it wrote a watched buffer) or
-        "cancelled" (SIGRTMIN: the user cancelled the recording's progress).
+        "cancelled" (SIGRTMIN: the user cancelled the recording's progress) or "stopped
+        elsewhere" (SIGRTMIN+1: a window on a Python line that has not opened yet, while the
+        debugger stopped the program for another thread: the thread cannot run the line
+        before the user continues, and the stop waits for the capture).
         The worker stays usable; nothing happens between recordings."""
         if self.alive():
             self.process.send_signal(WINDOW_END_SIGNALS[why])
@@ -257,7 +260,9 @@ WINDOW_END_REQUESTS: list = []
 """The EndRequest of the recording in progress in this recorder process (at most one)."""
 WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
                "data breakpoint": "a data breakpoint fired in the window",
-               "cancelled": "the user cancelled the recording"}
+               "cancelled": "the user cancelled the recording",
+               "stopped elsewhere": "the debugger stopped the program at another thread's "
+                                    "stop"}
 """Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
 
 

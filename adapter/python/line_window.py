@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .debugger_frames import DEBUGGER_FILES
 from .frame_probe import DISPATCH, PythonFrameProbe
 
 
@@ -102,7 +103,7 @@ def run_to_entry(target, tid: int, probe: PythonFrameProbe, entry: PythonEntry, 
             return "away"  # still in the debugger's code (or back in it): run free
         return "here" if probe.where(regs.rip) == DISPATCH else "near"
 
-    target.run_thread_to(tid, entry.word, arrived, what=f"the thread ran {entry.where}",
+    target.run_thread_to(tid, entry.word, arrived, what=entry.where,
                          timeout=timeout, stop_asked=stop_asked)
 
 
@@ -127,6 +128,8 @@ class PythonWindowEnd:
             return
         if self.lines is not None and frame:
             info = probe.codes.get(probe.code_id(code))
+            if info is not None and DEBUGGER_FILES.search(info.filename):
+                return  # the debugger's trace function runs no line of the program
             at = (frame, info.line(index) if info is not None else index)
             if at != self._last:
                 self._last = at

@@ -67,18 +67,43 @@ def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_ada
     run.track()
     assert top_frame(client, thread)["line"] == marker_line(SERVICE, "after")
     expected = _settrace_lines()
+    walked = _walk_back(client, thread, len(expected) + 5)
+    # the history ends where score() returned into handle(), and begins on score's first line
+    assert walked == expected[::-1], f"walked {walked}\nexpected {expected[::-1]}"
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
+
+
+def _walk_back(client, thread: int, limit: int) -> list[tuple[str, int]]:
+    """stepBack by line from the stop until the start of the recorded history: the (function,
+    line) of the innermost Python frame at each landing."""
     walked = []
-    for _ in range(len(expected) + 5):
+    for _ in range(limit):
         client.call("stepBack", {"threadId": thread, "granularity": "line"})
         step = client.expect_stopped("step")
         name, line, frame = _python_top(client, thread)
         assert frame["source"]["path"] == str(SERVICE)
         if "start of the recorded history" in step["description"]:
             assert (name, line) == walked[-1]  # it stays on the first line
-            break
+            return walked
         walked.append((name, line))
-    # the history ends where score() returned into handle(), and begins on score's first line
-    assert walked == expected[::-1], f"walked {walked}\nexpected {expected[::-1]}"
+    raise AssertionError(f"no start of the recorded history after {limit} steps: {walked}")
+
+
+def test_a_window_of_n_python_lines(start_adapter):
+    """recordWindow.lines = 4: the window holds score's first four lines as settrace counts
+    them (debugpy's own frames are not lines of the program) and closes as the fifth
+    begins."""
+    run = start_adapter()
+    client = run.client
+    capture = _start(client, {"lines": 4})
+    assert capture["endReason"].startswith("4 Python lines ran from score ("), capture
+    assert "4 Python lines" in capture["window"], capture
+    thread = client.expect_stopped("breakpoint", timeout=60)["threadId"]
+    run.track()
+    expected = _settrace_lines()[:5]
+    assert _walk_back(client, thread, 12) == expected[::-1]
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()

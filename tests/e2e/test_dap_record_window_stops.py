@@ -79,7 +79,8 @@ def test_python_breakpoint_inside_a_record_window_closes_it(start_adapter, tmp_p
 def test_conditional_breakpoint_false_when_the_window_opens_is_watched(start_adapter,
                                                                         tmp_path):
     """`tokens < 0` is false as the window opens (and stays false): the window does not close
-    at its line; the user is told the thread passed it unobserved."""
+    at its line but where handle() returns, after it; the user is told the thread passed it
+    unobserved."""
     run = start_adapter()
     client = run.client
     library = build_kvcache(tmp_path)
@@ -88,7 +89,8 @@ def test_conditional_breakpoint_false_when_the_window_opens_is_watched(start_ada
         {"marker": "after_request", "condition": "tokens < 0"},
         {"marker": "done"}])
     capture = client.expect_event("ptdebug/capture", timeout=90)["body"]
-    assert capture["endReason"] == "recorded 320000 instructions", capture
+    assert capture["endReason"] == f"handle (service.py:{line_of(SERVICE, 'request')}) returned", \
+        capture
     passed = client.expect_event("output", timeout=30, pred=lambda e: "without stopping" in
                                  e["body"]["output"])["body"]["output"]
     assert f"{SERVICE}:{line_of(SERVICE, 'after_request')}" in passed

@@ -1,0 +1,79 @@
+"""A scikit-learn `predict` captured from the line that calls it (issue 13, "Show that it
+works"), real debugpy, real scikit-learn and numpy: tests/fixtures/programs/
+dap_sklearn_predict_service.py, a record breakpoint on infer()'s `model.predict(batch)` line.
+
+The window opens at that line and closes when infer() returns (or at its instruction cap).
+Its history names scikit-learn's Python functions (predict, decision_function, the input
+validation) and numpy's C functions under them; `ptdebug export pprof` of the capture has
+both levels, and `go tool pprof -top` lists the Python functions."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import INITIALIZE, PROGRAMS, ROOT, marker_line
+
+pytest.importorskip("sklearn", reason="scikit-learn is a test extra (pip install -e .[test])")
+pytestmark = pytest.mark.timeout(300)
+
+SERVICE = PROGRAMS / "dap_sklearn_predict_service.py"
+
+
+def _pprof_top(path) -> dict[str, int]:
+    """{function: cum instructions} from `go tool pprof -top -cum`."""
+    from go_support import go_tool
+    out = subprocess.run([go_tool(), "tool", "pprof", "-top", "-cum", "-nodecount=100000",
+                          "-nodefraction=0", "-sample_index=instructions", str(path)],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    rows = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*\d+\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+)$", line)
+        if m:
+            rows[m.group(2).strip()] = int(m.group(1))
+    assert rows, out
+    return rows
+
+
+def test_predict_captured_from_its_line_names_sklearn_and_numpy(start_adapter, tmp_path):
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {"program": str(SERVICE), "args": ["3"],
+                                            "console": "internalConsole", "justMyCode": False})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": marker_line(SERVICE, "predict"), "mode": "record", "hitCondition": "2"},
+        {"line": marker_line(SERVICE, "after"), "hitCondition": "2"}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+    capture = client.expect_event("ptdebug/capture", timeout=240)["body"]
+    assert capture["status"] == "complete", capture
+    client.expect_stopped("breakpoint", timeout=60)  # the line after infer's call
+    run.track()
+
+    # the recorded stack, somewhere in predict: scikit-learn's Python frames over infer()
+    from adapter.python.bundle_frames import python_histories
+    (recorded,) = python_histories(capture["bundle"])
+    history = recorded.history
+    python_names = set()
+    for pos in range(0, len(history), 97):
+        python_names.update(f.qualname for f in history.python_stack(pos) if f is not None)
+    assert "infer" in python_names, python_names
+    assert {"LinearClassifierMixin.predict",
+            "LinearClassifierMixin.decision_function"} <= python_names, python_names
+
+    out = tmp_path / "predict.pb.gz"
+    subprocess.run([sys.executable, "-m", "adapter.cli", "export", "pprof", capture["bundle"],
+                    "-o", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=240)
+    top = _pprof_top(out)
+    assert top["infer"] >= top["LinearClassifierMixin.predict"] > 0, top
+    assert top["LinearClassifierMixin.decision_function"] > 0, top
+    # numpy's C code under them keeps its own names (the matrix product of decision_function)
+    numpy_native = [name for name in top if re.search(r"(DOUBLE|dgemm|dgemv|matmul|"
+                                                       r"PyArray_|cblas)", name)]
+    assert numpy_native, sorted(top)[:80]
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()

@@ -145,11 +145,12 @@ def join_live(merged: list[StackEntry], live: list[dict]) -> list[dict]:
     same function in the same file, the first from the top) stands for it, so that the user
     can evaluate in it, at the line it was on at the replay position, its name saying when
     that is not the live line (its values are those of now); the live frames above the twin
-    ran after the position and are not shown. All of the live frames when no twin is found."""
+    ran after the position and are not shown. When no twin is found (the thread has left
+    that frame since: a window that closed before its function returned, a stop after it),
+    the recorded frame stays in `merged`, and all of the live frames go under it."""
     stayed = merged[-1].python if merged else None
     if stayed is None:
         return live
-    merged.pop()
     if stayed.filename:
         path = os.path.realpath(stayed.filename)
         short = stayed.qualname.rsplit(".", 1)[-1]
@@ -162,6 +163,7 @@ def join_live(merged: list[StackEntry], live: list[dict]) -> list[dict]:
                     twin["line"] = stayed.line
                     twin["name"] = (f"{frame.get('name')} [line {stayed.line} at the replay "
                                     f"position; values of now]")
+                merged.pop()
                 return [twin] + live[k + 1:]
     return live
 

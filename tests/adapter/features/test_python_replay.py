@@ -134,7 +134,8 @@ def test_a_live_captures_stack_shows_the_innermost_frame_of_the_whole_window_liv
     """score (depth 1) was on the stack for the whole window, helper (depth 2) was entered in
     it: with the live stack shown below, helper is a recorded frame and score is shown as its
     live twin (evaluable), at the line it was on at the position; the live frames above the
-    twin ran later and go, those under it stay. Without a twin the live frames stand for it."""
+    twin ran later and go, those under it stay. Without a twin (the thread left that frame
+    since) the recorded frame stays, over all of the live frames."""
     capture = _capture()
     full = python_replay.merged_stack(capture, 3, 20)
     live = python_replay.merged_stack(capture, 3, 20, live_below=True)
@@ -156,4 +157,4 @@ def test_a_live_captures_stack_shows_the_innermost_frame_of_the_whole_window_liv
                  {"name": "main", "source": here}]
     again = python_replay.merged_stack(capture, 3, 20, live_below=True)
     assert python_replay.join_live(again, elsewhere) == elsewhere
-    assert [e.python.qualname for e in again if e.python] == ["_helper"]
+    assert [e.python.qualname for e in again if e.python] == ["_helper", "_score"]

@@ -109,6 +109,13 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
     record_stepper's `python_start`), and have the probe close the window as `ends` says."""
     from adapter.python.line_window import PythonWindowEnd, find_entry, run_to_entry
     path, number = line
+    if stepper_mod.OTHER_BREAKPOINT_SLOTS >= 4:
+        # data breakpoints hold every debug register: a perf breakpoint opened beside them
+        # was seen not to fire (the thread ran past the line unseen); the window opens
+        # where the thread stands, as the stepper then steps every instruction anyway
+        log("the window opens where the thread stands: data breakpoints hold every debug "
+            "register")
+        return
     try:
         entry = find_entry(probe, pt.getregs(tid).fs_base, path, number)
     except (OSError, ValueError) as exc:

@@ -20,6 +20,7 @@ import time
 
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
+from adapter.hw.perf import TRAP_PERF
 
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
 GIVE_UP_TICK_S = 0.02
@@ -377,7 +378,6 @@ class Target:
         stepping, the single step's. Another perf trap (a data breakpoint of the program's
         debugger: adapter/features/writer_trap.py) or a trap of the program's own is the
         program's, and delivered."""
-        from adapter.hw.perf import TRAP_PERF
         info = pt.getsiginfo(tid)
         if info.si_code == TRAP_PERF:
             return info.si_addr == watched
@@ -450,20 +450,41 @@ class Target:
     def _drain_breakpoint_traps(self, tid: int) -> None:
         """A breakpoint hit whose SIGTRAP is still queued (the thread was stopped
         by our interrupt first) would kill the thread once detached: let it
-        reach its signal-delivery stop, where PTRACE_DETACH discards it."""
+        reach its signal-delivery stop, where PTRACE_DETACH discards it.
+
+        A SIGTRAP the thread blocks (a perf trap obeys the mask: one that came while the
+        program ran its own SIGTRAP handler, as ptdebug's data breakpoints do while
+        debugpy holds the thread in it) is never delivered while blocked, and waiting
+        for it hung the recorder: the mask is lifted for that one stop (PTRACE_SETSIGMASK)
+        and put back. A trap that is not ptdebug's recorder's (a perf trap with a
+        sig_data: the program's debugger's data breakpoint) is delivered at detach."""
+        trap = 1 << (signal.SIGTRAP - 1)
         for _ in range(4):
-            if not _pending_signals(tid) & (1 << (signal.SIGTRAP - 1)):
+            if not _pending_signals(tid) & trap:
                 return
-            # a signal in hand goes with it (delivered first: its handler's frame
-            # keeps the interrupted RIP; the queued SIGTRAP then stops at once)
-            pt.cont(tid, self._pending.pop(tid, 0))
-            st = pt.waitpid(tid)
-            if st.gone:
-                return
-            if not st.event and st.stop_signal == signal.SIGTRAP:
-                return  # in its signal-delivery stop: PTRACE_DETACH with 0 drops it
-            if not st.event:
-                self._pending[tid] = st.stop_signal  # another signal: delivered at detach
+            mask = pt.getsigmask(tid)
+            if mask & trap:
+                pt.setsigmask(tid, mask & ~trap)
+            try:
+                # a signal in hand goes with it (delivered first: its handler's frame
+                # keeps the interrupted RIP; the queued SIGTRAP then stops at once)
+                pt.cont(tid, self._pending.pop(tid, 0))
+                st = pt.waitpid(tid)
+                if st.gone:
+                    return
+                if not st.event and st.stop_signal == signal.SIGTRAP:
+                    info = pt.getsiginfo(tid)
+                    if mask & trap and info.si_code == TRAP_PERF and pt.perf_data(info):
+                        self._pending[tid] = signal.SIGTRAP  # the program's own
+                    return  # in its signal-delivery stop: PTRACE_DETACH with 0 drops it
+                if not st.event:
+                    self._pending[tid] = st.stop_signal  # another signal: delivered at detach
+            finally:
+                if mask & trap and tid in self.threads:
+                    try:
+                        pt.setsigmask(tid, mask)
+                    except pt.PtraceError:
+                        pass
 
     def release(self) -> None:
         """Every traced thread: debug registers cleared, detached, running. That

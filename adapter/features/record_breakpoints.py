@@ -260,7 +260,7 @@ class RecordBreakpoints:
                 # stops are such, and closing there left windows empty, 2026-12-03; a pause
                 # closes the window at the request, _pause.)
                 self._child.end_window("debugger")
-            elif self._opening and self._child is not None:
+            elif self._opening and self._child is not None and body.get("allThreadsStopped"):
                 # the program stopped for another thread before the recorded one ran the
                 # line: it cannot run it before the user continues, and this stop would wait
                 # for the capture (adapter/python/line_window.py): this hit is not recorded
@@ -595,6 +595,9 @@ class RecordBreakpoints:
                 if line.startswith("stage "):  # stamped by the recorder (CLOCK_MONOTONIC)
                     at, _, step = line[6:].strip().partition(" ")
                     clock.mark(step, float(at))
+                    if step == "thread at the Python line":  # the window opens now
+                        recording = RecordingProgress.start(self.session, worker, thread_id,
+                                                            window)
                     if step in ("thread at the Python line", "recorder set up"):
                         self._opening = False
                     if step == "target released":
@@ -618,8 +621,9 @@ class RecordBreakpoints:
                             f"ptdebug: capture {number}: {exc}; the window records on, and "
                             "may show the thread waiting in the debugger\n"})
                     clock.mark("debugger released the program")
-                    recording = RecordingProgress.start(self.session, worker, thread_id,
-                                                        window)
+                    if python_start is None:  # (else once the thread is at the line)
+                        recording = RecordingProgress.start(self.session, worker, thread_id,
+                                                            window)
                 elif line.startswith("parked ") and parked is not None:
                     parked_at_end.append(Parked.from_json(json.loads(line[7:])))
                 elif line.startswith("{"):
@@ -665,7 +669,9 @@ class RecordBreakpoints:
         if closed_by is not None:
             what = {"debugger": "debugpy stopped the recorded thread",
                     "data breakpoint": "a data breakpoint fired in the recorded thread",
-                    "cancelled": "the recording was cancelled"}
+                    "cancelled": "the recording was cancelled",
+                    "stopped elsewhere": "debugpy stopped the program at another thread's "
+                                         "stop"}
             follows = "" if closed_by == "cancelled" else "; its stop follows"
             self.session.client.send_event("output", {"category": "console", "output":
                 f"ptdebug: capture {number} closed early: {what[closed_by]}{follows}\n"})

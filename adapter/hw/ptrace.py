@@ -44,6 +44,8 @@ PTRACE_GETSIGINFO = 0x4202
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_LISTEN = 0x4208
+PTRACE_GETSIGMASK = 0x420A
+PTRACE_SETSIGMASK = 0x420B
 
 # Options (PTRACE_SETOPTIONS / the data of PTRACE_SEIZE).
 O_TRACESYSGOOD = 0x1
@@ -206,6 +208,23 @@ def getsiginfo(tid: int) -> SigInfo:
     info = SigInfo()
     _ptrace(PTRACE_GETSIGINFO, tid, 0, ctypes.byref(info))
     return info
+
+
+def perf_data(info: SigInfo) -> int:
+    """si_perf_data of a perf event's SIGTRAP (si_code TRAP_PERF): the event's sig_data (the
+    word after si_addr in the sigfault union, <asm-generic/siginfo.h>)."""
+    return int.from_bytes(bytes(info._rest[0:8]), "little")
+
+
+def getsigmask(tid: int) -> int:
+    """The stopped thread's blocked-signal mask (bit N-1: signal N)."""
+    mask = ctypes.c_uint64()
+    _ptrace(PTRACE_GETSIGMASK, tid, 8, ctypes.byref(mask))
+    return mask.value
+
+
+def setsigmask(tid: int, mask: int) -> None:
+    _ptrace(PTRACE_SETSIGMASK, tid, 8, ctypes.byref(ctypes.c_uint64(mask)))
 
 
 # --- memory --------------------------------------------------------------------------------

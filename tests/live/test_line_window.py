@@ -1,0 +1,72 @@
+"""The gate of a window on a Python line (adapter/python/line_window.py,
+adapter/capture/target.py `run_thread_to`), on a real CPython thread held with ptrace, without
+a debugger: a thread that sleeps in time.sleep() inside `nap()` is found at nap's line in its
+stack, and the gate gives up cleanly (the thread stopped, traced, then let go and running on
+to its normal end) when it does not come back within the timeout or when asked to stop."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from adapter.capture.target import Target, TargetError
+from adapter.hw import ptrace as pt
+from adapter.python.frame_probe import probe_for
+from adapter.python.line_window import find_entry, run_to_entry
+
+pytestmark = pytest.mark.live
+
+NAPPER = textwrap.dedent('''\
+    import threading, time
+    def nap():
+        time.sleep(3)  # @nap
+    t = threading.Thread(target=nap, name="napper")
+    t.start()
+    print(t.native_id, flush=True)
+    t.join()
+    print("woke", flush=True)
+''')
+
+
+@pytest.fixture
+def napper(tmp_path):
+    script = tmp_path / "napper.py"
+    script.write_text(NAPPER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    tid = int(proc.stdout.readline())
+    time.sleep(0.2)  # in time.sleep by now
+    yield script, proc, tid
+    proc.kill()
+    proc.wait(10)
+
+
+@pytest.mark.parametrize("how", ["timeout", "asked"])
+def test_the_gate_finds_the_line_and_gives_up_cleanly(napper, how):
+    script, proc, tid = napper
+    target = Target.attach(tid=tid)
+    try:
+        probe = probe_for(target.pid)
+        entry = find_entry(probe, pt.getregs(tid).fs_base, str(script), 3)
+        assert entry is not None and entry.where == "nap (napper.py:3)", entry
+        assert entry.depth == 4  # nap, Thread.run, _bootstrap_inner, _bootstrap
+        assert find_entry(probe, pt.getregs(tid).fs_base, str(script), 2) is None
+        began = time.monotonic()
+        with pytest.raises(TargetError) as raised:
+            run_to_entry(target, tid, probe, entry, timeout=0.5 if how == "timeout" else 30,
+                         stop_asked=lambda: "asked to stop" if how == "asked" and
+                         time.monotonic() - began > 0.3 else None)
+        waited = time.monotonic() - began
+        expected = ("the thread did not come to nap (napper.py:3) within 0.5 s"
+                    if how == "timeout" else "asked to stop, before the thread ran nap "
+                                             "(napper.py:3)")
+        assert str(raised.value) == expected
+        assert waited < 2.0, waited
+        assert target.threads[tid] == "stopped"
+    finally:
+        target.release()
+    assert pt.tracer_of(tid) == 0
+    out, _ = proc.communicate(timeout=10)
+    assert out.strip() == "woke" and proc.returncode == 0

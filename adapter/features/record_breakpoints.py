@@ -75,7 +75,7 @@ from adapter.powers import (
     records,
 )
 from adapter.protocol.channel import DEFERRED
-from adapter.protocol.errors import AdapterError, BackendTimeout
+from adapter.protocol.errors import AdapterError, BackendTimeout, NotRecorded
 from adapter.protocol.messages import Event, Request
 from adapter.protocol.schema import CaptureNowIn, parse
 
@@ -86,11 +86,6 @@ LOCAL_REFERENCE_BASE = 1 << 28
 RECORDER_GRACE = 120.0
 """Seconds a recording may take beyond waiting for its trigger (the stepper records some
 10^5-10^6 instructions a second here; a 5 M-instruction window takes about 5 s)."""
-
-
-class NotRecorded(AdapterError):
-    """A record breakpoint's hit that had nothing to record: its thread, or the program, was
-    stopped by the debugger before the thread ran the breakpoint's line."""
 
 
 @dataclass

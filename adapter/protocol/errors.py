@@ -156,6 +156,13 @@ class Cancelled(AdapterError):
     show_user = True
 
 
+class NotRecorded(AdapterError):
+    """A record breakpoint's hit had nothing to record: the debugger stopped its thread, or
+    the program for another thread, before the thread ran the breakpoint's Python line
+    (adapter/python/line_window.py). The breakpoint stays armed."""
+    error_id = 1601
+
+
 # --- 19xx: bugs ----------------------------------------------------------------------------
 class InternalError(AdapterError):
     """An unexpected exception inside the adapter; its traceback is in the adapter's log."""

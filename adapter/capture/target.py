@@ -283,10 +283,11 @@ class Target:
             self._disarm_others()
 
     def run_thread_to(self, tid: int, watched: int, arrived, *, what: str,
-                      timeout: float | None = None, stop_asked=lambda: None) -> pt.Regs:
+                      timeout: float | None = None, stop_asked=lambda: None,
+                      size: int = 8) -> pt.Regs:
         """Let thread `tid` (stopped) run on its own until `arrived(regs)` says "here"; returns
         its registers, the thread stopped there. `arrived` is asked only after a write to the
-        8 bytes at `watched` (a perf data breakpoint, run at full speed until then) and, while
+        `size` bytes at `watched` (a perf data breakpoint, run at full speed until then) and, while
         it answers "near", at every instruction after one (single steps); "away" lets the
         thread run free again. Signals of the program's are delivered to the thread. Raises
         TargetError naming `what` ("score (service.py:30)") when the thread ends, `timeout`
@@ -298,7 +299,7 @@ class Target:
         stop blocks in waitpid; a SIGALRM tick (main thread only) checks the timeout and
         `stop_asked` and interrupts the thread to give up."""
         from adapter.hw import perf
-        fd = perf.perf_event_open(perf.write_trap_attr(watched), tid)
+        fd = perf.perf_event_open(perf.write_trap_attr(watched, size), tid)
         given_up: list[str] = []
         deadline = None if timeout is None else time.monotonic() + timeout
 

@@ -52,9 +52,6 @@ class CPythonLayout:
     tstate_cframe: int | None
     """3.11/3.12: offset of the _PyCFrame*; None where the frame hangs off the thread state."""
     cframe_current_frame: int | None
-    cframe_previous: int | None
-    """3.11/3.12: the _PyCFrame of the interpreter loop invocation under this one (each
-    invocation of _PyEval_EvalFrameDefault has its _PyCFrame on the C stack)."""
     tstate_frame: int | None
     """3.10 (PyFrameObject*) and 3.13+ (_PyInterpreterFrame*): the frame in the thread state."""
     frame_code: int
@@ -96,21 +93,18 @@ _COMMON_STR = dict(unicode_state=32, unicode_length=16, bytes_size=16, bytes_dat
 KNOWN_LAYOUTS = {
     (3, 10): dict(runtime_interpreters_head=32, interp_threads_head=8, tstate_next=8,
                   tstate_thread_id=176, tstate_cframe=None, cframe_current_frame=None,
-                  cframe_previous=None,
                   tstate_frame=24, frame_code=32, frame_instr=96, instr_kind="lasti",
                   frame_owner=None, frame_previous=24, code_qualname=112, code_filename=104,
                   code_firstlineno=40, code_linetable=120, code_adaptive=None,
                   unicode_ascii_header=48, unicode_compact_header=72, **_COMMON_STR),
     (3, 11): dict(runtime_interpreters_head=40, interp_threads_head=16, tstate_next=8,
                   tstate_thread_id=152, tstate_cframe=56, cframe_current_frame=8,
-                  cframe_previous=16,
                   tstate_frame=None, frame_code=32, frame_instr=56, instr_kind="pointer",
                   frame_owner=69, frame_previous=48, code_qualname=128, code_filename=112,
                   code_firstlineno=72, code_linetable=136, code_adaptive=184,
                   unicode_ascii_header=48, unicode_compact_header=72, **_COMMON_STR),
     (3, 12): dict(runtime_interpreters_head=40, interp_threads_head=72, tstate_next=8,
                   tstate_thread_id=136, tstate_cframe=56, cframe_current_frame=0,
-                  cframe_previous=8,
                   tstate_frame=None, frame_code=0, frame_instr=56, instr_kind="pointer",
                   frame_owner=70, frame_previous=8, code_qualname=128, code_filename=112,
                   code_firstlineno=68, code_linetable=136, code_adaptive=192,
@@ -148,7 +142,7 @@ def _debug_offsets(data: bytes) -> dict:
     unicode_state, unicode_length, ascii_size = rest[4], rest[5], rest[6]
     return dict(version=version, runtime_interpreters_head=q[4], interp_threads_head=q[8],
                 tstate_next=q[20], tstate_thread_id=q[23], tstate_cframe=None,
-                cframe_current_frame=None, cframe_previous=None, tstate_frame=q[22], frame_code=q[29],
+                cframe_current_frame=None, tstate_frame=q[22], frame_code=q[29],
                 frame_instr=q[30], instr_kind="pointer", frame_owner=q[32],
                 frame_previous=q[28], code_qualname=q[36], code_filename=q[34],
                 code_firstlineno=q[38], code_linetable=q[37], code_adaptive=q[42],

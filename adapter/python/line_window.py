@@ -14,13 +14,14 @@ Python/ceval.c sets the frame's instruction pointer to the line's first bytecode
 it). Once released, the thread wakes from its wait, takes the GIL back and returns through
 pydevd's Python code: hundreds of thousands of instructions that the stepper would crawl
 through while the thread holds the GIL (issue 13: a 2,000-instruction window held nothing
-but `take_gil` and `futex`). Every Python function pydevd calls from C runs in an invocation
-of the interpreter loop of its own, which installs its own _PyCFrame in the thread state
-(3.11, 3.12: `tstate->cframe = &cframe`, restored to `cframe.previous` on its way out); 3.10
-and 3.13 keep the current frame itself in the thread state. So the thread runs at full speed
-with a data breakpoint on that word until it holds the user's loop invocation (or frame)
-again, then is single-stepped to the next dispatch of that loop (the indirect jump to the
-line's first bytecode): the window opens there.
+but `take_gil` and `futex`). The interpreter writes the frame's instruction pointer as each
+bytecode of that frame begins (3.11/3.12 `prev_instr` and 3.13 `instr_ptr` in
+INSTRUCTION_START, 3.10 `f_lasti`), and nothing else writes it while the frame waits for
+the trace function. So the thread runs at full speed with a data breakpoint on that word,
+and its first write is the line's first bytecode starting: the window opens right after it.
+(A first version watched the thread state's `_PyCFrame` pointer, written at every C to Python
+call of pydevd's suspend loop: 2,500 stops a second, each holding the GIL, and debugpy's own
+answer to `continue` took 300-700 ms.)
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import os
 from dataclasses import dataclass
 
 from .debugger_frames import DEBUGGER_FILES
-from .frame_probe import DISPATCH, PythonFrameProbe
+from .frame_probe import PythonFrameProbe
 
 
 @dataclass
@@ -39,10 +40,10 @@ class PythonEntry:
     depth: int
     """Python frames from it down, it included (the probe's depth of that frame)."""
     word: int
-    """The thread state's word that says which loop invocation (3.11/3.12: its _PyCFrame*)
-    or frame (3.10, 3.13) runs."""
+    """The frame's instruction pointer (or f_lasti): written as its next bytecode begins."""
+    size: int
     value: int
-    """What `word` holds while the user's frame runs."""
+    """What `word` holds while the frame waits for the trace function."""
     where: str
     """"score (service.py:42)"."""
 
@@ -52,7 +53,6 @@ def find_entry(probe: PythonFrameProbe, thread_id: int, path: str,
     """The innermost frame of the thread whose pthread_self() is `thread_id` that runs `line`
     of `path` (compared as real paths); None when the thread has no such frame."""
     lay = probe.layout
-    read = probe.memory.read_u64
     tstate = probe.tstate_of(thread_id)
     if tstate is None:
         return None
@@ -70,17 +70,10 @@ def find_entry(probe: PythonFrameProbe, thread_id: int, path: str,
         info = probe.codes.get(probe.code_id(code))
         if info is None or _real(probe.pid, info.filename) != wanted or info.line(index) != line:
             continue
-        if lay.tstate_cframe is not None:
-            word = tstate + lay.tstate_cframe
-            cframe = read(word)
-            while cframe and read(cframe + lay.cframe_current_frame) != frame:
-                cframe = read(cframe + lay.cframe_previous)
-            if not cframe:
-                return None
-            value = cframe
-        else:
-            word, value = tstate + lay.tstate_frame, frame
-        return PythonEntry(frame, len(chain) - position, word, value,
+        size = 4 if lay.instr_kind == "lasti" else 8
+        word = frame + lay.frame_instr
+        value = int.from_bytes(probe.memory.read(word, size), "little")
+        return PythonEntry(frame, len(chain) - position, word, size, value,
                            f"{info.qualname} ({os.path.basename(info.filename)}:{line})")
     return None
 
@@ -93,18 +86,16 @@ def _real(pid: int, filename: str) -> str:
 
 def run_to_entry(target, tid: int, probe: PythonFrameProbe, entry: PythonEntry, *,
                  timeout: float, stop_asked) -> None:
-    """Let `tid` run until it dispatches the next bytecode of the entry's frame (see the
-    module docstring), leaving it stopped on that dispatch. Raises TargetError (the thread
+    """Let `tid` run until the entry's frame begins its next bytecode (see the module
+    docstring), leaving it stopped right after that write. Raises TargetError (the thread
     ended, `timeout`, `stop_asked()`) or OSError (no debug register free)."""
-    read = probe.memory.read_u64
 
     def arrived(regs) -> str:
-        if read(entry.word) != entry.value:
-            return "away"  # still in the debugger's code (or back in it): run free
-        return "here" if probe.where(regs.rip) == DISPATCH else "near"
+        now = int.from_bytes(probe.memory.read(entry.word, entry.size), "little")
+        return "here" if now != entry.value else "away"
 
-    target.run_thread_to(tid, entry.word, arrived, what=entry.where,
-                         timeout=timeout, stop_asked=stop_asked)
+    target.run_thread_to(tid, entry.word, arrived, what=entry.where, timeout=timeout,
+                         stop_asked=stop_asked, size=entry.size)
 
 
 @dataclass

@@ -21,7 +21,7 @@ PROGRAMS = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "programs"
 FIELDS = {"runtime_interpreters_head": "runtime_interpreters_head",
           "interp_threads_head": "interp_threads_head", "tstate_next": "tstate_next",
           "tstate_thread_id": "tstate_thread_id", "tstate_cframe": "tstate_cframe",
-          "cframe_current_frame": "cframe_current_frame", "cframe_previous": "cframe_previous",
+          "cframe_current_frame": "cframe_current_frame",
           "tstate_current_frame": "tstate_frame", "tstate_frame": "tstate_frame",
           "frame_code": "frame_code", "frame_instr": "frame_instr",
           "frame_previous": "frame_previous", "frame_owner": "frame_owner",

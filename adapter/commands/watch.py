@@ -331,9 +331,15 @@ def _run_perf(args, request: wp.WatchRequest, symbols: Symbolizer) -> int:
             return EXIT_OK
         finally:
             done.set()
-            reader.join()
+            # bounded: a SIGINT/SIGTERM raised inside hits.get() can leave the queue's lock
+            # held (an exception between acquiring it and entering the `with`), and the
+            # reader then blocks in hits.put for ever (a CI run hung here on SIGTERM); it is a
+            # daemon thread, and the watcher's fds are closed by the `with` either way
+            reader.join(READER_JOIN_S)
 
 
+READER_JOIN_S = 1.0
+"""How long the watch waits for its reader thread to see `done` (it polls every 0.1 s)."""
 _EXITED = object()
 
 

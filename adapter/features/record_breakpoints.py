@@ -119,10 +119,10 @@ class RecordBreakpoints:
         self._held: list[tuple[dict, int]] = []
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
         self._child: RecorderWorker | None = None
+        """The recorder process of the capture in progress."""
         self._opening = False
         """A window on a Python line waits for its thread to run the line (the recorder said
         `attached`, not yet `thread at the Python line`)."""
-        """The recorder process of the capture in progress."""
         self._recording_tid: int | None = None
         """The OS thread id it records."""
         self._workers = RecorderWorkers()

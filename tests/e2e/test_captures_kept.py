@@ -134,7 +134,8 @@ def test_an_adapter_killed_mid_recording_leaves_a_bundle_marked_partial(start_ad
     client.call("initialize", INITIALIZE)
     launch = client.send_request("launch", {
         "program": str(SERVICE), "args": [library, "40"], "console": "internalConsole",
-        "cwd": str(workspace), "recordWindow": {"instructions": 300000}})
+        # a window that lasts (not closed when handle() returns): the adapter is killed in it
+        "cwd": str(workspace), "recordWindow": {"instructions": 300000, "untilReturn": False}})
     client.expect_event("initialized")
     client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
         {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 2"}]})

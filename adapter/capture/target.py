@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 
+from adapter.hw import perf
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
 from adapter.hw.perf import TRAP_PERF
@@ -285,11 +286,10 @@ class Target:
     def run_thread_to(self, tid: int, watched: int, arrived, *, what: str,
                       timeout: float | None = None, stop_asked=lambda: None,
                       size: int = 8) -> pt.Regs:
-        """Let thread `tid` (stopped) run on its own until `arrived(regs)` says "here"; returns
-        its registers, the thread stopped there. `arrived` is asked only after a write to the
-        `size` bytes at `watched` (a perf data breakpoint, run at full speed until then) and, while
-        it answers "near", at every instruction after one (single steps); "away" lets the
-        thread run free again. Signals of the program's are delivered to the thread. Raises
+        """Let thread `tid` (stopped) run on its own until `arrived(regs)` is true; returns its
+        registers, the thread stopped there. `arrived` is asked after each write to the `size`
+        bytes at `watched` (a perf data breakpoint; the thread runs at full speed between
+        them). Signals of the program's are delivered to the thread. Raises
         TargetError naming `what` ("score (service.py:30)") when the thread ends, `timeout`
         passes or `stop_asked()` returns a reason; the thread is stopped (and traced) then.
         OSError when the data breakpoint cannot be armed (the four debug registers are taken).
@@ -298,7 +298,6 @@ class Target:
         hold a lock the program's other threads wait for: CPython's GIL), so the wait for the
         stop blocks in waitpid; a SIGALRM tick (main thread only) checks the timeout and
         `stop_asked` and interrupts the thread to give up."""
-        from adapter.hw import perf
         fd = perf.perf_event_open(perf.write_trap_attr(watched, size), tid)
         given_up: list[str] = []
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -320,14 +319,10 @@ class Target:
         if ticking:
             old_handler = signal.signal(signal.SIGALRM, give_up_if_asked)
             signal.setitimer(signal.ITIMER_REAL, GIVE_UP_TICK_S, GIVE_UP_TICK_S)
-        stepping = False
         sig = self._pending.pop(tid, 0)
         try:
             while True:
-                if stepping:
-                    pt.singlestep(tid, sig)
-                else:
-                    pt.cont(tid, sig)
+                pt.cont(tid, sig)
                 self.threads[tid] = "running"
                 sig = 0
                 st = pt.waitpid(tid) if ticking else self._poll_stop(tid, give_up_if_asked)
@@ -338,21 +333,16 @@ class Target:
                 self.threads[tid] = "stopped"
                 if given_up:
                     if not st.event:
-                        sig = st.stop_signal if not self._own_trap(tid, watched,
-                                                                   stepping) else 0
+                        sig = st.stop_signal if not self._own_trap(tid, watched) else 0
                     raise TargetError(given_up[0])
                 if st.event:
                     continue  # a group-stop: resume as it was
-                if st.stop_signal != signal.SIGTRAP or not self._own_trap(tid, watched,
-                                                                          stepping):
+                if st.stop_signal != signal.SIGTRAP or not self._own_trap(tid, watched):
                     sig = st.stop_signal  # the program's: delivered as it resumes
-                    if not stepping:
-                        continue
+                    continue
                 regs = pt.getregs(tid)
-                answer = arrived(regs)
-                if answer == "here":
+                if arrived(regs):
                     return regs
-                stepping = answer == "near"
         finally:
             if ticking:
                 signal.setitimer(signal.ITIMER_REAL, 0, 0)
@@ -373,16 +363,13 @@ class Target:
             time.sleep(0.0002)
 
     @staticmethod
-    def _own_trap(tid: int, watched: int, stepping: bool) -> bool:
-        """Whether the SIGTRAP `tid` stopped with is run_thread_to's: its data breakpoint (a
-        perf trap, si_code TRAP_PERF, whose si_addr is the watched address) or, while
-        stepping, the single step's. Another perf trap (a data breakpoint of the program's
-        debugger: adapter/features/writer_trap.py) or a trap of the program's own is the
-        program's, and delivered."""
+    def _own_trap(tid: int, watched: int) -> bool:
+        """Whether the SIGTRAP `tid` stopped with is run_thread_to's data breakpoint (a perf
+        trap, si_code TRAP_PERF, whose si_addr is the watched address). Another perf trap (a
+        data breakpoint of the program's debugger: adapter/features/writer_trap.py) or a
+        trap of the program's own is the program's, and delivered."""
         info = pt.getsiginfo(tid)
-        if info.si_code == TRAP_PERF:
-            return info.si_addr == watched
-        return stepping and info.si_code > 0  # a kernel trap (TRAP_TRACE...), not a kill()
+        return info.si_code == TRAP_PERF and info.si_addr == watched
 
     def _whereabouts(self) -> str:
         """Where the traced threads are, for a message ("; thread 12 at 0x4a5b6c")."""

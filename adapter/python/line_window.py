@@ -90,9 +90,8 @@ def run_to_entry(target, tid: int, probe: PythonFrameProbe, entry: PythonEntry, 
     docstring), leaving it stopped right after that write. Raises TargetError (the thread
     ended, `timeout`, `stop_asked()`) or OSError (no debug register free)."""
 
-    def arrived(regs) -> str:
-        now = int.from_bytes(probe.memory.read(entry.word, entry.size), "little")
-        return "here" if now != entry.value else "away"
+    def arrived(regs) -> bool:
+        return int.from_bytes(probe.memory.read(entry.word, entry.size), "little") != entry.value
 
     target.run_thread_to(tid, entry.word, arrived, what=entry.where, timeout=timeout,
                          stop_asked=stop_asked, size=entry.size)

@@ -261,15 +261,19 @@ class PythonFrameProbe:
             info = self.codes.get(ident)
             path = None
             if info is not None:
-                path = info.filename
-                if not os.path.isabs(path):
-                    path = os.path.join(f"/proc/{self.pid}/cwd", path)
-                path = os.path.realpath(path)
+                path = self.real_path(info.filename)
             self._file_of[ident] = path if path in self._stop_files else None
         path = self._file_of[ident]
         if path is None:
             return None
         return path, self.codes[ident].line(index)
+
+    def real_path(self, filename: str) -> str:
+        """A code object's co_filename as a real path (a relative one is the process's
+        working directory's)."""
+        if not os.path.isabs(filename):
+            filename = os.path.join(f"/proc/{self.pid}/cwd", filename)
+        return os.path.realpath(filename)
 
     def _python_frame(self, frame: int) -> tuple[int, bytes | None]:
         """(frame, its first bytes), an entry shim (3.12+, owned by the C stack) replaced by

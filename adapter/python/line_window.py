@@ -68,7 +68,7 @@ def find_entry(probe: PythonFrameProbe, thread_id: int, path: str,
         frame = previous
     for position, (frame, code, index) in enumerate(chain):
         info = probe.codes.get(probe.code_id(code))
-        if info is None or _real(probe.pid, info.filename) != wanted or info.line(index) != line:
+        if info is None or probe.real_path(info.filename) != wanted or info.line(index) != line:
             continue
         size = 4 if lay.instr_kind == "lasti" else 8
         word = frame + lay.frame_instr
@@ -76,12 +76,6 @@ def find_entry(probe: PythonFrameProbe, thread_id: int, path: str,
         return PythonEntry(frame, len(chain) - position, word, size, value,
                            f"{info.qualname} ({os.path.basename(info.filename)}:{line})")
     return None
-
-
-def _real(pid: int, filename: str) -> str:
-    if not os.path.isabs(filename):
-        filename = os.path.join(f"/proc/{pid}/cwd", filename)
-    return os.path.realpath(filename)
 
 
 def run_to_entry(target, tid: int, probe: PythonFrameProbe, entry: PythonEntry, *,

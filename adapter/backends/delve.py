@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from adapter.golang.breakpoint_ids import BREAKPOINT_REQUESTS, BreakpointIds
 from adapter.golang.build_dir import make_build_dir
+from adapter.hw import left_breakpoints
 from adapter.protocol.channel import DEFERRED, Channel
 from adapter.protocol.errors import BackendError, BackendGone
 from adapter.protocol.messages import Event, Request, Response
@@ -258,6 +259,36 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
     def _close_socket(self) -> None:
         hang_up(self._socket)
         self._socket = None
+
+    def channel_closed(self, reason: str) -> None:
+        if not self.closing and not self.launched and self.pid is not None:
+            self._put_back_left_breakpoints(self.pid)
+        super().channel_closed(reason)
+
+    def _put_back_left_breakpoints(self, pid: int) -> None:
+        """Delve ended while attached (killed, crashed): the kernel let the program's threads
+        go with Delve's INT3 bytes still in its code, and the next run of a breakpoint's line
+        would kill it with SIGTRAP. Put the program's own bytes back and tell the user."""
+        if not os.path.exists(f"/proc/{pid}"):
+            return
+        try:
+            done = left_breakpoints.put_back(pid)
+        except OSError as exc:
+            text = (f"Delve ended while attached to process {pid}, and ptdebug could not put "
+                    f"back the code under its breakpoints: {exc}; the program may die of "
+                    "SIGTRAP at one of them")
+        else:
+            if done is None:
+                text = f"process {pid} is still traced by another debugger; ptdebug left it alone"
+            else:
+                rewound = (f"; {len(done.rewound)} thread(s) that had hit one go on as if not"
+                           if done.rewound else "")
+                text = (f"Delve ended while attached: ptdebug put back {len(done.addresses)} "
+                        f"byte(s) of code under the breakpoints it left{rewound}, and left "
+                        f"process {pid} running, untraced")
+        log.warning("%s", text)
+        self.hooks.backend_event(_event("output", {"category": "important",
+                                                   "output": f"ptdebug: {text}\n"}))
 
     def disconnect_done(self, request: dict, response: dict) -> bool:
         # Delve killing a process it attached to detaches its threads after the kill and may

@@ -200,10 +200,15 @@ class DelveProcesses:
         try:
             # its own session: Delve and its children can be ended as a group
             # preexec_fn: only prctl runs between fork and exec (see _die_with_parent)
+            # pass_fds: Delve holds the pipe's read end too, so a line it writes after
+            # ptdebug died does not kill it with SIGPIPE (the Go runtime dies of it on fds 1
+            # and 2, ignored or not) halfway through letting go of an attached program, whose
+            # INT3 bytes then stayed and killed it with SIGTRAP (tests/e2e/test_fault_matrix.py).
+            # What it writes then only fills the pipe's buffer, far from full when it exits.
             self.process = self._spawner.submit(
                 subprocess.Popen, argv, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
                 stdout=write_end, stderr=write_end, start_new_session=True,
-                preexec_fn=_die_with_parent).result()
+                pass_fds=(read_end,), preexec_fn=_die_with_parent).result()
         except OSError as exc:
             os.close(read_end)
             raise BackendError(f"cannot start Delve ({argv[0]}): {exc}") from None

@@ -322,3 +322,18 @@ def marker_line(path: str | os.PathLike, name: str) -> int:
             if line.rstrip().endswith((f"# @{name}", f"// @{name}")):
                 return number
     raise LookupError(f"no '# @{name}' marker in {path}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    """Whether some socket listens on 127.0.0.1:port (state 0A in /proc/net/tcp, proc(5)),
+    found without connecting (a debugpy server takes one client)."""
+    with open("/proc/net/tcp") as f:
+        return any(f"0100007F:{port:04X}" == line.split()[1] and line.split()[3] == "0A"
+                   for line in list(f)[1:])

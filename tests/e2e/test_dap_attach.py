@@ -4,14 +4,13 @@ running after the session ends; readMemory works on it as on a launched one."""
 from __future__ import annotations
 
 import base64
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 from conftest import BASIC, INITIALIZE, evaluate, top_frame
-from dapclient import marker_line
+from dapclient import free_port, listening, marker_line
 
 from adapter.hw.gdb_inject import gdb_injection_problem
 
@@ -21,19 +20,6 @@ pytestmark = pytest.mark.timeout(90)
 def _tracer_of(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("TracerPid:")).split()[1])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    """Whether some socket listens on 127.0.0.1:port (state 0A in /proc/net/tcp, proc(5))."""
-    with open("/proc/net/tcp") as f:
-        return any(f"0100007F:{port:04X}" == line.split()[1] and line.split()[3] == "0A"
-                   for line in list(f)[1:])
 
 
 @pytest.fixture
@@ -74,12 +60,12 @@ def _detach_leaves_it_running(run, proc):
 
 
 def test_attach_to_a_debugpy_server_with_connect(start_adapter, debuggee):
-    port = _free_port()
+    port = free_port()
     proc = debuggee([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
                      "--wait-for-client", str(BASIC), "spin"])
     # Wait for the listening socket without connecting: debugpy's server takes one client.
     deadline = time.monotonic() + 15
-    while not _listening(port) and time.monotonic() < deadline:
+    while not listening(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     run = start_adapter()
     thread, frame = _attach(run, {"connect": {"host": "127.0.0.1", "port": port}}, "spin")

@@ -7,13 +7,13 @@ breakpoint's line, and the request is answered as without ptdebug."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
 
 import pytest
 from conftest import PROGRAMS, top_frame
+from dapclient import free_port
 from go_support import go_tool, output_text, start_go
 
 pytestmark = pytest.mark.timeout(400)
@@ -47,12 +47,6 @@ def _line(path: str, after: str, text: str) -> int:
     return next(i for i in range(start, len(lines)) if text in lines[i]) + 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str, answers: dict, key: str) -> None:
     import threading
 
@@ -77,7 +71,7 @@ def test_httpbin_handler_record_then_normal_breakpoint(httpbin, start_adapter):
     binary, handlers = httpbin
     record_line = _line(handlers, "func (h *HTTPBin) Base64(", "newBase64Helper(")
     stop_line = _line(handlers, "func (h *HTTPBin) Base64(", 'Get("content-type")')
-    port = _free_port()
+    port = free_port()
     run = start_adapter()
     client = run.client
     start_go(client, "launch", {"program": str(binary), "mode": "exec",

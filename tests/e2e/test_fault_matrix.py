@@ -1,0 +1,187 @@
+"""The fault matrix of attached programs (issue 17, item 5): a process of the session is killed
+(the client's stream closed, `ptdebug dap` SIGKILLed, the debugger SIGKILLed) while the program
+is stopped at a breakpoint or running, in Python (debugpy server, `connect`) and Go (Delve,
+`pid`) sessions; afterwards the program the user attached to must run on, untraced, not
+stopped, its code as in its files (tests/e2e/unharmed.py), and no process of the session is
+left.
+
+Launched programs and the debuggee's own death are the lifecycle tests'
+(test_dap_lifecycle.py, test_go_lifecycle.py): a launched program ends with its session.
+
+CI runs the chosen moments; PTDEBUG_FAULT_MATRIX=random adds cells killed at a random delay
+after the session starts (the seed is in the test's id), for longer runs on demand.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import BASIC, INITIALIZE
+from dapclient import cmdline, descendants, free_port, listening, marker_line
+from go_support import GO_SESSION, build, copy_package, go_marker, start_go
+from unharmed import assert_unharmed
+
+pytestmark = [pytest.mark.timeout(120)]
+
+VICTIMS = ("client", "adapter", "debugger")
+MOMENTS = ["stopped", "running"]
+if os.environ.get("PTDEBUG_FAULT_MATRIX") == "random":
+    MOMENTS += [f"random-{seed}" for seed in range(4)]
+
+BEYOND_REPAIR = {("go", "debugger", "stopped")}
+"""Delve killed while it holds a thread on a breakpoint: the kernel lets the thread go with its
+instruction pointer on Delve's INT3 (Delve moved it back there), and it dies of SIGTRAP before
+anyone can act (docs/go.md). The cell checks that this is all that happens."""
+
+
+class Program:
+    """The user's program, started by the test: its output goes to a file, so that its
+    progress can be seen."""
+
+    def __init__(self, argv: list[str], output: str, port: int | None = None):
+        self.output = output
+        self.port = port
+        """The port of its debugpy server, for a Python program."""
+        with open(output, "wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+
+    def lines(self) -> int:
+        with open(self.output, "rb") as f:
+            return f.read().count(b"\n")
+
+    def wait_for_lines(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.lines() < count and time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.02)
+        return self.lines() >= count
+
+    def end(self) -> None:
+        self.proc.kill()
+        try:  # a tracer still there reaps it first
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+@pytest.fixture(scope="module")
+def go_binary(tmp_path_factory):
+    work = tmp_path_factory.mktemp("go")
+    package = copy_package(GO_SESSION, work)
+    return package / "main.go", build(package, work / "session_bin")
+
+
+def _start_python(start_adapter, tmp_path):
+    port = free_port()
+    program = Program([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
+                       str(BASIC), "tick"], str(tmp_path / "out.txt"), port)
+    deadline = time.monotonic() + 30
+    while not listening(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1", "port": port}})
+    client.expect_event("initialized", timeout=30)
+    client.call("setBreakpoints", {"source": {"path": str(BASIC)},
+                                   "breakpoints": [{"line": marker_line(BASIC, "tick")}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(attach, timeout=30)["success"]
+    return run, program
+
+
+def _start_go(start_adapter, tmp_path, go_binary):
+    source, binary = go_binary
+    program = Program([str(binary), "tick"], str(tmp_path / "out.txt"))
+    assert program.wait_for_lines(1, 30)  # "total 280"
+    run = start_adapter()
+    start_go(run.client, "attach", {"pid": program.pid}, source=source,
+             breakpoints={"spin": {}})
+    return run, program
+
+
+def _debugger(language: str, run, program: Program) -> int:
+    """The debugger's process: Delve, ptdebug's child; debugpy's adapter, which
+    `python -m debugpy --listen` starts, detached, for the program's server."""
+    if language == "go":
+        found = [pid for pid in descendants(run.proc.pid)
+                 if os.path.basename((cmdline(pid) or [""])[0]) == "dlv"
+                 and "attach" in cmdline(pid)]  # not Delve's telemetry child
+    else:
+        found = [int(name) for name in os.listdir("/proc") if name.isdigit()
+                 and "--for-server" in cmdline(int(name))
+                 and str(program.port) in cmdline(int(name))]
+    assert len(found) == 1, [(pid, cmdline(pid)) for pid in descendants(run.proc.pid)]
+    return found[0]
+
+
+def _kill(victim: str, language: str, run, program: Program) -> None:
+    if victim == "client":
+        run.client.wfile.close()
+    elif victim == "adapter":
+        run.proc.kill()
+    else:
+        os.kill(_debugger(language, run, program), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+@pytest.mark.parametrize("victim", VICTIMS)
+@pytest.mark.parametrize("language", ["python", "go"])
+def test_an_attached_program_survives_the_death_of(language, victim, moment, start_adapter,
+                                                   tmp_path, request):
+    if language == "go":
+        run, program = _start_go(start_adapter, tmp_path, request.getfixturevalue("go_binary"))
+    else:
+        run, program = _start_python(start_adapter, tmp_path)
+    try:
+        client = run.client
+        stopped = client.expect_stopped("breakpoint", timeout=60)
+        if moment != "stopped":
+            client.call("setBreakpoints", _running_breakpoints(language, request))
+            client.call("continue", {"threadId": stopped["threadId"]})
+            if moment.startswith("random-"):
+                # within the half second before `bump` runs again: a Go program that stops
+                # there again is the "stopped" cell
+                time.sleep(random.Random(moment).uniform(0.0, 0.4))
+        run.track()
+        if language == "python" or victim != "debugger":
+            run.seen.pop(program.pid, None)  # the user's: it must live on
+        _kill(victim, language, run, program)
+        if victim == "adapter":
+            run.proc.wait(10)
+        elif victim == "client":
+            assert run.wait_exit() == 0
+        else:
+            client.expect_event("terminated", timeout=15)
+            client.call("disconnect", {"terminateDebuggee": False}, timeout=15)
+            assert run.wait_exit() == 0
+        run.assert_nothing_left(timeout=10)
+        if (language, victim, moment) in BEYOND_REPAIR:
+            program.proc.wait(10)
+            assert program.proc.returncode == -signal.SIGTRAP
+            return
+        before = program.lines()
+        assert program.wait_for_lines(before + 2, 15), (
+            f"the program made no progress after the {victim} died "
+            f"(status {program.proc.poll()}): {open(program.output).read()[-500:]}")
+        assert_unharmed(program.pid)
+    finally:
+        program.end()
+
+
+def _running_breakpoints(language: str, request) -> dict:
+    """Python cells clear their breakpoint, so the program runs on freely. Go cells keep
+    theirs: Delve's INT3 stays planted in `bump`, which runs twice a second, so the program
+    would die of it if it were left behind."""
+    if language == "python":
+        return {"source": {"path": str(BASIC)}, "breakpoints": []}
+    source = request.getfixturevalue("go_binary")[0]
+    return {"source": {"path": str(source)},
+            "breakpoints": [{"line": go_marker(source, "spin")}]}

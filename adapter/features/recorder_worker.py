@@ -104,8 +104,11 @@ class RecorderWorker:
             self.process.wait(2)
         except subprocess.TimeoutExpired:
             pass
-        self.errors.seek(0)
-        text = self.errors.read().strip()[-400:]
+        try:
+            self.errors.seek(0)
+            text = self.errors.read().strip()[-400:]
+        except ValueError:  # closed: the session ended under the capture (close() below)
+            text = ""
         code = self.process.returncode
         if text:
             return text

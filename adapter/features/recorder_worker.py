@@ -80,7 +80,11 @@ class RecorderWorker:
                 raise RuntimeError(self.failure)
             line = self.process.stdout.readline()
             if line.strip() != "ready":
-                self.failure = f"the recorder process did not start: {self.error_text()}"
+                if self.stopped:  # stop()'s SIGINT came while it imported: no error of its own
+                    self.failure = ("the recording was stopped before its recorder process "
+                                    "was ready")
+                else:
+                    self.failure = f"the recorder process did not start: {self.error_text()}"
                 raise RuntimeError(self.failure)
             self._ready = True
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -160,6 +161,13 @@ def test_an_attached_program_survives_the_death_of(language, victim, moment, sta
             assert run.wait_exit() == 0
         else:
             client.expect_event("terminated", timeout=15)
+            if language == "go" and moment != "stopped":
+                # Delve's INT3 bytes were put back (before: the program died of SIGTRAP at the
+                # next run of `bump`), and the user is told
+                told = "".join(e["body"]["output"] for e in client.events("output")
+                               if e["body"].get("category") == "important")
+                assert f"left process {program.pid} running, untraced" in told, told
+                assert re.search(r"put back [1-9]\d* byte", told), told
             client.call("disconnect", {"terminateDebuggee": False}, timeout=15)
             assert run.wait_exit() == 0
         run.assert_nothing_left(timeout=10)

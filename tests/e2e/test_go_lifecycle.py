@@ -21,7 +21,6 @@ from go_support import (
     require_dlv,
     start_go,
 )
-from unharmed import assert_unharmed
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -140,46 +139,6 @@ def test_attach_to_pid_leaves_it_running(start_adapter, tmp_path):
     finally:
         target.kill()
         target.wait()
-
-
-def test_delve_killed_in_an_attach_session_leaves_the_program_its_own_code(start_adapter,
-                                                                           tmp_path):
-    """Issue 17: Delve SIGKILLed while attached left its INT3 bytes in the program, which died
-    of SIGTRAP at the next run of a breakpoint's line. ptdebug puts the file's bytes back (the
-    planted breakpoint of `bump`, run twice a second, and Delve's own internal ones), the
-    program runs on untraced, and the user is told."""
-    package = copy_package(GO_SESSION, tmp_path)
-    source = package / "main.go"
-    binary = build(package, tmp_path / "session_bin")
-    target = subprocess.Popen([str(binary), "tick"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert target.stdout.readline().startswith("total 280")
-        run = start_adapter()
-        client = run.client
-        start_go(client, "attach", {"pid": target.pid}, source=source,
-                 breakpoints={"spin": {}})
-        stopped = client.expect_stopped("breakpoint", timeout=60)
-        dlv = [pid for pid in descendants(run.proc.pid) if os.path.basename(
-            (cmdline(pid) or [""])[0]) == "dlv" and _parent(pid) == run.proc.pid]
-        assert len(dlv) == 1, [(pid, cmdline(pid)) for pid in descendants(run.proc.pid)]
-        client.call("continue", {"threadId": stopped["threadId"]})
-        os.kill(dlv[0], signal.SIGKILL)  # between two runs of bump: its INT3 is planted
-        client.expect_event("terminated", timeout=15)
-        told = _important(client)
-        assert f"left process {target.pid} running, untraced" in told, told
-        assert re.search(r"put back \d+ byte", told), told
-        time.sleep(1.5)  # bump runs three times more
-        assert target.poll() is None, f"the program died (status {target.poll()})"
-        assert_unharmed(target.pid)
-        client.call("disconnect", {}, timeout=15)
-        assert run.wait_exit() == 0
-        assert target.poll() is None
-    finally:
-        target.kill()
-        try:  # a tracer that is still there reaps it first
-            target.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def test_connect_to_a_running_headless_delve(start_adapter, tmp_path):

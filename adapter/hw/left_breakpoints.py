@@ -136,10 +136,11 @@ def _restore_code(pid: int) -> list[int]:
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
-                continue  # deleted or replaced since it was mapped: its bytes are unknown
+                continue  # deleted since it was mapped: its bytes are unknown
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
+                found = os.fstat(fd)
+                if not stat.S_ISREG(found.st_mode) or found.st_ino != int(parts[4]):
+                    continue  # not the file that is mapped (replaced since): not the truth
                 in_file = os.pread(fd, high - low, int(parts[2], 16))
             finally:
                 os.close(fd)

@@ -46,7 +46,10 @@ def test_predict_captured_from_its_line_names_sklearns_python_functions(start_ad
     run = start_adapter()
     client = run.client
     client.call("initialize", INITIALIZE)
+    # the test's interpreter runs the service (it has scikit-learn; an adapter installed
+    # elsewhere, PTDEBUG_TEST_ADAPTER, has only its own venv's packages)
     launch = client.send_request("launch", {"program": str(SERVICE), "args": ["3"],
+                                            "python": sys.executable,
                                             "console": "internalConsole",
                                             "recordWindow": {"instructions": 300_000}})
     client.expect_event("initialized")

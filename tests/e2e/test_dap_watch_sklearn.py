@@ -8,6 +8,7 @@ the user's `partial_fit` call; without it, scikit-learn's `param += update`."""
 from __future__ import annotations
 
 import pathlib
+import sys
 import time
 
 import pytest
@@ -31,8 +32,10 @@ def test_partial_fit_stops_on_the_learner_at_the_weight_update(start_adapter, st
                                                                 just_my_code):
     run = start_adapter()
     client = run.client
+    # python: the test's interpreter, which has scikit-learn (an adapter installed elsewhere,
+    # PTDEBUG_TEST_ADAPTER, would run it with its own venv's)
     launch(client, SERVICE, breakpoints=["armed"], stopAllThreadsOnSuspend=stop_all,
-           justMyCode=just_my_code)
+           justMyCode=just_my_code, python=sys.executable)
     main_thread = client.expect_stopped("breakpoint", timeout=60)["threadId"]
     frame = top_frame(client, main_thread)["id"]
     scopes = client.call("scopes", {"frameId": frame})["scopes"]

@@ -1,15 +1,18 @@
 """Checks of a live program that a debugger let go, for the tests of faults (issue 17, item 3):
-no thread traced or stopped, and its machine code byte for byte what its files hold (no INT3
-a dead debugger planted is left behind).
+no thread traced or stopped, no debug register armed, and its machine code byte for byte what
+its files hold (no INT3 a dead debugger planted is left behind).
 
-Debug registers need no check of their own here: those a ptrace tracer set are dropped by the
-kernel when it detaches or dies, and perf breakpoints live as long as the fds of the process
-that opened them (the tests check that no process of the session is left).
+Debug registers: those a ptrace tracer set (PTRACE_POKEUSER) stay after it detaches or dies
+(the kernel's flush on PTRACE_DETACH was reverted, 35114fcbe0b9), so each thread's DR7 is read
+here, holding the thread for that moment. Perf breakpoints live as long as the fds of the
+process that opened them (the tests check that no process of the session is left).
 """
 from __future__ import annotations
 
 import os
 import re
+
+from adapter.hw import ptrace as pt
 
 
 def thread_states(pid: int) -> dict[int, tuple[int, str]]:
@@ -50,6 +53,30 @@ def changed_code(pid: int) -> list[str]:
     return differences
 
 
+def armed_debug_registers(pid: int) -> dict[int, int]:
+    """tid -> DR7 for each thread of `pid` with a debug register enabled (seized, stopped for
+    the read and let go at once)."""
+    armed = {}
+    for tid in pt.threads_of(pid):
+        try:
+            pt.seize(tid)
+        except pt.PtraceError:
+            continue  # it ended meanwhile
+        try:
+            pt.interrupt(tid)
+            status = pt.waitpid(tid)
+            if status is None or status.gone:
+                continue
+            dr7 = pt.peekuser(tid, pt.DEBUGREG_OFFSET + 8 * 7)
+            if dr7 & 0xFF:  # L0-L3/G0-G3: a register enabled
+                armed[tid] = dr7
+            deliver = status.stop_signal if status.stopped and not status.event else 0
+            pt.detach(tid, deliver)
+        except pt.PtraceError:
+            continue
+    return armed
+
+
 def assert_unharmed(pid: int) -> None:
     """The program `pid` runs on as if no debugger had been there."""
     states = thread_states(pid)
@@ -57,3 +84,4 @@ def assert_unharmed(pid: int) -> None:
     assert all(tracer == 0 for tracer, _ in states.values()), f"still traced: {states}"
     assert not any(state in "tT" for _, state in states.values()), f"stopped: {states}"
     assert changed_code(pid) == [], f"code bytes changed: {changed_code(pid)[:10]}"
+    assert armed_debug_registers(pid) == {}, "debug registers left armed"

@@ -151,9 +151,7 @@ def test_an_attached_program_survives_the_death_of(language, victim, moment, sta
                 # within the half second before `bump` runs again: a Go program that stops
                 # there again is the "stopped" cell
                 time.sleep(random.Random(moment).uniform(0.0, 0.4))
-        run.track()
-        if language == "python" or victim != "debugger":
-            run.seen.pop(program.pid, None)  # the user's: it must live on
+        run.track()  # the session's processes (the program, started here, is not among them)
         _kill(victim, language, run, program)
         if victim == "adapter":
             run.proc.wait(10)

@@ -14,6 +14,7 @@ import time
 
 import pytest
 from conftest import INITIALIZE, PROGRAMS
+from unharmed import thread_states
 
 pytestmark = pytest.mark.timeout(180)
 SERVICE = PROGRAMS / "py_request_service.py"
@@ -59,20 +60,6 @@ def _wait_answered(client, count: int, timeout: float = 30) -> list[dict]:
         except TimeoutError:
             pass
     return _answered(client)
-
-
-def _tracers(pid: int) -> dict[int, tuple[int, str]]:
-    """Thread id -> (TracerPid, state letter) of every thread of `pid`."""
-    found = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            status = open(f"/proc/{pid}/task/{tid}/status").read()
-        except OSError:
-            continue
-        tracer = int(re.search(r"^TracerPid:\s+(\d+)", status, re.M).group(1))
-        state = re.search(r"^State:\s+(\S)", status, re.M).group(1)
-        found[int(tid)] = (tracer, state)
-    return found
 
 
 def test_captures_share_a_warm_recorder_and_the_thread_runs_before_the_encoding(
@@ -125,7 +112,7 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
         # the large window is being recorded (the recorder seizes every thread, then keeps
         # the recorded one only)
         time.sleep(0.2)
-        traced = {tid: t for tid, (t, _) in _tracers(pid).items() if t}
+        traced = {tid: t for tid, (t, _) in thread_states(pid).items() if t}
     assert len(traced) == 1, f"the large window never began: {traced}"
     (tid, recorder), = traced.items()
     assert "recorder_worker" in open(f"/proc/{recorder}/cmdline").read()
@@ -136,10 +123,10 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
     assert f"recording thread {tid} failed" in told, told
     deadline = time.monotonic() + 10
     while os.path.isdir(f"/proc/{pid}/task") and any(
-            t for t, _ in _tracers(pid).values()) and time.monotonic() < deadline:
+            t for t, _ in thread_states(pid).values()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.path.isdir(f"/proc/{pid}/task"), f"the program died: {client.events('exited')}"
-    assert not any(t for t, _ in _tracers(pid).values()), _tracers(pid)
+    assert not any(t for t, _ in thread_states(pid).values()), thread_states(pid)
     # the program runs on: the killed window's request is answered, and the next one is
     # captured by a new recorder
     capture = client.expect_event("ptdebug/capture", timeout=60)["body"]
@@ -147,7 +134,7 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
     assert capture["tid"] == tid
     assert f"recorder process {recorder})" not in run.log(), "the stopped recorder was reused"
     assert [r["kind"] for r in _wait_answered(client, 4)] == ["plain", "large", "plain", "small"]
-    assert all(state != "t" for _, state in _tracers(pid).values())
+    assert all(state != "t" for _, state in thread_states(pid).values())
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()
     run.assert_nothing_left()

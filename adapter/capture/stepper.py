@@ -50,6 +50,10 @@ MASK_CHANGES = frozenset({SYS_RT_SIGPROCMASK, SYS_RT_SIGRETURN})
 # -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK (linux/errno.h)
 RESTART_ERRORS = frozenset({-512, -513, -514, -516})
 SI_KERNEL = 0x80  # si_code of the SIGTRAP an INT3 raises (x86 do_int3_user -> force_sig)
+# si_code of the SIGTRAP a completed PTRACE_SINGLESTEP raises (<asm-generic/siginfo.h>):
+# TRAP_TRACE from the debug exception (exc_debug_user), TRAP_BRKPT when the step was a system
+# call (the kernel reports it on the way out, user_single_step_report)
+TRAP_BRKPT, TRAP_TRACE = 1, 2
 RF = 1 << 16   # RFLAGS.RF: suppresses an instruction breakpoint for one instruction
 MAX_WALK = 1 << 16   # a straight path longer than this ends in a stop anyway (jmp-only loops)
 
@@ -452,6 +456,8 @@ class ThreadRecorder:
         self.alive = True
         self.running = False
         """True between resuming the thread and seeing it stop again."""
+        self.stepping = False
+        """Whether the last resume was a single step (its SIGTRAP is the recorder's own)."""
         self.regs_written = False
         """Whether the recorder has set the thread's registers since its last
         stop (an INT3 stop leaves RIP one past the byte until it does)."""
@@ -507,10 +513,12 @@ class ThreadRecorder:
 
     def _cont(self, sig: int = 0) -> None:
         self.running = True
+        self.stepping = False
         pt.cont(self.tid, sig)
 
     def _step(self, sig: int = 0) -> None:
         self.running = True
+        self.stepping = True
         pt.singlestep(self.tid, sig)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -1016,6 +1024,11 @@ class ThreadRecorder:
             regs = pt.getregs(tid)
             ours = regs.rip - 1 in self.bp.armed if self.mode == "int3" else \
                 regs.rip in self.bp.armed
+            if sig == SIGTRAP and not ours and self.stepping:
+                # the end of the recorder's single step, reported before the interrupt was
+                # acted on: kept, it was delivered on release and killed the program
+                # (SIGTRAP's default action; seen in CI after a SIGTERM mid-window)
+                ours = pt.getsiginfo(tid).si_code in (TRAP_TRACE, TRAP_BRKPT)
             if not (sig == SIGTRAP and ours):  # a hit of ours is undone by _settle
                 self.pending_signal = sig
         except (pt.PtraceError, ChildProcessError):

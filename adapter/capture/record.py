@@ -104,18 +104,13 @@ def _python_probe(pid: int, required: bool, log):
 
 def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
                          ends: dict | None, end: stepper_mod.EndCondition,
-                         timeout: float | None, log) -> None:
+                         timeout: float | None, log) -> str | None:
     """Run thread `tid` to where it runs Python line `line` = (path, line) again (see
-    record_stepper's `python_start`), and have the probe close the window as `ends` says."""
+    record_stepper's `python_start`), and have the probe close the window as `ends` says.
+    Returns the line's description ("handle (service.py:30)") when the window opens where
+    the thread stands, before it has run the line; None when the thread is at the line."""
     from adapter.python.line_window import PythonWindowEnd, find_entry, run_to_entry
     path, number = line
-    if stepper_mod.OTHER_BREAKPOINT_SLOTS >= 4:
-        # data breakpoints hold every debug register: a perf breakpoint opened beside them
-        # was seen not to fire (the thread ran past the line unseen); the window opens
-        # where the thread stands, as the stepper then steps every instruction anyway
-        log("the window opens where the thread stands: data breakpoints hold every debug "
-            "register")
-        return
     try:
         entry = find_entry(probe, pt.getregs(tid).fs_base, path, number)
     except (OSError, ValueError) as exc:
@@ -124,7 +119,14 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
     if entry is None:
         log(f"the thread does not run {os.path.basename(path)}:{number}; the window opens "
             "where it stands")
-        return
+        return None
+    if stepper_mod.OTHER_BREAKPOINT_SLOTS >= 4:
+        # data breakpoints hold every debug register: a perf breakpoint opened beside them
+        # was seen not to fire (the thread ran past the line unseen); the window opens
+        # where the thread stands, as the stepper then steps every instruction anyway
+        log("the window opens where the thread stands: data breakpoints hold every debug "
+            "register")
+        return entry.where
     request = end.request if end.request is not None else stepper_mod.EndRequest()
     end.request = request
     try:
@@ -132,13 +134,14 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
                      stop_asked=lambda: request.reason)
     except OSError as exc:
         log(f"the window opens where the thread stands, not at {entry.where}: {exc}")
-        return
+        return entry.where
     ends = ends or {}
     if ends.get("return") or ends.get("lines"):
         probe.window_end = PythonWindowEnd(request, entry.where,
                                            depth=entry.depth if ends.get("return") else None,
                                            lines=ends.get("lines"))
     log(f"the window opens at {entry.where}")
+    return None
 
 
 def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
@@ -233,12 +236,13 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             on_attached()
         entry_rsp = return_address = None
         python_probe = None
+        line_ahead = None  # the Python line a window opened where the thread stands is before
         if python_start and not start and python != "off" and ptw_probe is None:
             # (a launched program has no interpreter mapped yet: its probe is built later)
             python_probe = ptw_probe = _python_probe(target.pid, python == "on", log)
         if python_probe is not None:
-            _open_at_python_line(target, tid, python_probe, python_start, python_end, end,
-                                 trigger_timeout, log)
+            line_ahead = _open_at_python_line(target, tid, python_probe, python_start,
+                                              python_end, end, trigger_timeout, log)
             stage("thread at the Python line")
         if start:
             addr = target.resolve(start)
@@ -338,6 +342,12 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                     "reached": python_probe.stops.reached,
                     "passed": sorted(python_probe.stops.passed)}
             python_probe.close()
+        if line_ahead is not None and not rec.ips and end.request is not None \
+                and end.request.reason is not None:
+            # closed before its first instruction (the debugger stopped the program for
+            # another thread): said as when the thread is still on its way to the line
+            # (Target.run_thread_to), not kept as an empty capture
+            raise TargetError(f"{end.request.reason}, before the thread ran {line_ahead}")
         if release_first:
             if recorder.alive and before_release is not None:
                 before_release(rec_tid, pt.getregs(rec_tid).rip)

@@ -649,8 +649,8 @@ class RecordBreakpoints:
         except TraceError as exc:
             raise AdapterError(str(exc)) from None
         if not trace.threads or not len(trace.threads[0].history):
-            raise AdapterError(f"the window recorded no instructions "
-                               f"({result.get('partial_reason') or 'empty'})")
+            why = result.get("partial_reason") or result.get("end_reason") or "no reason given"
+            raise AdapterError(f"the window recorded no instructions (it ended at once: {why})")
         clock.mark("bundle decoded")
         self._make_self_contained(output, trace)
         clock.mark("images copied into the bundle")

@@ -70,3 +70,41 @@ def test_the_gate_finds_the_line_and_gives_up_cleanly(napper, how):
     assert pt.tracer_of(tid) == 0
     out, _ = proc.communicate(timeout=10)
     assert out.strip() == "woke" and proc.returncode == 0
+
+
+def test_a_window_closed_before_its_first_instruction_is_not_recorded(napper, tmp_path,
+                                                                      monkeypatch):
+    """Data breakpoints hold every debug register: the gate cannot wait for the line, the
+    window opens where the thread stands. Closed before it records anything (the debugger
+    stopped the program for another thread: seen in CI, ci12, as an empty capture with the
+    message "the window recorded no instructions"), the recording fails as the gate does, "...,
+    before the thread ran nap (napper.py:3)", which the DAP layer reports as not recorded."""
+    from adapter.capture import record, stepper
+    script, proc, tid = napper
+    monkeypatch.setattr(stepper, "OTHER_BREAKPOINT_SLOTS", 4)
+    request = stepper.EndRequest()
+    request.end("the debugger stopped the program at another thread's stop")
+    with pytest.raises(record.RecordFailed) as failed:
+        record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr", python="auto",
+                              python_start=(str(script), 3), release_first=True,
+                              end=stepper.EndCondition(count=300, request=request))
+    assert str(failed.value) == ("the debugger stopped the program at another thread's stop, "
+                                 "before the thread ran nap (napper.py:3)")
+    assert pt.tracer_of(tid) == 0
+    out, _ = proc.communicate(timeout=10)
+    assert out.strip() == "woke" and proc.returncode == 0
+
+
+def test_a_window_opened_where_the_thread_stands_records(napper, tmp_path, monkeypatch):
+    """The same window, not closed early: it records from where the thread stands (in
+    time.sleep: the window's first instruction ends when the sleep does, and the thread runs
+    on to its end once let go)."""
+    from adapter.capture import record, stepper
+    script, proc, tid = napper
+    monkeypatch.setattr(stepper, "OTHER_BREAKPOINT_SLOTS", 4)
+    result = record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr",
+                                   python="auto", python_start=(str(script), 3),
+                                   release_first=True, end=stepper.EndCondition(count=300))
+    assert result.manifest["stats"]["instructions"] == 300, result.manifest["stats"]
+    out, _ = proc.communicate(timeout=10)
+    assert out.strip() == "woke" and proc.returncode == 0

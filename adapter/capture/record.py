@@ -24,6 +24,7 @@ from adapter.capture.target import Target, TargetError
 from adapter.hw import cpu as cpu_mod
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError
+from adapter.hw.signals import signals_held
 from pt_decoder.flow_encoder import FlowEncoder
 
 # The stepper's clock: CLOCK_MONOTONIC nanoseconds stand in for the TSC (1 GHz).
@@ -351,7 +352,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if release_first:
             if recorder.alive and before_release is not None:
                 before_release(rec_tid, pt.getregs(rec_tid).rip)
-            with stepper_mod.signals_held():
+            with signals_held():
                 target.release()
             stage("target released")
             for warning in _add_images(writer, target.pid, known):
@@ -394,7 +395,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         failure = f"the recorder failed: {type(exc).__name__}: {exc}"
         partial = failure
     finally:
-        with stepper_mod.signals_held():
+        with signals_held():
             if target is not None:
                 target.release()
                 if failure is not None and target.launched is not None and not began \

@@ -27,7 +27,6 @@ recorded as an asynchronous transfer to the handler.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
@@ -40,6 +39,7 @@ from adapter.capture import blocks
 from adapter.hw import perf
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
+from adapter.hw.signals import signals_held
 
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
@@ -371,18 +371,6 @@ def pending_signals(tid: int) -> int:
 def blocked_signals(tid: int) -> int:
     """SigBlk: the thread's signal mask."""
     return _signal_set(tid, "SigBlk")
-
-
-@contextlib.contextmanager
-def signals_held():
-    """SIGINT and SIGTERM wait while the block runs (a second Ctrl-C must not
-    cut short putting the target back); a handler runs after it."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def caught_signals(pid: int) -> int:

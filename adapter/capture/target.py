@@ -22,6 +22,10 @@ from adapter.hw import perf
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
 from adapter.hw.perf import TRAP_PERF
+from adapter.hw.signals import signals_held
+
+TRAP_HWBKPT = 4
+"""si_code of a debug-register breakpoint's SIGTRAP (<asm-generic/siginfo.h>)."""
 
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
 GIVE_UP_TICK_S = 0.02
@@ -173,8 +177,11 @@ class Target:
             self.threads[tid] = "stopped"
             if st.event == pt.EVENT_STOP:
                 return st
-            # a signal-delivery stop raced the interrupt: keep the signal for later
-            self._pending[tid] = st.stop_signal if not st.event else 0
+            # a signal-delivery stop raced the interrupt: keep the signal for later, unless it
+            # is a trap of ptdebug's own breakpoints (a trigger, run_thread_to's watch): kept,
+            # it would be delivered at the detach (after _drain_breakpoint_traps met a queued
+            # trap) and kill the program
+            self._pending[tid] = 0 if st.event or self._ours(tid, st) else st.stop_signal
             pt.cont(tid)
 
     # -- addresses --------------------------------------------------------------------------
@@ -298,7 +305,6 @@ class Target:
         hold a lock the program's other threads wait for: CPython's GIL), so the wait for the
         stop blocks in waitpid; a SIGALRM tick (main thread only) checks the timeout and
         `stop_asked` and interrupts the thread to give up."""
-        fd = perf.perf_event_open(perf.write_trap_attr(watched, size), tid)
         given_up: list[str] = []
         deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -316,11 +322,18 @@ class Target:
                     pass
 
         ticking = threading.current_thread() is threading.main_thread()
-        if ticking:
-            old_handler = signal.signal(signal.SIGALRM, give_up_if_asked)
-            signal.setitimer(signal.ITIMER_REAL, GIVE_UP_TICK_S, GIVE_UP_TICK_S)
-        sig = self._pending.pop(tid, 0)
+        fd = None
+        old_handler: list = []  # the SIGALRM handler replaced, once the ticks are set up
+        sig = 0
         try:
+            sig = self._pending.pop(tid, 0)
+            # the event and its descriptor together: a Ctrl-C between the two left the write
+            # trap armed on a thread let go, which then died of SIGTRAP (hw/signals.py)
+            with signals_held():
+                fd = perf.perf_event_open(perf.write_trap_attr(watched, size), tid)
+            if ticking:
+                old_handler.append(signal.signal(signal.SIGALRM, give_up_if_asked))
+                signal.setitimer(signal.ITIMER_REAL, GIVE_UP_TICK_S, GIVE_UP_TICK_S)
             while True:
                 pt.cont(tid, sig)
                 self.threads[tid] = "running"
@@ -344,10 +357,11 @@ class Target:
                 if arrived(regs):
                     return regs
         finally:
-            if ticking:
+            if old_handler:
                 signal.setitimer(signal.ITIMER_REAL, 0, 0)
-                signal.signal(signal.SIGALRM, old_handler)
-            os.close(fd)
+                signal.signal(signal.SIGALRM, old_handler[0])
+            if fd is not None:
+                os.close(fd)
             if sig:
                 self._pending[tid] = sig
 
@@ -361,6 +375,19 @@ class Target:
                 return st
             check()
             time.sleep(0.0002)
+
+    @staticmethod
+    def _ours(tid: int, st: pt.WaitStatus) -> bool:
+        """Whether `tid`'s signal-delivery stop `st` is a SIGTRAP of a breakpoint ptdebug armed
+        on it: a perf breakpoint's trap without sig_data (hw.perf's exec_trap_attr and
+        write_trap_attr; the data breakpoints of the program's debugger carry one,
+        features/writer_trap.py), or a debug-register hit armed through ptrace (only a tracer
+        arms those, and ptdebug is the tracer)."""
+        if st.stop_signal != signal.SIGTRAP:
+            return False
+        info = pt.getsiginfo(tid)
+        return (info.si_code == TRAP_PERF and not pt.perf_data(info)) or \
+            info.si_code == TRAP_HWBKPT
 
     @staticmethod
     def _own_trap(tid: int, watched: int) -> bool:

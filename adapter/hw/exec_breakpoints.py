@@ -33,6 +33,7 @@ import os
 
 from adapter.hw import perf
 from adapter.hw import ptrace as pt
+from adapter.hw.signals import signals_held
 
 SLOTS = 4
 DR7_OFFSET = pt.DEBUGREG_OFFSET + 8 * 7
@@ -132,7 +133,8 @@ class ExecBreakpoints:
         fd = self._fds[slot]
         if fd is None:
             attr = perf.exec_trap_attr(address)
-            self._fds[slot] = perf.perf_event_open(attr, self.tid)
+            with signals_held():  # an interrupt must not lose an armed event's descriptor
+                self._fds[slot] = perf.perf_event_open(attr, self.tid)
             self._attrs[slot] = attr
         else:
             attr = self._attrs[slot]

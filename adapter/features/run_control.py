@@ -80,6 +80,13 @@ SETTLE = 0.05
 """Seconds after a `stopped` before a resume is sent: a stale `continued` of pydevd (a thread
 resuming late from the suspension before) follows the stop within milliseconds, and a
 `continue` sent before it arrives would be taken as answered by it... or never answered."""
+PAUSE_SETTLE = 0.6
+"""SETTLE after a `stopped` of reason `pause`: pydevd announces a pause's stop from a timer
+(0.5 s, NOTIFY_OF_PAUSE_TIMEOUT) and, when the program was resumed meanwhile, sends the
+`continued` right after it; debugpy's adapter relays the two apart by as long as the request
+it is serving takes (90 ms seen, seed 2347405148 of the fuzzer, 2026-12-03: a `continue`
+decided in between was never answered). Not a bound: a request that keeps debugpy's adapter
+busy longer still lets a resume through between the two."""
 PAUSE_WAIT = 15.0
 """Seconds a user's `pause` waits for the evaluations debugpy is running (`_decide`)."""
 RESYNC_WAIT = 5.0
@@ -136,6 +143,8 @@ class RunControl:
         would otherwise both send a `continue`)."""
         self._last_stop_at = 0.0
         """monotonic() of the last `stopped`."""
+        self._settle = SETTLE
+        """How long after that `stopped` a resume waits (PAUSE_SETTLE after a pause's)."""
         self._releasing = False
         """ptdebug's own `continue` (release) is out."""
         self._stopped_since_continued = False
@@ -171,6 +180,7 @@ class RunControl:
                 self._stops_seen += 1
                 self._stopped_since_continued = True
                 self._last_stop_at = time.monotonic()
+                self._settle = PAUSE_SETTLE if body.get("reason") == "pause" else SETTLE
                 self._stale_resume = False  # pydevd announced a stop: it answers a resume
                 self._resume_sent = bool(self._in_flight or self._releasing)
                 if body.get("allThreadsStopped"):
@@ -351,14 +361,15 @@ class RunControl:
         return DEFERRED
 
     def _ready_to_resume(self, thread_id) -> None:
-        """Before a resume of a stopped program: let a stale `continued` arrive (SETTLE), and
+        """Before a resume of a stopped program: let a stale `continued` arrive (SETTLE,
+        PAUSE_SETTLE after a pause's stop), and
         if one came, have pydevd announce its stop again (`_resync`). Not on the backend's
         reader thread (it waits for events)."""
         with self._cond:
             if not (self.stopped or self.all_stopped):
                 return
             while True:
-                left = self._last_stop_at + SETTLE - time.monotonic()
+                left = self._last_stop_at + self._settle - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)

@@ -163,6 +163,30 @@ def test_a_stale_continued_is_dropped_and_pydevd_resynced_before_the_next_resume
     assert not session.run_control.thread_stopped(2)
 
 
+def test_a_resume_waits_for_the_continued_that_follows_a_late_pause_stop(session):
+    """pydevd announces a pause's stop from a timer; when a `continue` resumed the program
+    meanwhile, it sends `continued` right after that `stopped`, and debugpy's adapter relayed
+    the two 90 ms apart (fuzzer seed 2347405148, after 9 minutes): the user's `continue`,
+    decided 50 ms after the `stopped`, reached a running program and was never answered.
+    Now a resume waits PAUSE_SETTLE after a pause's stop, so the `continued` is seen first
+    (stale: pydevd is resynced) and the `continue` goes after."""
+    backend = session.backend
+
+    def pydevd(command: str) -> None:
+        if command == "pause":
+            threading.Timer(0.1, _event, (session, "stopped"), {
+                "reason": "pause", "threadId": 2, "allThreadsStopped": True}).start()
+    backend.on_request = pydevd
+    _event(session, "stopped", reason="pause", threadId=2, allThreadsStopped=True)
+    resumed = _ask(session, "continue", 2)
+    time.sleep(0.09)
+    assert backend.sent == []  # still settling
+    _event(session, "continued", threadId=2, allThreadsContinued=True)
+    _until(lambda: backend.sent == ["ptdebug:pause", "continue"])
+    _answer(session, 0)
+    assert session.test_client.response(resumed.seq)["success"]
+
+
 def test_a_continued_of_a_resume_in_flight_is_not_stale(session):
     """A stop that comes while the user's continue is still unanswered may be followed by that
     continue's own `continued`: it is the program's state, shown, and no pause is sent."""

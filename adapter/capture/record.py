@@ -343,8 +343,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                     "reached": python_probe.stops.reached,
                     "passed": sorted(python_probe.stops.passed)}
             python_probe.close()
-        if line_ahead is not None and not rec.ips and end.request is not None \
-                and end.request.reason is not None:
+        if line_ahead is not None and not rec.ips and interrupt is None \
+                and end.request is not None and end.request.reason is not None:
             # closed before its first instruction (the debugger stopped the program for
             # another thread): said as when the thread is still on its way to the line
             # (Target.run_thread_to), not kept as an empty capture

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from conftest import INITIALIZE, PROGRAMS
 from dapclient import DapClient
+from go_toolchain import go_tool
 
 GO_SESSION = PROGRAMS / "go_session"
 
@@ -22,14 +23,6 @@ def go_marker(path: str | os.PathLike, name: str) -> int:
             if line.rstrip().endswith(f"// @{name}"):
                 return number
     raise LookupError(f"no '// @{name}' marker in {path}")
-
-
-def go_tool() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go")
-                                else None)
-    if go is None:
-        pytest.fail("the Go toolchain is missing (scripts/bootstrap.sh installs it)")
-    return go
 
 
 def require_dlv() -> str:

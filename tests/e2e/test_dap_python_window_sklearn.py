@@ -14,32 +14,17 @@ window here is capped at 300,000 (decision_function begins at about 217,000) and
 functions are not asserted; docs/python.md says so."""
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 
 import pytest
 from conftest import INITIALIZE, PROGRAMS, ROOT, marker_line
+from go_toolchain import pprof_top
 
 pytest.importorskip("sklearn", reason="scikit-learn is a test extra (pip install -e .[test])")
 pytestmark = pytest.mark.timeout(300)
 
 SERVICE = PROGRAMS / "dap_sklearn_predict_service.py"
-
-
-def _pprof_top(path) -> dict[str, int]:
-    """{function: cum instructions} from `go tool pprof -top -cum`."""
-    from go_support import go_tool
-    out = subprocess.run([go_tool(), "tool", "pprof", "-top", "-cum", "-nodecount=100000",
-                          "-nodefraction=0", "-sample_index=instructions", str(path)],
-                         capture_output=True, text=True, check=True, timeout=120).stdout
-    rows = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*\d+\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+)$", line)
-        if m:
-            rows[m.group(2).strip()] = int(m.group(1))
-    assert rows, out
-    return rows
 
 
 def test_predict_captured_from_its_line_names_sklearns_python_functions(start_adapter, tmp_path):
@@ -77,7 +62,8 @@ def test_predict_captured_from_its_line_names_sklearns_python_functions(start_ad
     out = tmp_path / "predict.pb.gz"
     subprocess.run([sys.executable, "-m", "adapter.cli", "export", "pprof", capture["bundle"],
                     "-o", str(out)], cwd=ROOT, check=True, capture_output=True, timeout=240)
-    top = _pprof_top(out)
+    top = {name: cum for name, (_, cum) in
+           pprof_top(out, "-cum", "-sample_index=instructions").items()}
     assert top["infer"] >= top["LinearClassifierMixin.predict"] > \
         top["LinearClassifierMixin.decision_function"] > 0, top
     # the native code under them keeps its own names (the interpreter's loop among them)

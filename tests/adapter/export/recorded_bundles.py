@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from go_toolchain import go_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
@@ -37,14 +38,6 @@ def marker_line(path: pathlib.Path, name: str) -> int:
         if f"// @{name}" in line or f"# @{name}" in line:
             return number
     raise AssertionError(f"no @{name} marker in {path}")
-
-
-def go_tool() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go")
-                                else None)
-    if go is None:
-        pytest.fail("the Go toolchain is missing (a documented requirement of ptdebug)")
-    return go
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@ recorded Go (and C) fixture with the bundle's cycle counts."""
 from __future__ import annotations
 
 import gzip
-import re
 from collections import Counter
 
 import pytest
+from go_toolchain import pprof_top
 from recorded_bundles import (  # noqa: F401
     PROGRAMS,
     REQUESTS,
@@ -15,7 +15,6 @@ from recorded_bundles import (  # noqa: F401
     function_at,
     go_bundle,
     go_program,
-    go_tool,
     marker_line,
     nm_functions,
     ptdebug,
@@ -43,35 +42,19 @@ def _expected_cycles(bundle, rows) -> tuple[Counter, Counter, int]:
     return cycles, counts, history.cycles(len(history) - 1) - history.cycles(0)
 
 
-def _pprof_top(path, *options) -> dict[str, tuple[int, int]]:
-    """{function: (flat, cum)} from `go tool pprof -top` (a nanoseconds sample type, the
-    stepper's `stepper_ns`, in whole ns: -unit=ns)."""
-    out = __import__("subprocess").run([go_tool(), "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0",
-                                        "-unit=ns", *options, str(path)], capture_output=True,
-                                       text=True, check=True, timeout=120).stdout
-    rows = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*(\d+)(?:ns)?\s+[\d.]+%\s+[\d.]+%\s+(\d+)(?:ns)?\s+[\d.]+%\s+(.+)$",
-                     line)
-        if m:
-            rows[m.group(3).strip()] = (int(m.group(1)), int(m.group(2)))
-    assert rows, out
-    return rows
-
-
 def test_go_tool_pprof_lists_the_go_functions_with_the_bundles_cycles(go_bundle, go_program,
                                                                        tmp_path):
     out = tmp_path / "go.pb.gz"
     ptdebug("export", "pprof", str(go_bundle), "-o", str(out))
     cycles, counts, total = _expected_cycles(go_bundle, nm_functions(go_program, go=True))
-    top = _pprof_top(out, "-sample_index=stepper_ns")  # a stepper recording's cycles
+    top = pprof_top(out, "-unit=ns", "-sample_index=stepper_ns")  # a stepper recording's cycles
     for name in ("main.serve", "main.handle", "main.checksum"):
         assert name in top, top
         assert top[name][0] == cycles[name], (name, top[name], cycles[name])
     assert {n: flat for n, (flat, _) in top.items()} == {n: c for n, c in cycles.items() if c}
     assert top["main.serve"][1] == total  # everything ran under serve
     assert top["main.handle"][1] == cycles["main.handle"] + cycles["main.checksum"]
-    instructions = _pprof_top(out, "-sample_index=instructions")
+    instructions = pprof_top(out, "-unit=ns", "-sample_index=instructions")
     assert {n: flat for n, (flat, _) in instructions.items()} == dict(counts)
 
 
@@ -79,11 +62,11 @@ def test_c_profile_has_lines_and_the_call_tree(c_bundle, c_program, tmp_path):
     out = tmp_path / "c.pb.gz"
     ptdebug("export", "pprof", str(c_bundle), "-o", str(out))
     cycles, _, total = _expected_cycles(c_bundle, nm_functions(c_program))
-    top = _pprof_top(out, "-sample_index=stepper_ns")  # a stepper recording's cycles
+    top = pprof_top(out, "-unit=ns", "-sample_index=stepper_ns")  # a stepper recording's cycles
     assert {n: flat for n, (flat, _) in top.items()} == {n: c for n, c in cycles.items() if c}
     assert top["serve"][1] == total
     # Line granularity: checksum's lines carry its cycles, the hashing line among them.
-    lines = _pprof_top(out, "-lines", "-sample_index=stepper_ns")
+    lines = pprof_top(out, "-unit=ns", "-lines", "-sample_index=stepper_ns")
     rows = {k: v for k, v in lines.items() if k.startswith("checksum ")}
     assert sum(flat for flat, _ in rows.values()) == cycles["checksum"]
     hash_line = f"hotpath.c:{marker_line(PROGRAMS / 'hotpath.c', 'hash')}"

@@ -4,32 +4,17 @@ lists the Python functions with the instructions that ran under each (their Pyth
 and the native code under them included), and the native functions under them keep theirs."""
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
 from collections import Counter
 
 import pytest
-from recorded_bundles import PROGRAMS, go_tool, ptdebug
+from go_toolchain import pprof_top
+from recorded_bundles import PROGRAMS, ptdebug
 
 from adapter.capture import record, stepper
 from adapter.python.bundle_frames import python_histories
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
-
-
-def _top(path) -> dict[str, tuple[int, int]]:
-    """{function: (flat, cum)} in instructions from `go tool pprof -top`."""
-    out = subprocess.run([go_tool(), "tool", "pprof", "-top", "-cum", "-nodecount=100000",
-                          "-nodefraction=0", "-sample_index=instructions", str(path)],
-                         capture_output=True, text=True, check=True, timeout=120).stdout
-    rows = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*(\d+)\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+[\d.]+%\s+(.+)$", line)
-        if m:
-            rows[m.group(3).strip()] = (int(m.group(1)), int(m.group(2)))
-    assert rows, out
-    return rows
 
 
 def test_pprof_names_the_python_functions_over_the_native_ones(tmp_path):
@@ -41,7 +26,7 @@ def test_pprof_names_the_python_functions_over_the_native_ones(tmp_path):
     assert result.manifest["status"] == "complete"
     out = tmp_path / "py.pb.gz"
     ptdebug("export", "pprof", str(bundle), "-o", str(out))
-    top = _top(out)
+    top = pprof_top(out, "-cum", "-sample_index=instructions")
     (thread,) = python_histories(bundle)
     hist = thread.history
     under = Counter()   # instructions with each Python function on their stack

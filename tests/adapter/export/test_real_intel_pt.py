@@ -8,9 +8,9 @@ import json
 from collections import Counter
 
 import pytest
+from go_toolchain import pprof_top
 from recorded_bundles import function_at, go_tool, nm_functions, ptdebug, spread_cycles
 from test_perfetto import _check_nesting
-from test_pprof import _pprof_top
 
 from adapter.capture.bundle import BundleWriter
 from adapter.export.trace import DecodedBundle
@@ -51,7 +51,7 @@ def test_go_tool_pprof_reads_the_real_trace_with_its_cpu_cycles(real_bundle, tmp
     out = tmp_path / "hello.pb.gz"
     ptdebug("export", "pprof", str(bundle), "-o", str(out))
     go_tool()
-    top = _pprof_top(out)
+    top = pprof_top(out, "-unit=ns")
     flat_by_start = Counter()
     for name, (flat, _) in top.items():
         flat_by_start[start_of[name]] += flat

@@ -21,8 +21,8 @@ import json
 import re
 
 import pytest
+from go_toolchain import pprof_top
 from recorded_bundles import c_bundle, c_program, ptdebug  # noqa: F401 (fixtures)
-from test_pprof import _pprof_top
 from test_real_intel_pt import real_bundle  # noqa: F401 (fixture)
 
 from adapter.export import protowire
@@ -61,9 +61,9 @@ def test_stepper_profile_leads_with_instructions_and_names_its_time(c_bundle, tm
     assert len(comments) == 1 and "not CPU time" in comments[0], comments
     decoded = DecodedBundle.open(c_bundle)
     # go tool pprof's default view is the instruction count, and it adds up to the bundle's
-    top = _pprof_top(out)
+    top = pprof_top(out, "-unit=ns")
     assert sum(flat for flat, _ in top.values()) == decoded.total_instructions
-    stepper = _pprof_top(out, "-sample_index=stepper_ns")
+    stepper = pprof_top(out, "-unit=ns", "-sample_index=stepper_ns")
     assert sum(flat for flat, _ in stepper.values()) == decoded.total_cycles
     as_json = json.loads(ptdebug("export", "pprof", str(c_bundle), "-o", str(out), "--force",
                                  "--json").stdout)

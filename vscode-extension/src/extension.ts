@@ -116,6 +116,41 @@ export function activate(context: vscode.ExtensionContext): void {
             exportCapture(store, capture, 'pprof', output)),
         vscode.commands.registerCommand('ptdebug.exportPerfetto', (capture?: Capture) =>
             exportCapture(store, capture, 'perfetto', output)),
+        vscode.commands.registerCommand('ptdebug.replayCapture', async (given?: Capture) => {
+            const capture = await pickCapture(store, given);
+            if (!capture) { return; }
+            // the same launch configuration a user writes ("replay": PATH): no live process
+            const folder = vscode.workspace.workspaceFolders?.find(f => capture.bundle.startsWith(f.uri.fsPath + path.sep));
+            const started = await vscode.debug.startDebugging(folder, {
+                type: DEBUG_TYPE, request: 'launch', name: `Replay ${captureLabel(capture)}`, replay: capture.bundle,
+            });
+            if (!started) {
+                void vscode.window.showErrorMessage(`ptdebug: the replay of ${capture.bundle} did not start (the Debug Console says why).`);
+            }
+        }),
+        vscode.commands.registerCommand('ptdebug.revealCapture', async (given?: Capture) => {
+            const capture = await pickCapture(store, given);
+            if (capture) { await vscode.commands.executeCommand('revealFileInOS', vscode.Uri.file(capture.bundle)); }
+        }),
+        vscode.commands.registerCommand('ptdebug.deleteCapture', async (given?: Capture) => {
+            const capture = await pickCapture(store, given);
+            if (!capture) { return; }
+            // kept captures are removed only by the user, and only once asked (issue 15)
+            const choice = await vscode.window.showWarningMessage(
+                `Delete the capture ${captureLabel(capture)}? Its bundle folder ${capture.bundle} is removed from disk.`,
+                { modal: true }, 'Delete');
+            if (choice !== 'Delete') { return; }
+            try {
+                if (!fs.existsSync(path.join(capture.bundle, 'manifest.json'))) {
+                    throw new Error(`${capture.bundle} is not a trace bundle (no manifest.json): not deleted`);
+                }
+                await fs.promises.rm(capture.bundle, { recursive: true });
+            } catch (error) {
+                void vscode.window.showErrorMessage(`ptdebug: deleting the capture failed: ${(error as Error).message}`);
+                return;
+            }
+            store.remove(capture.key);
+        }),
         vscode.commands.registerCommand('ptdebug.showGoroutineHistory', async (given?: Capture) => {
             const session = activePtdebugSession();
             if (!session) { return; }

@@ -8,6 +8,7 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import { activateBundle } from './bundleHost';
 import { EXTENSION, ROOT } from './helpers';
@@ -91,4 +92,64 @@ test('the lens command opens the line and reports the exact numbers', async () =
         '7.12% of the window (capture /ws/.ptdebug/captures/c1)']);
     await activated.commands.get('ptdebug.showLine')!(undefined);
     assert.match(shown[1], /^error: ptdebug: hot line: the lens has no \{file, line\} argument/);
+});
+
+/** A kept capture's bundle folder, as the adapter writes it (a manifest and a stream). */
+function keptBundle(): string {
+    const bundle = fs.mkdtempSync(path.join(os.tmpdir(), 'ptdebug-capture-'));
+    fs.writeFileSync(path.join(bundle, 'manifest.json'), '{"version": 1}');
+    fs.writeFileSync(path.join(bundle, 'stream-0.pt'), Buffer.alloc(16));
+    return bundle;
+}
+
+test('Delete Capture removes the bundle folder once the user confirms, and nothing else', async () => {
+    const shown: string[] = [];
+    let answer: string | undefined = undefined;
+    const activated = activateBundle({
+        'vscode.window.showWarningMessage': (text: unknown) => { shown.push(String(text)); return Promise.resolve(answer); },
+        'vscode.window.showErrorMessage': (text: unknown) => { shown.push(`error: ${String(text)}`); return Promise.resolve(undefined); },
+    });
+    const remove = activated.commands.get('ptdebug.deleteCapture')!;
+    const bundle = keptBundle();
+    const capture = { bundle, key: `session#1#${bundle}`, origin: 'session', serial: 1 };
+    await remove(capture);  // the user cancels the confirmation
+    assert.ok(fs.existsSync(bundle), 'deleted without the user\'s yes');
+    assert.match(shown[0], /^Delete the capture .*removed from disk/);
+    answer = 'Delete';
+    await remove(capture);
+    assert.ok(!fs.existsSync(bundle), 'the bundle folder is still there');
+    const notABundle = fs.mkdtempSync(path.join(os.tmpdir(), 'ptdebug-not-a-bundle-'));
+    try {
+        await remove({ ...capture, bundle: notABundle });
+        assert.ok(fs.existsSync(notABundle), 'a folder without manifest.json was deleted');
+        assert.match(shown[shown.length - 1], /^error: ptdebug: deleting the capture failed: .* is not a trace bundle/);
+    } finally {
+        fs.rmSync(notABundle, { recursive: true, force: true });
+    }
+});
+
+test('Replay Capture starts a replay launch of the bundle, and Reveal shows the folder', async () => {
+    const launched: Array<Record<string, unknown>> = [];
+    const ran: unknown[][] = [];
+    const activated = activateBundle({
+        'vscode.debug.startDebugging': (_folder: unknown, config: unknown) => {
+            launched.push(config as Record<string, unknown>);
+            return Promise.resolve(true);
+        },
+        'vscode.commands.executeCommand': (...args: unknown[]) => { ran.push(args); return Promise.resolve(undefined); },
+    });
+    const bundle = keptBundle();
+    try {
+        const capture = { bundle, key: `session#1#${bundle}`, origin: 'session', serial: 1, id: 1 };
+        await activated.commands.get('ptdebug.replayCapture')!(capture);
+        assert.equal(launched.length, 1);
+        assert.equal(launched[0].type, 'ptdebug');
+        assert.equal(launched[0].request, 'launch');
+        assert.equal(launched[0].replay, bundle);
+        await activated.commands.get('ptdebug.revealCapture')!(capture);
+        assert.equal(ran.length, 1);
+        assert.equal(ran[0][0], 'revealFileInOS');
+    } finally {
+        fs.rmSync(bundle, { recursive: true, force: true });
+    }
 });

@@ -147,6 +147,10 @@ class RunControl:
         """How long after that `stopped` a resume waits (PAUSE_SETTLE after a pause's)."""
         self._releasing = False
         """ptdebug's own `continue` (release) is out."""
+        self._release_claimed = False
+        """A release has decided to send its `continue` and has not had the answer yet: a
+        second hold's release waits for it (two captures at once, a record breakpoint's and
+        a captureNow's, sent two `continue`s 0.3 ms apart: fuzzer seed 480080094)."""
         self._stopped_since_continued = False
         """A `stopped` came after the last `continued`."""
         self._continueds_seen = 0
@@ -435,28 +439,35 @@ class RunControl:
                 # a user's resume debugpy has not answered yet may resume the program itself:
                 # a release sent beside it would be the second continue, never answered
                 # nor beside one the run-control thread is deciding right now
-                if not self._cond.wait_for(lambda: self._in_flight == 0 and not self._deciding,
-                                           IN_FLIGHT_WAIT):
-                    log.warning("run control: the user's resume request is still unanswered "
-                                "after %g s; no release sent", IN_FLIGHT_WAIT)
+                # nor beside another hold's release (its answer says whether this one is due)
+                if not self._cond.wait_for(lambda: self._in_flight == 0 and not self._deciding
+                                           and not self._release_claimed, IN_FLIGHT_WAIT):
+                    log.warning("run control: a resume request is still unanswered after %g "
+                                "s; no release sent", IN_FLIGHT_WAIT)
                     return
                 runs = not self.stopped and not self.all_stopped
+                self._release_claimed = not runs
             if runs:
                 log.info("run control: the program already runs; no release sent")
                 return
-            self._ready_to_resume(thread_id)
-            with self._cond:
-                self._releasing = self._resume_sent = True
-                continueds_before = self._continueds_seen
             try:
-                response = backend.request("continue", {"threadId": thread_id},
-                                           timeout=timeout)
+                self._ready_to_resume(thread_id)
+                with self._cond:
+                    self._releasing = self._resume_sent = True
+                    continueds_before = self._continueds_seen
+                try:
+                    response = backend.request("continue", {"threadId": thread_id},
+                                               timeout=timeout)
+                finally:
+                    with self._cond:
+                        self._releasing = False
+                with self._cond:
+                    if response.success and self._runs_after(continueds_before):
+                        self._running()
             finally:
                 with self._cond:
-                    self._releasing = False
-            with self._cond:
-                if response.success and self._runs_after(continueds_before):
-                    self._running()
+                    self._release_claimed = False
+                    self._cond.notify_all()
         finally:
             self._let_go(hold)
 

@@ -231,6 +231,32 @@ def test_the_end_of_one_capture_does_not_let_go_of_the_next_ones_hold(session):
     assert session.backend.sent == ["ptdebug:continue", "ptdebug:continue"]
 
 
+def test_two_holds_released_together_send_one_continue(session):
+    """A record breakpoint's capture and a captureNow hold the program at once, and both
+    release it at the same moment: one `continue` reaches debugpy, the other release sees
+    the program running. Both were sent, 0.3 ms apart, and debugpy answered neither (fuzzer
+    seed 480080094, after 18 minutes)."""
+    control = session.run_control
+
+    def pydevd(command: str) -> None:  # a continue's `continued` comes before its answer
+        if command == "continue":
+            time.sleep(0.05)  # debugpy takes a moment: the other release is waiting by then
+            _event(session, "continued", threadId=1, allThreadsContinued=True)
+    session.backend.on_request = pydevd
+    _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
+    record = control.hold("record breakpoint")
+    capture_now = control.hold("captureNow")
+    time.sleep(run_control.SETTLE)
+    releases = [threading.Thread(target=control.release, args=(thread, hold))
+                for thread, hold in ((2, record), (1, capture_now))]
+    for release in releases:
+        release.start()
+    for release in releases:
+        release.join(10)
+    assert session.backend.sent == ["ptdebug:continue"]
+    assert control.program_runs() and not control.holding()
+
+
 def test_a_step_answered_before_its_continued_event_means_the_program_runs(session):
     """pydevd answers a step before it sends the step's `continued`, and in all-stop mode the
     step resumes every thread: a `continue` queued behind the step is decided on the answer

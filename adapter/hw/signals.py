@@ -5,8 +5,16 @@ Ctrl-C, SIGTERM or the adapter stopping a recorder (each raises KeyboardInterrup
 recorder): putting a target back (release, detach), and opening a breakpoint event together
 with keeping its file descriptor. A perf breakpoint opened with SIGTRAP on the thread and lost
 to an interrupt before its descriptor was kept stays armed while the recorder cleans up: the
-thread, let go, hit it with no tracer and died of SIGTRAP (CI ci11; tests/live/
-test_line_window.py). The signal waits, and its handler runs as the block ends.
+thread, let go, hit it with no tracer and died of SIGTRAP (CI ci11 and stop 23;
+tests/live/test_line_window.py). The signal waits, and its handler runs as the block ends.
+
+Why handlers and not only a signal mask: a mask holds a signal off one thread, but kill() sends
+SIGINT to the process, and the kernel hands it to any thread that does not block it (the
+adapter's reader threads, a test run's leftovers). Python's C-level handler then runs there and
+the main thread raises KeyboardInterrupt at its next check, inside the block (stop 23's CI).
+Python runs signal handlers only on the main thread, so there the block swaps in a handler that
+notes the signal, and raises what it noted once the block is over; the mask still covers a
+signal sent to the thread itself. Off the main thread no handler runs, so the mask is enough.
 
 Layer: adapter.hw, mechanism only; knows nothing of what is recorded.
 """
@@ -14,16 +22,30 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 
-HELD = frozenset({signal.SIGINT, signal.SIGTERM})
+HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
 def signals_held():
     """SIGINT and SIGTERM wait while the block runs (a second Ctrl-C must not cut short
-    putting the target back); a handler runs after it."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+    putting the target back); the handler each would have run runs after it."""
+    noted: list[int] = []
+    replaced: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in HELD:
+            handler = signal.getsignal(signum)
+            if handler is None:  # installed outside Python: cannot be put back, left alone
+                continue
+            replaced[signum] = handler
+            signal.signal(signum, lambda received, _frame: noted.append(received))
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a masked one is handled here
+        for signum, handler in replaced.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)

@@ -108,8 +108,9 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
                          timeout: float | None, log) -> str | None:
     """Run thread `tid` to where it runs Python line `line` = (path, line) again (see
     record_stepper's `python_start`), and have the probe close the window as `ends` says.
-    Returns the line's description ("handle (service.py:30)") when the window opens where
-    the thread stands, before it has run the line; None when the thread is at the line."""
+    Returns the line's description ("handle (service.py:30)"), which the window opens before
+    (at the line, or where the thread stands when it cannot be run there); None when the
+    thread has no frame at the line (the window then opens where it stands)."""
     from adapter.python.line_window import PythonWindowEnd, find_entry, run_to_entry
     path, number = line
     try:
@@ -142,7 +143,7 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
                                            depth=entry.depth if ends.get("return") else None,
                                            lines=ends.get("lines"))
     log(f"the window opens at {entry.where}")
-    return None
+    return entry.where
 
 
 def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
@@ -237,7 +238,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             on_attached()
         entry_rsp = return_address = None
         python_probe = None
-        line_ahead = None  # the Python line a window opened where the thread stands is before
+        line_ahead = None  # the Python line the window opens before
         if python_start and not start and python != "off" and ptw_probe is None:
             # (a launched program has no interpreter mapped yet: its probe is built later)
             python_probe = ptw_probe = _python_probe(target.pid, python == "on", log)
@@ -346,8 +347,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if line_ahead is not None and not rec.ips and interrupt is None \
                 and end.request is not None and end.request.reason is not None:
             # closed before its first instruction (the debugger stopped the program for
-            # another thread): said as when the thread is still on its way to the line
-            # (Target.run_thread_to), not kept as an empty capture
+            # another thread, the user paused it): said as when the thread is still on its way
+            # to the line (Target.run_thread_to), not kept as an empty capture
             raise TargetError(f"{end.request.reason}, before the thread ran {line_ahead}")
         if release_first:
             if recorder.alive and before_release is not None:

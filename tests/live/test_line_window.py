@@ -98,6 +98,33 @@ def test_a_window_closed_before_its_first_instruction_is_not_recorded(napper, tm
     assert out.strip() == "woke" and proc.returncode == 0
 
 
+def test_a_window_closed_at_the_line_before_its_first_instruction_is_not_recorded(
+        napper, tmp_path, monkeypatch):
+    """The gate brings the thread to the line, and the window is closed before it steps once
+    (the user's pause, at that moment: seen in the 30-minute fuzz run as "the record
+    breakpoint did not record: the window recorded no instructions"). Said as not recorded,
+    "..., before the thread ran nap (napper.py:3)", like the window that opens where the
+    thread stands."""
+    from adapter.capture import record, stepper
+    from adapter.python import line_window
+    script, proc, tid = napper
+    request = stepper.EndRequest()
+    real_run_to_entry = line_window.run_to_entry
+
+    def arrive_then_paused(*args, **kwargs):
+        real_run_to_entry(*args, **kwargs)
+        request.end("the debugger stopped the thread in the window")
+    monkeypatch.setattr(line_window, "run_to_entry", arrive_then_paused)
+    with pytest.raises(record.RecordFailed) as failed:
+        record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr", python="auto",
+                              python_start=(str(script), 3), release_first=True,
+                              end=stepper.EndCondition(count=300, request=request))
+    assert str(failed.value) == ("the debugger stopped the thread in the window, before the "
+                                 "thread ran nap (napper.py:3)")
+    out, _ = proc.communicate(timeout=10)
+    assert out.strip() == "woke" and proc.returncode == 0
+
+
 def test_a_window_opened_where_the_thread_stands_records(napper, tmp_path, monkeypatch):
     """The same window, not closed early: it records from where the thread stands (in
     time.sleep: the window's first instruction ends when the sleep does, and the thread runs

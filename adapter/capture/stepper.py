@@ -36,7 +36,7 @@ import time
 from array import array
 
 from adapter.capture import blocks
-from adapter.hw import perf
+from adapter.hw import perf, traps
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
 from adapter.hw.signals import signals_held
@@ -49,11 +49,6 @@ MASK_CHANGES = frozenset({SYS_RT_SIGPROCMASK, SYS_RT_SIGRETURN})
 """System calls after which the thread's signal mask is read again (_trap_blocked)."""
 # -ERESTARTSYS, -ERESTARTNOINTR, -ERESTARTNOHAND, -ERESTART_RESTARTBLOCK (linux/errno.h)
 RESTART_ERRORS = frozenset({-512, -513, -514, -516})
-SI_KERNEL = 0x80  # si_code of the SIGTRAP an INT3 raises (x86 do_int3_user -> force_sig)
-# si_code of the SIGTRAP a completed PTRACE_SINGLESTEP raises (<asm-generic/siginfo.h>):
-# TRAP_TRACE from the debug exception (exc_debug_user), TRAP_BRKPT when the step was a system
-# call (the kernel reports it on the way out, user_single_step_report)
-TRAP_BRKPT, TRAP_TRACE = 1, 2
 RF = 1 << 16   # RFLAGS.RF: suppresses an instruction breakpoint for one instruction
 MAX_WALK = 1 << 16   # a straight path longer than this ends in a stop anyway (jmp-only loops)
 
@@ -1016,7 +1011,7 @@ class ThreadRecorder:
                 # the end of the recorder's single step, reported before the interrupt was
                 # acted on: kept, it was delivered on release and killed the program
                 # (SIGTRAP's default action; seen in CI after a SIGTERM mid-window)
-                ours = pt.getsiginfo(tid).si_code in (TRAP_TRACE, TRAP_BRKPT)
+                ours = traps.single_step_end(pt.getsiginfo(tid))
             if not (sig == SIGTRAP and ours):  # a hit of ours is undone by _settle
                 self.pending_signal = sig
         except (pt.PtraceError, ChildProcessError):
@@ -1042,7 +1037,7 @@ class ThreadRecorder:
             if self.regs_written or regs.rip - 1 not in self.bp.armed:
                 return
             info = pt.getsiginfo(self.tid)
-            stopped_by_int3 = info.si_signo == SIGTRAP and info.si_code == SI_KERNEL
+            stopped_by_int3 = info.si_signo == SIGTRAP and traps.int3_hit(info)
             if stopped_by_int3 or self._int3_trap_queued(regs):
                 regs.rip -= 1
                 self._setregs(regs)

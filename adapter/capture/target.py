@@ -18,14 +18,10 @@ import signal
 import threading
 import time
 
-from adapter.hw import perf
+from adapter.hw import perf, traps
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
-from adapter.hw.perf import TRAP_PERF
 from adapter.hw.signals import signals_held
-
-TRAP_HWBKPT = 4
-"""si_code of a debug-register breakpoint's SIGTRAP (<asm-generic/siginfo.h>)."""
 
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
 GIVE_UP_TICK_S = 0.02
@@ -379,24 +375,19 @@ class Target:
     @staticmethod
     def _ours(tid: int, st: pt.WaitStatus) -> bool:
         """Whether `tid`'s signal-delivery stop `st` is a SIGTRAP of a breakpoint ptdebug armed
-        on it: a perf breakpoint's trap without sig_data (hw.perf's exec_trap_attr and
-        write_trap_attr; the data breakpoints of the program's debugger carry one,
-        features/writer_trap.py), or a debug-register hit armed through ptrace (only a tracer
-        arms those, and ptdebug is the tracer)."""
+        on it (hw/traps.py says which are)."""
         if st.stop_signal != signal.SIGTRAP:
             return False
-        info = pt.getsiginfo(tid)
-        return (info.si_code == TRAP_PERF and not pt.perf_data(info)) or \
-            info.si_code == TRAP_HWBKPT
+        return traps.breakpoint_hit_of_ours(pt.getsiginfo(tid))
 
     @staticmethod
     def _own_trap(tid: int, watched: int) -> bool:
-        """Whether the SIGTRAP `tid` stopped with is run_thread_to's data breakpoint (a perf
-        trap, si_code TRAP_PERF, whose si_addr is the watched address). Another perf trap (a
+        """Whether the SIGTRAP `tid` stopped with is run_thread_to's data breakpoint (a
+        recorder's perf trap whose si_addr is the watched address). Another perf trap (a
         data breakpoint of the program's debugger: adapter/features/writer_trap.py) or a
         trap of the program's own is the program's, and delivered."""
         info = pt.getsiginfo(tid)
-        return info.si_code == TRAP_PERF and info.si_addr == watched
+        return traps.recorders_perf_trap(info) and info.si_addr == watched
 
     def _whereabouts(self) -> str:
         """Where the traced threads are, for a message ("; thread 12 at 0x4a5b6c")."""
@@ -489,7 +480,7 @@ class Target:
                     return
                 if not st.event and st.stop_signal == signal.SIGTRAP:
                     info = pt.getsiginfo(tid)
-                    if mask & trap and info.si_code == TRAP_PERF and pt.perf_data(info):
+                    if mask & trap and traps.programs_perf_trap(info):
                         self._pending[tid] = signal.SIGTRAP  # the program's own
                     return  # in its signal-delivery stop: PTRACE_DETACH with 0 drops it
                 if not st.event:

@@ -435,41 +435,50 @@ class RunControl:
                 backend.request("continue", {"threadId": thread_id}, timeout=timeout)
             return
         try:
-            with self._cond:
-                # a user's resume debugpy has not answered yet may resume the program itself:
-                # a release sent beside it would be the second continue, never answered
-                # nor beside one the run-control thread is deciding right now
-                # nor beside another hold's release (its answer says whether this one is due)
-                if not self._cond.wait_for(lambda: self._in_flight == 0 and not self._deciding
-                                           and not self._release_claimed, IN_FLIGHT_WAIT):
-                    log.warning("run control: a resume request is still unanswered after %g "
-                                "s; no release sent", IN_FLIGHT_WAIT)
-                    return
-                runs = not self.stopped and not self.all_stopped
-                self._release_claimed = not runs
-            if runs:
-                log.info("run control: the program already runs; no release sent")
+            if not self._claim_release():
                 return
             try:
-                self._ready_to_resume(thread_id)
-                with self._cond:
-                    self._releasing = self._resume_sent = True
-                    continueds_before = self._continueds_seen
-                try:
-                    response = backend.request("continue", {"threadId": thread_id},
-                                               timeout=timeout)
-                finally:
-                    with self._cond:
-                        self._releasing = False
-                with self._cond:
-                    if response.success and self._runs_after(continueds_before):
-                        self._running()
+                self._send_release(backend, thread_id, timeout)
             finally:
                 with self._cond:
                     self._release_claimed = False
                     self._cond.notify_all()
         finally:
             self._let_go(hold)
+
+    def _claim_release(self) -> bool:
+        """Whether this release is the one `continue` to send: the program is stopped, and no
+        other resume is in flight or being decided. Claimed, the others wait for its answer."""
+        with self._cond:
+            # a user's resume debugpy has not answered yet may resume the program itself:
+            # a release sent beside it would be the second continue, never answered
+            # nor beside one the run-control thread is deciding right now
+            # nor beside another hold's release (its answer says whether this one is due)
+            if not self._cond.wait_for(lambda: self._in_flight == 0 and not self._deciding
+                                       and not self._release_claimed, IN_FLIGHT_WAIT):
+                log.warning("run control: a resume request is still unanswered after %g "
+                            "s; no release sent", IN_FLIGHT_WAIT)
+                return False
+            if not self.stopped and not self.all_stopped:
+                log.info("run control: the program already runs; no release sent")
+                return False
+            self._release_claimed = True
+            return True
+
+    def _send_release(self, backend, thread_id: int | None, timeout: float) -> None:
+        """The claimed release's `continue`, and what its answer says of the program."""
+        self._ready_to_resume(thread_id)
+        with self._cond:
+            self._releasing = self._resume_sent = True
+            continueds_before = self._continueds_seen
+        try:
+            response = backend.request("continue", {"threadId": thread_id}, timeout=timeout)
+        finally:
+            with self._cond:
+                self._releasing = False
+        with self._cond:
+            if response.success and self._runs_after(continueds_before):
+                self._running()
 
     def _let_go(self, hold: int | None) -> None:
         """The user's requests may go on, unless another hold keeps them (None: every hold)."""

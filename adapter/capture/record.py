@@ -344,12 +344,14 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                     "reached": python_probe.stops.reached,
                     "passed": sorted(python_probe.stops.passed)}
             python_probe.close()
-        if line_ahead is not None and not rec.ips and interrupt is None \
-                and end.request is not None and end.request.reason is not None:
+        if not rec.ips and interrupt is None and end.request is not None \
+                and end.request.reason is not None:
             # closed before its first instruction (the debugger stopped the program for
-            # another thread, the user paused it): said as when the thread is still on its way
-            # to the line (Target.run_thread_to), not kept as an empty capture
-            raise TargetError(f"{end.request.reason}, before the thread ran {line_ahead}")
+            # another thread, the user paused it: a captureNow and a pause together in the
+            # fuzzer): said as when the thread is still on its way to a Python line
+            # (Target.run_thread_to), not kept as an empty capture
+            what = line_ahead or "the window's first instruction"
+            raise TargetError(f"{end.request.reason}, before the thread ran {what}")
         if release_first:
             if recorder.alive and before_release is not None:
                 before_release(rec_tid, pt.getregs(rec_tid).rip)

@@ -468,8 +468,9 @@ class RecordBreakpoints:
             if answer is not None:
                 answer.respond(capture.event_body())
         except NotRecorded as exc:
-            # a window on a Python line whose thread was stopped, or the program, before it
-            # ran the line: nothing to record this time; the breakpoint stays armed
+            # a window whose thread was stopped, or the program, before it ran the Python
+            # line or the window's first instruction: nothing to record this time; the
+            # breakpoint stays armed
             log.info("record breakpoint: %s", exc.message)
             if answer is not None:
                 answer.fail(exc)

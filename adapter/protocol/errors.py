@@ -157,9 +157,10 @@ class Cancelled(AdapterError):
 
 
 class NotRecorded(AdapterError):
-    """A record breakpoint's hit had nothing to record: the debugger stopped its thread, or
-    the program for another thread, before the thread ran the breakpoint's Python line
-    (adapter/python/line_window.py). The breakpoint stays armed."""
+    """A record breakpoint's hit (or a captureNow) had nothing to record: the debugger stopped
+    its thread, or the program for another thread, before the thread ran the breakpoint's
+    Python line (adapter/python/line_window.py) or the window's first instruction. The
+    breakpoint stays armed."""
     error_id = 1601
 
 

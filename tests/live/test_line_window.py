@@ -75,6 +75,16 @@ def test_the_gate_finds_the_line_and_gives_up_cleanly(napper, how):
     assert out.strip() == "woke" and proc.returncode == 0
 
 
+def _failed_recording(script, tid: int, tmp_path, request) -> str:
+    """Why a 300-instruction window on the napper's line 3, ended by `request`, failed."""
+    from adapter.capture import record, stepper
+    with pytest.raises(record.RecordFailed) as failed:
+        record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr", python="auto",
+                              python_start=(str(script), 3), release_first=True,
+                              end=stepper.EndCondition(count=300, request=request))
+    return str(failed.value)
+
+
 def test_a_window_closed_before_its_first_instruction_is_not_recorded(napper, tmp_path,
                                                                       monkeypatch):
     """Data breakpoints hold every debug register: the gate cannot wait for the line, the
@@ -82,17 +92,14 @@ def test_a_window_closed_before_its_first_instruction_is_not_recorded(napper, tm
     stopped the program for another thread: seen in CI, ci12, as an empty capture with the
     message "the window recorded no instructions"), the recording fails as the gate does, "...,
     before the thread ran nap (napper.py:3)", which the DAP layer reports as not recorded."""
-    from adapter.capture import record, stepper
+    from adapter.capture import stepper
     script, proc, tid = napper
     monkeypatch.setattr(stepper, "OTHER_BREAKPOINT_SLOTS", 4)
     request = stepper.EndRequest()
     request.end("the debugger stopped the program at another thread's stop")
-    with pytest.raises(record.RecordFailed) as failed:
-        record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr", python="auto",
-                              python_start=(str(script), 3), release_first=True,
-                              end=stepper.EndCondition(count=300, request=request))
-    assert str(failed.value) == ("the debugger stopped the program at another thread's stop, "
-                                 "before the thread ran nap (napper.py:3)")
+    assert _failed_recording(script, tid, tmp_path, request) == (
+        "the debugger stopped the program at another thread's stop, before the thread ran nap "
+        "(napper.py:3)")
     assert pt.tracer_of(tid) == 0
     out, _ = proc.communicate(timeout=10)
     assert out.strip() == "woke" and proc.returncode == 0
@@ -105,7 +112,7 @@ def test_a_window_closed_at_the_line_before_its_first_instruction_is_not_recorde
     breakpoint did not record: the window recorded no instructions"). Said as not recorded,
     "..., before the thread ran nap (napper.py:3)", like the window that opens where the
     thread stands."""
-    from adapter.capture import record, stepper
+    from adapter.capture import stepper
     from adapter.python import line_window
     script, proc, tid = napper
     request = stepper.EndRequest()
@@ -115,12 +122,8 @@ def test_a_window_closed_at_the_line_before_its_first_instruction_is_not_recorde
         real_run_to_entry(*args, **kwargs)
         request.end("the debugger stopped the thread in the window")
     monkeypatch.setattr(line_window, "run_to_entry", arrive_then_paused)
-    with pytest.raises(record.RecordFailed) as failed:
-        record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr", python="auto",
-                              python_start=(str(script), 3), release_first=True,
-                              end=stepper.EndCondition(count=300, request=request))
-    assert str(failed.value) == ("the debugger stopped the thread in the window, before the "
-                                 "thread ran nap (napper.py:3)")
+    assert _failed_recording(script, tid, tmp_path, request) == (
+        "the debugger stopped the thread in the window, before the thread ran nap (napper.py:3)")
     out, _ = proc.communicate(timeout=10)
     assert out.strip() == "woke" and proc.returncode == 0
 

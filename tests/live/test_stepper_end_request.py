@@ -47,3 +47,24 @@ def test_an_end_request_closes_the_window_complete(program, tmp_path, rounds, pa
     assert stats["end_reason"] == "the debugger stopped the thread", stats
     assert 0 < stats["instructions"] < 50_000_000
     assert out_path.read_text() == plain.stdout
+
+
+def test_a_window_closed_before_its_first_instruction_is_not_recorded(program, tmp_path):
+    """The request comes before the window's first instruction (in the DAP fuzzer: a
+    `ptdebug/captureNow` and a `pause` together, 72 times in a 30-minute run, each told "the
+    window recorded no instructions"): the recording fails with the request's reason, which the
+    DAP layer reports as not recorded this time, and the program runs on as without ptdebug."""
+    argv = [str(program), "60", "0"]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    request = stepper.EndRequest()
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out, pytest.raises(record.RecordFailed) as failed:
+        record.record_stepper(
+            str(tmp_path / "b"), command=argv, start="step",
+            end=stepper.EndCondition(count=50_000, request=request), breakpoints="dr",
+            output_fd=out.fileno(),
+            stage=lambda name: request.end("the debugger stopped the thread in the window")
+            if name == "recorder set up" else None)
+    assert str(failed.value) == ("the debugger stopped the thread in the window, before the "
+                                 "thread ran the window's first instruction")
+    assert out_path.read_text() == plain.stdout

@@ -9,8 +9,9 @@ that is no thread of the debuggee) with "Server[1] disconnected unexpectedly" an
 connection to the debuggee for good: every later request of the session fails (issue 17). So
 the ids are checked here against the threads debugpy announced (`thread` events), and an id not
 among them is looked up once more with a `threads` request (a thread may have started a moment
-ago) before the request is refused with InvalidRequest (1200) naming the thread. `pause` is
-checked too, for the same contract, though debugpy survives it.
+ago) before the request is refused with InvalidRequest (1200) naming the thread. `pause` and
+`ptdebug/captureNow` are checked too, for the same contract, though debugpy survives them
+(captureNow's was "debugpy gave no stack for thread -1", after a hidden stop's hold).
 
 Cost: these requests go through Python in a debugpy session (`intercepting` is always true
 there), one dictionary look-up each; a Go session is not affected (Delve answers such ids
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from adapter.protocol.messages import Request
     from adapter.session import Session
 
-GUARDED = ("next", "stepIn", "stepOut", "continue", "pause")
+GUARDED = ("next", "stepIn", "stepOut", "continue", "pause", "ptdebug/captureNow")
 """The requests whose `threadId` must name a live thread of the debuggee."""
 LOOKUP_TIMEOUT = 5.0
 """Seconds debugpy gets to answer the `threads` request that checks an unknown id."""

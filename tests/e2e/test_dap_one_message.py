@@ -165,12 +165,15 @@ def test_write_memory_into_a_read_only_mapping_fails_with_1501(start_adapter):
 
 def test_a_failed_capture_now_leaves_the_program_paused(start_adapter):
     """Seen: `ptdebug/captureNow {threadId: 999999}` failed ("debugpy gave no stack") and then
-    the program was continued. Now: the failure is answered and the program stays paused."""
+    the program was continued. Now: the request is refused, naming the thread, and the program
+    stays paused."""
     run = start_adapter()
     client = run.client
     thread_id, frame = _stopped(client)
     response = client.request("ptdebug/captureNow", {"threadId": 999_999}, timeout=30)
     assert response["success"] is False, response
+    assert response["body"]["error"]["format"].startswith(
+        "arguments.threadId 999999 is not a thread of the debuggee"), response
     with pytest.raises(TimeoutError):
         client.expect_event("continued", timeout=2)
     assert evaluate(client, frame, "result") == "6"

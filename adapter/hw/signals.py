@@ -33,15 +33,17 @@ def signals_held():
     putting the target back); the handler each would have run runs after it."""
     noted: list[int] = []
     replaced: dict[int, object] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in HELD:
-            handler = signal.getsignal(signum)
-            if handler is None:  # installed outside Python: cannot be put back, left alone
-                continue
-            replaced[signum] = handler
-            signal.signal(signum, lambda received, _frame: noted.append(received))
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     try:
+        # set up inside the try: a signal handled as a handler is swapped (signal.signal runs
+        # the pending ones) leaves nothing swapped behind
+        if threading.current_thread() is threading.main_thread():
+            for signum in HELD:
+                handler = signal.getsignal(signum)
+                if handler is None:  # installed outside Python: cannot be put back, left alone
+                    continue
+                replaced[signum] = handler
+                signal.signal(signum, lambda received, _frame: noted.append(received))
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a masked one is handled here

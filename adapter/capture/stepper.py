@@ -297,7 +297,13 @@ class _Watchdog:
     """SIGALRM every `period` s while recording: if the thread has not stopped
     since the last tick, waitpid is interrupted so the recorder can look at it
     (a blocking system call, a path that left the prediction, a duration that
-    ran out while the thread sleeps)."""
+    ran out while the thread sleeps).
+
+    Only a wait that expects it (`waiting`, ThreadRecorder._wait_or_tick) is cut short: a
+    Python signal handler's exception comes out wherever the main thread is, and a Tick raised
+    in the recorder's own work (reading a Python frame's code on a loaded machine, half a
+    second between stops) failed the recording with "the recorder failed: Tick" (CI, 3.10
+    attribution test)."""
 
     class Tick(Exception):
         pass
@@ -305,10 +311,14 @@ class _Watchdog:
     def __init__(self, period: float = 0.25):
         self.period = period
         self.stops_seen = 0
+        self.waiting = False
         self._last = -1
         self._old = None
 
     def _handler(self, signum, frame):
+        if not self.waiting:
+            self._last = -1  # the recorder is busy, not the thread: count from the next tick
+            return
         if self.stops_seen == self._last:
             raise self.Tick()
         self._last = self.stops_seen
@@ -493,6 +503,18 @@ class ThreadRecorder:
         status = pt.waitpid(self.tid)
         self.running = False
         return status
+
+    def _wait_or_tick(self) -> pt.WaitStatus:
+        """_wait, which the watchdog may cut short with _Watchdog.Tick when the thread has not
+        stopped for a while (the callers catch it)."""
+        watchdog = self._watchdog
+        if watchdog is None:
+            return self._wait()
+        watchdog.waiting = True
+        try:
+            return self._wait()
+        finally:
+            watchdog.waiting = False
 
     def _cont(self, sig: int = 0) -> None:
         self.running = True
@@ -738,7 +760,7 @@ class ThreadRecorder:
         self._cont()
         while True:
             try:
-                status = self._wait()
+                status = self._wait_or_tick()
             except _Watchdog.Tick:
                 # no stop for a while: interrupt the thread and look where it is
                 pt.interrupt(tid)
@@ -935,7 +957,12 @@ class ThreadRecorder:
                 self._read_trap_mask()  # a handler runs with its sa_mask blocked (Go's: all)
             return None
         self._cont(sig)
-        status = self._wait()
+        try:
+            status = self._wait_or_tick()
+        except _Watchdog.Tick:
+            # the signal was ignored and the thread ran on: stop it and say where it went
+            pt.interrupt(self.tid)
+            status = self._wait_for_interrupt()
         if status.gone:
             return self._gone(status)
         pt.getregs(self.tid, regs)
@@ -955,7 +982,7 @@ class ThreadRecorder:
         rec.single_steps += 1
         while True:
             try:
-                status = self._wait()
+                status = self._wait_or_tick()
             except _Watchdog.Tick:
                 continue  # a blocking system call being stepped: its end ends the step
             if self._watchdog is not None:

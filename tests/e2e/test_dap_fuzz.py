@@ -9,11 +9,10 @@ traceback in the adapter's log. Sessions follow one another until the time is sp
 `disconnect` ends one early (it must be answered and the adapter must exit, leaving nothing).
 
 Bounded for CI: PTDEBUG_FUZZ_SECONDS (default 30, which keeps the suite under 20 minutes) of
-fuzzing per seed. Without PTDEBUG_FUZZ_SEED the seeds of CI_SEEDS run, each a test of its own that fails the build (seed
-8's xfail went in session 10: green in every run since the two-releases fix, 55da8b8).
-PTDEBUG_FUZZ_SEED=N repeats seed N;
-PTDEBUG_FUZZ_SEED=random draws one (printed, and in every failure message). docs/testing.md
-has the figures.
+fuzzing per seed. Without PTDEBUG_FUZZ_SEED the seeds of CI_SEEDS run, each a test of its
+own that fails the build (seed 8's xfail went in session 10: green in every run since the
+two-releases fix, 55da8b8). PTDEBUG_FUZZ_SEED=N repeats seed N; PTDEBUG_FUZZ_SEED=random draws
+one (printed, and in every failure message). docs/testing.md has the figures.
 """
 from __future__ import annotations
 

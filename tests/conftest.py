@@ -5,12 +5,17 @@ import os
 import pathlib
 
 import pytest
+from hang_backstop import HangBackstop
 from perf_events import perf_event_fds
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # ../shared beside the checkout, as on every developer machine and in CI.
 SHARED = pathlib.Path(os.environ.get("PTDEBUG_SHARED", ROOT.parent / "shared")).resolve()
 TRACES = SHARED / "traces"
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(HangBackstop(config), "ptdebug-hang-backstop")
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ from adapter.capture import blocks
 from adapter.hw import perf, traps
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
-from adapter.hw.signals import signals_held
+from adapter.hw.signals import alarm_ticks, signals_held
 
 SIGTRAP = signal.SIGTRAP
 # x86-64 system-call numbers the recorder must treat specially (asm/unistd_64.h).
@@ -313,7 +313,7 @@ class _Watchdog:
         self.stops_seen = 0
         self.waiting = False
         self._last = -1
-        self._old = None
+        self._ticks = None
 
     def _handler(self, signum, frame):
         if not self.waiting:
@@ -329,14 +329,14 @@ class _Watchdog:
         # happen at stops only; docs/recording.md says so).
         self.active = threading.current_thread() is threading.main_thread()
         if self.active:
-            self._old = signal.signal(signal.SIGALRM, self._handler)
-            signal.setitimer(signal.ITIMER_REAL, self.period, self.period)
+            self._ticks = alarm_ticks(self.period, self._handler)
+            self._ticks.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if self.active:
-            signal.setitimer(signal.ITIMER_REAL, 0, 0)
-            signal.signal(signal.SIGALRM, self._old or signal.SIG_DFL)
+        if self._ticks is not None:
+            self._ticks.__exit__(None, None, None)
+            self._ticks = None
 
 
 HOME_GRACE_S = 1.0

@@ -11,6 +11,7 @@ of PT or bundles.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -21,7 +22,7 @@ import time
 from adapter.hw import perf, traps
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
-from adapter.hw.signals import signals_held
+from adapter.hw.signals import alarm_ticks, signals_held
 
 ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag
 GIVE_UP_TICK_S = 0.02
@@ -319,8 +320,8 @@ class Target:
 
         ticking = threading.current_thread() is threading.main_thread()
         fd = None
-        old_handler: list = []  # the SIGALRM handler replaced, once the ticks are set up
         sig = 0
+        ticks = contextlib.ExitStack()  # the SIGALRM ticks, once they are set up
         try:
             sig = self._pending.pop(tid, 0)
             # the event and its descriptor together: a Ctrl-C between the two left the write
@@ -328,8 +329,7 @@ class Target:
             with signals_held():
                 fd = perf.perf_event_open(perf.write_trap_attr(watched, size), tid)
             if ticking:
-                old_handler.append(signal.signal(signal.SIGALRM, give_up_if_asked))
-                signal.setitimer(signal.ITIMER_REAL, GIVE_UP_TICK_S, GIVE_UP_TICK_S)
+                ticks.enter_context(alarm_ticks(GIVE_UP_TICK_S, give_up_if_asked))
             while True:
                 pt.cont(tid, sig)
                 self.threads[tid] = "running"
@@ -353,9 +353,7 @@ class Target:
                 if arrived(regs):
                     return regs
         finally:
-            if old_handler:
-                signal.setitimer(signal.ITIMER_REAL, 0, 0)
-                signal.signal(signal.SIGALRM, old_handler[0])
+            ticks.close()
             if fd is not None:
                 os.close(fd)
             if sig:

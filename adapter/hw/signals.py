@@ -1,6 +1,8 @@
-"""SIGINT and SIGTERM held off while ptdebug changes a target's state.
+"""SIGINT and SIGTERM held off while ptdebug changes a target's state; SIGALRM ticks that give
+back the alarm they borrowed.
 
-Role: one context manager, `signals_held`, for the few steps that must not be cut in two by
+Role: `alarm_ticks`, the one way ptdebug borrows SIGALRM (the recorder's watchdog, the Python
+line gate); `signals_held`, for the few steps that must not be cut in two by
 Ctrl-C, SIGTERM or the adapter stopping a recorder (each raises KeyboardInterrupt in the
 recorder): putting a target back (release, detach), and opening a breakpoint event together
 with keeping its file descriptor. A perf breakpoint opened with SIGTRAP on the thread and lost
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 
 HELD = (signal.SIGINT, signal.SIGTERM)
 
@@ -51,3 +54,23 @@ def signals_held():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(noted):
             signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def alarm_ticks(period: float, handler):
+    """SIGALRM every `period` s into `handler` while the block runs (main thread only: Python
+    runs signal handlers nowhere else). The handler and the alarm that were set before are put
+    back, the alarm with the time it had left, and at once if that ran out in the block: an
+    embedding program's alarm, and pytest-timeout's, which a recording test cancelled before
+    and which then no longer ended a hung test (stop 22's CI ran into its 90 minutes)."""
+    old_handler = signal.signal(signal.SIGALRM, handler)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, period, period)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if old_handler is None else old_handler)
+        if old_delay > 0:
+            left = old_delay - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), old_interval)

@@ -2,9 +2,11 @@
 recorder's own work in two: a recorder busy for over half a second between two stops (reading
 a Python frame's code on a loaded machine) records on. Before, the tick's exception came out of
 that work and failed the recording with "the recorder failed: Tick" (CI, 2026-12-04, the 3.10
-Python attribution test)."""
+Python attribution test). And the watchdog gives back the alarm it borrowed: it cancelled
+pytest-timeout's, and a test that hung after a recording then ran into CI's 90 minutes."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 
@@ -41,3 +43,26 @@ def test_a_recorder_busy_between_stops_records_on(program, tmp_path):
     assert result.manifest["status"] == "complete", result.manifest
     assert result.manifest["stats"]["instructions"] == 20_000
     assert out_path.read_text() == plain.stdout
+
+
+def test_the_watchdog_gives_back_the_alarm_it_borrowed(program, tmp_path):
+    fired = []
+
+    def ours(*_):
+        fired.append(1)
+    old_handler = signal.signal(signal.SIGALRM, ours)
+    old_alarm = signal.setitimer(signal.ITIMER_REAL, 100)
+    try:
+        with open(tmp_path / "out.txt", "w") as out:
+            result = record.record_stepper(
+                str(tmp_path / "b"), command=[str(program), "2000", "0"], start="step",
+                end=stepper.EndCondition(count=2_000), breakpoints="dr",
+                output_fd=out.fileno())
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        handler = signal.getsignal(signal.SIGALRM)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *old_alarm)
+        signal.signal(signal.SIGALRM, old_handler)
+    assert result.manifest["status"] == "complete", result.manifest
+    assert 90 < left <= 100 and not fired
+    assert handler is ours

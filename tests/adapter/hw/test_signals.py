@@ -74,3 +74,26 @@ def test_a_signal_sent_to_the_thread_itself_waits_too(nested):
     done = subprocess.run([sys.executable, "-c", NESTED.format(nested=nested)],
                           capture_output=True, text=True, timeout=30)
     assert done.stdout == "block finished\ninterrupted after the block\n", done
+
+
+ALARM = textwrap.dedent('''\
+    import signal, time
+    from adapter.hw.signals import alarm_ticks
+    fired, ticks = [], []
+    signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, {outer})
+    with alarm_ticks(0.02, lambda *_: ticks.append(1)):
+        time.sleep({inside})
+    time.sleep(0.6)
+    print(len(ticks) > 3, len(fired), round(fired[0] - start, 1) if fired else None)
+''')
+
+
+@pytest.mark.parametrize("outer, inside, fires_at", [(0.5, 0.2, 0.5), (0.1, 0.3, 0.3)])
+def test_alarm_ticks_give_back_the_alarm_they_borrowed(outer, inside, fires_at):
+    """The alarm set before (pytest-timeout's own, in a recording test) still fires: when it
+    was due, or as the block ends if it came due inside it."""
+    done = subprocess.run([sys.executable, "-c", ALARM.format(outer=outer, inside=inside)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["True", "1", str(fires_at)], done

@@ -293,35 +293,32 @@ class _Int3Breakpoints:
         self.original.clear()
 
 
-class _Watchdog:
-    """SIGALRM every `period` s while recording: if the thread has not stopped
-    since the last tick, waitpid is interrupted so the recorder can look at it
-    (a blocking system call, a path that left the prediction, a duration that
-    ran out while the thread sleeps).
+WATCHDOG_PERIOD_S = 0.25
+"""The watchdog's tick: a wait with no stop for two of them looks at the thread."""
 
-    Only a wait that expects it (`waiting`, ThreadRecorder._wait_or_tick) is cut short: a
-    Python signal handler's exception comes out wherever the main thread is, and a Tick raised
-    in the recorder's own work (reading a Python frame's code on a loaded machine, half a
-    second between stops) failed the recording with "the recorder failed: Tick" (CI, 3.10
-    attribution test)."""
+
+class _Watchdog:
+    """SIGALRM every `period` s while recording, so that a wait for the thread's next stop
+    (ThreadRecorder._wait_or_tick) looks up when the thread has not stopped for two periods:
+    a blocking system call, a path that left the prediction, a duration that ran out while the
+    thread sleeps. The wait then raises Tick, and the recorder interrupts the thread.
+
+    The handler only interrupts the wait (waitpid returns EINTR, ptrace.waitpid_or_signal);
+    the decision is the wait's own, taken where nothing was collected. A handler that raised
+    did so wherever the main thread was: in the recorder's own work ("the recorder failed:
+    Tick", CI, the 3.10 attribution test), or just after waitpid had collected a stop, which
+    was then lost and the recorder waited for it for ever (stop 22's CI timeout)."""
 
     class Tick(Exception):
         pass
 
-    def __init__(self, period: float = 0.25):
+    def __init__(self, period: float):
         self.period = period
-        self.stops_seen = 0
-        self.waiting = False
-        self._last = -1
+        self.active = False
         self._ticks = None
 
     def _handler(self, signum, frame):
-        if not self.waiting:
-            self._last = -1  # the recorder is busy, not the thread: count from the next tick
-            return
-        if self.stops_seen == self._last:
-            raise self.Tick()
-        self._last = self.stops_seen
+        pass  # its work is done: the wait in progress returned EINTR
 
     def __enter__(self):
         # Python runs signal handlers in the main thread only: a recording driven
@@ -467,7 +464,9 @@ class ThreadRecorder:
         """end.stop_at and the visits: built once, and again when a visit is made, not at
         every stop (_walk_stops is read at each)."""
         self._watchdog: _Watchdog | None = None
-        """The run's watchdog, told of single steps too (no slot left: every instruction)."""
+        """The run's watchdog (its ticks cut _wait_or_tick short)."""
+        self.stops_seen = 0
+        """Stops collected (the manifest's `stops`: single steps among them)."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -502,19 +501,26 @@ class ThreadRecorder:
         self.regs_written = False  # before the wait: a stop collected is never mistaken
         status = pt.waitpid(self.tid)
         self.running = False
+        self.stops_seen += 1
         return status
 
     def _wait_or_tick(self) -> pt.WaitStatus:
-        """_wait, which the watchdog may cut short with _Watchdog.Tick when the thread has not
-        stopped for a while (the callers catch it)."""
+        """_wait, cut short with _Watchdog.Tick when the thread has not stopped for two of the
+        watchdog's periods (the callers catch it); the time the recorder spends between two
+        waits does not count."""
         watchdog = self._watchdog
-        if watchdog is None:
+        if watchdog is None or not watchdog.active:
             return self._wait()
-        watchdog.waiting = True
-        try:
-            return self._wait()
-        finally:
-            watchdog.waiting = False
+        self.regs_written = False
+        since = time.monotonic()
+        while True:
+            status = pt.waitpid_or_signal(self.tid)
+            if status is not None:
+                self.running = False
+                self.stops_seen += 1
+                return status
+            if time.monotonic() - since >= 2 * watchdog.period:
+                raise _Watchdog.Tick()
 
     def _cont(self, sig: int = 0) -> None:
         self.running = True
@@ -541,11 +547,11 @@ class ThreadRecorder:
             self._read_trap_mask()  # stopped inside a signal handler, say
         shadow: list[blocks.ShadowEntry] = []
         regs = pt.getregs(self.tid)
-        watchdog = self._watchdog = _Watchdog()
+        watchdog = self._watchdog = _Watchdog(WATCHDOG_PERIOD_S)
         try:
             with watchdog:
                 try:
-                    self._loop(regs, shadow, deadline, watchdog)
+                    self._loop(regs, shadow, deadline)
                 except pt.PtraceError as exc:
                     if exc.errno != errno.ESRCH:
                         raise
@@ -575,7 +581,7 @@ class ThreadRecorder:
                 if self.alive and self.hold is not None:
                     self._bring_home()
                 self.mem.close()
-        rec.stops = watchdog.stops_seen
+        rec.stops = self.stops_seen
         return rec
 
     def _finish(self, reason: str, end_ip: int | None, partial: str | None = None) -> None:
@@ -583,7 +589,7 @@ class ThreadRecorder:
         self.rec.end_ip = end_ip
         self.rec.partial_reason = partial
 
-    def _loop(self, regs, shadow, deadline, watchdog) -> None:
+    def _loop(self, regs, shadow, deadline) -> None:
         rec = self.rec
         ips = rec.ips
         end = self.end
@@ -717,7 +723,7 @@ class ThreadRecorder:
             restart_at = pos if kind == Kind.SYSCALL else _pending_restart(regs)
             self._setregs(regs)
             if self._run_to(walk, origin, saved_shadow, shadow, regs, deadline,
-                            watchdog, restart_at) is not None:
+                            restart_at) is not None:
                 return
             pos = regs.rip
 
@@ -751,8 +757,7 @@ class ThreadRecorder:
             return stops | {end.until}
         return stops
 
-    def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, watchdog,
-                restart_at=None):
+    def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, restart_at=None):
         """Continue the thread until it stops at walk.stop, handling what comes
         in between. Returns "gone" when recording must end (the reason is set)."""
         rec = self.rec
@@ -765,7 +770,6 @@ class ThreadRecorder:
                 # no stop for a while: interrupt the thread and look where it is
                 pt.interrupt(tid)
                 status = self._wait_for_interrupt()
-            watchdog.stops_seen += 1
             if status.gone:
                 return self._gone(status)
             if status.event == pt.EVENT_CLONE:
@@ -985,8 +989,6 @@ class ThreadRecorder:
                 status = self._wait_or_tick()
             except _Watchdog.Tick:
                 continue  # a blocking system call being stepped: its end ends the step
-            if self._watchdog is not None:
-                self._watchdog.stops_seen += 1  # a step is a stop (all of them without slots)
             if status.gone:
                 return self._gone(status)
             if status.event:

@@ -337,6 +337,23 @@ def waitpid(tid: int = -1, flags: int = WALL) -> WaitStatus | None:
         return WaitStatus(pid, status)
 
 
+def waitpid_or_signal(tid: int, flags: int = WALL) -> WaitStatus | None:
+    """waitpid(2) that a signal handled meanwhile cuts short: None then, with nothing
+    collected. os.waitpid runs the Python handler and waits again (PEP 475), and a handler
+    that raises to end the wait may do so just after waitpid collected a stop, which is then
+    lost (the stepper's watchdog: adapter/capture/stepper.py)."""
+    status = ctypes.c_int(0)
+    pid = _libc.waitpid(tid, ctypes.byref(status), flags)
+    if pid == -1:
+        err = ctypes.get_errno()
+        if err == _errno.EINTR:
+            return None
+        raise ChildProcessError(err, os.strerror(err))
+    if pid == 0:
+        return None
+    return WaitStatus(pid, status.value)
+
+
 def threads_of(pid: int) -> list[int]:
     """The thread ids of a process, from /proc/PID/task."""
     return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))

@@ -497,30 +497,25 @@ class ThreadRecorder:
         pt.setregs(self.tid, regs)
         self.regs_written = True
 
-    def _wait(self) -> pt.WaitStatus:
+    def _wait(self, tick: bool = False) -> pt.WaitStatus:
+        """The thread's next stop. `tick`: cut short with _Watchdog.Tick when the thread has
+        not stopped for two of the watchdog's periods (the callers catch it); the time the
+        recorder spends between two waits does not count."""
         self.regs_written = False  # before the wait: a stop collected is never mistaken
-        status = pt.waitpid(self.tid)
+        watchdog = self._watchdog
+        if tick and watchdog is not None and watchdog.active:
+            since = time.monotonic()
+            while (status := pt.waitpid_or_signal(self.tid)) is None:
+                if time.monotonic() - since >= 2 * watchdog.period:
+                    raise _Watchdog.Tick()
+        else:
+            status = pt.waitpid(self.tid)
         self.running = False
         self.stops_seen += 1
         return status
 
     def _wait_or_tick(self) -> pt.WaitStatus:
-        """_wait, cut short with _Watchdog.Tick when the thread has not stopped for two of the
-        watchdog's periods (the callers catch it); the time the recorder spends between two
-        waits does not count."""
-        watchdog = self._watchdog
-        if watchdog is None or not watchdog.active:
-            return self._wait()
-        self.regs_written = False
-        since = time.monotonic()
-        while True:
-            status = pt.waitpid_or_signal(self.tid)
-            if status is not None:
-                self.running = False
-                self.stops_seen += 1
-                return status
-            if time.monotonic() - since >= 2 * watchdog.period:
-                raise _Watchdog.Tick()
+        return self._wait(tick=True)
 
     def _cont(self, sig: int = 0) -> None:
         self.running = True

@@ -47,12 +47,12 @@ def _interrupt_after_steps(monkeypatch, steps: int, reason: str, before_run=None
         seen["steps"] += 1
         real_step(self, sig)
 
-    def wait(self):
+    def wait(self, *args, **kwargs):
         if seen["steps"] >= steps and not seen["raised"]:
             seen["raised"] = True
             time.sleep(0.02)  # the step ends within microseconds: now its SIGTRAP is queued
             raise KeyboardInterrupt(reason)
-        return real_wait(self)
+        return real_wait(self, *args, **kwargs)
 
     monkeypatch.setattr(stepper.ThreadRecorder, "run", run)
     monkeypatch.setattr(stepper.ThreadRecorder, "_step", step)

@@ -7,7 +7,8 @@ The window opens when the thread runs score()'s first line (not in debugpy's sus
 where the thread takes the GIL back) and closes when score() returns. From the stop at the
 normal breakpoint, stepBack by line walks exactly the reverse of the line sequence
 sys.settrace reports for the same call in a separate run, in Python frames of the service
-only, and ends at the start of the recorded history on score()'s first line."""
+only, and ends at the start of the recorded history on score()'s first line. Also on CPython
+3.12, where debugpy traces with sys.monitoring (PEP 669) instead of sys.settrace."""
 from __future__ import annotations
 
 import json
@@ -16,23 +17,26 @@ import sys
 
 import pytest
 from conftest import PROGRAMS, marker_line, top_frame
+from python_interpreters import interpreter
 
 pytestmark = pytest.mark.timeout(180)
 
 SERVICE = PROGRAMS / "dap_py_score_service.py"
 
 
-def _settrace_lines() -> list[tuple[str, int]]:
-    out = subprocess.run([sys.executable, str(SERVICE), "settrace"], capture_output=True,
+def _settrace_lines(python: str) -> list[tuple[str, int]]:
+    out = subprocess.run([python, str(SERVICE), "settrace"], capture_output=True,
                          text=True, check=True, timeout=60).stdout
     return [tuple(x) for x in json.loads(out)]
 
 
-def _start(client, window: dict | None = None) -> dict:
+def _start(client, window: dict | None = None, python: str | None = None) -> dict:
     """Launch the service with the record and the normal breakpoint; the capture's body."""
     from conftest import INITIALIZE
     client.call("initialize", INITIALIZE)
     config = {"program": str(SERVICE), "args": ["3"], "console": "internalConsole"}
+    if python is not None:
+        config["python"] = python
     if window is not None:
         config["recordWindow"] = window
     launch = client.send_request("launch", config)
@@ -54,10 +58,16 @@ def _python_top(client, thread_id: int) -> tuple[str, int, dict]:
     return top["name"].split(" ")[0], top["line"], top
 
 
-def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_adapter):
+@pytest.mark.parametrize("version", ["default", "3.12"])
+def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_adapter, version):
+    python = None
+    if version != "default":
+        python = interpreter(version)
+        if python is None:
+            pytest.skip(f"no CPython {version} on this machine")
     run = start_adapter()
     client = run.client
-    capture = _start(client)
+    capture = _start(client, python=python)
     assert capture["status"] == "complete", capture
     assert capture["endReason"].startswith("score (dap_py_score_service.py:"), capture
     assert capture["endReason"].endswith("returned"), capture
@@ -65,8 +75,13 @@ def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_ada
     stopped = client.expect_stopped("breakpoint", timeout=60)
     thread = stopped["threadId"]
     run.track()
-    assert top_frame(client, thread)["line"] == marker_line(SERVICE, "after")
-    expected = _settrace_lines()
+    top = top_frame(client, thread)
+    assert top["line"] == marker_line(SERVICE, "after")
+    if version == "3.12":  # debugpy traces with sys.monitoring there (PEP 669), not settrace
+        tool = client.call("evaluate", {"expression": "__import__('sys').monitoring.get_tool(0)",
+                                        "frameId": top["id"], "context": "repl"})["result"]
+        assert tool == "'pydevd'", tool
+    expected = _settrace_lines(python or sys.executable)
     walked = _walk_back(client, thread, len(expected) + 5)
     # the history ends where score() returned into handle(), and begins on score's first line
     assert walked == expected[::-1], f"walked {walked}\nexpected {expected[::-1]}"
@@ -102,7 +117,7 @@ def test_a_window_of_n_python_lines(start_adapter):
     assert "4 Python lines" in capture["window"], capture
     thread = client.expect_stopped("breakpoint", timeout=60)["threadId"]
     run.track()
-    expected = _settrace_lines()[:5]
+    expected = _settrace_lines(sys.executable)[:5]
     assert _walk_back(client, thread, 12) == expected[::-1]
     client.call("disconnect", {"terminateDebuggee": True})
     run.wait_exit()

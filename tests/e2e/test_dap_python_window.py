@@ -8,7 +8,7 @@ where the thread takes the GIL back) and closes when score() returns. From the s
 normal breakpoint, stepBack by line walks exactly the reverse of the line sequence
 sys.settrace reports for the same call in a separate run, in Python frames of the service
 only, and ends at the start of the recorded history on score()'s first line. Also on CPython
-3.12, where debugpy traces with sys.monitoring (PEP 669) instead of sys.settrace."""
+3.12 and 3.13, where debugpy traces with sys.monitoring (PEP 669) instead of sys.settrace."""
 from __future__ import annotations
 
 import json
@@ -58,7 +58,7 @@ def _python_top(client, thread_id: int) -> tuple[str, int, dict]:
     return top["name"].split(" ")[0], top["line"], top
 
 
-@pytest.mark.parametrize("version", ["default", "3.12"])
+@pytest.mark.parametrize("version", ["default", "3.12", "3.13"])
 def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_adapter, version):
     python = None
     if version != "default":
@@ -77,7 +77,7 @@ def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_ada
     run.track()
     top = top_frame(client, thread)
     assert top["line"] == marker_line(SERVICE, "after")
-    if version == "3.12":  # debugpy traces with sys.monitoring there (PEP 669), not settrace
+    if version in ("3.12", "3.13"):  # debugpy traces with sys.monitoring there (PEP 669), not settrace
         tool = client.call("evaluate", {"expression": "__import__('sys').monitoring.get_tool(0)",
                                         "frameId": top["id"], "context": "repl"})["result"]
         assert tool == "'pydevd'", tool

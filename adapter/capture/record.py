@@ -122,6 +122,15 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
         log(f"the thread does not run {os.path.basename(path)}:{number}; the window opens "
             "where it stands")
         return None
+    request = end.request if end.request is not None else stepper_mod.EndRequest()
+    end.request = request
+    ends = ends or {}
+    if ends.get("return") or ends.get("lines"):
+        # also where the window opens where the thread stands (below): the entry's frame is
+        # under the debugger's, and it is the one whose return or lines end the window
+        probe.window_end = PythonWindowEnd(request, entry.where,
+                                           depth=entry.depth if ends.get("return") else None,
+                                           lines=ends.get("lines"), entry_depth=entry.depth)
     if stepper_mod.OTHER_BREAKPOINT_SLOTS >= 4:
         # data breakpoints hold every debug register: a perf breakpoint opened beside them
         # was seen not to fire (the thread ran past the line unseen); the window opens
@@ -129,19 +138,12 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
         log("the window opens where the thread stands: data breakpoints hold every debug "
             "register")
         return entry.where
-    request = end.request if end.request is not None else stepper_mod.EndRequest()
-    end.request = request
     try:
         run_to_entry(target, tid, probe, entry, timeout=timeout or 10.0,
                      stop_asked=lambda: request.reason)
     except OSError as exc:
         log(f"the window opens where the thread stands, not at {entry.where}: {exc}")
         return entry.where
-    ends = ends or {}
-    if ends.get("return") or ends.get("lines"):
-        probe.window_end = PythonWindowEnd(request, entry.where,
-                                           depth=entry.depth if ends.get("return") else None,
-                                           lines=ends.get("lines"))
     log(f"the window opens at {entry.where}")
     return entry.where
 

@@ -102,15 +102,24 @@ class PythonWindowEnd:
     where: str
     depth: int | None = None
     lines: int | None = None
+    entry_depth: int | None = None
+    """The entry frame's depth: lines are counted from the first read in it. A window opened
+    where the thread stands (data breakpoints hold every debug register) begins in the
+    debugger's suspend code, whose standard-library frames (threading, queue) run over the
+    entry's frame and are not the program's lines."""
     _last: tuple = ()
     _count: int = 0
+    _counting: bool = False
 
     def check(self, probe: PythonFrameProbe, frame: int, code: int, index: int,
               depth: int) -> None:
         if self.depth is not None and (not frame or depth < self.depth):
             self.request.end(f"{self.where} returned")
             return
-        if self.lines is not None and frame:
+        if not self._counting:
+            self._counting = self.entry_depth is None or (bool(frame) and
+                                                          depth <= self.entry_depth)
+        if self.lines is not None and frame and self._counting:
             info = probe.codes.get(probe.code_id(code))
             if info is not None and DEBUGGER_FILES.search(info.filename):
                 return  # the debugger's trace function runs no line of the program

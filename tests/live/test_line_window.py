@@ -143,6 +143,27 @@ def test_a_window_opened_where_the_thread_stands_records(napper, tmp_path, monke
     assert out.strip() == "woke" and proc.returncode == 0
 
 
+@pytest.mark.parametrize("ends, reason", [
+    ({"return": True}, "nap (napper.py:3) returned"),
+    ({"lines": 2}, "2 Python lines ran from nap (napper.py:3)")])
+def test_a_window_opened_where_the_thread_stands_closes_as_its_python_end_says(
+        napper, tmp_path, monkeypatch, ends, reason):
+    """Opened where the thread stands (in time.sleep, under nap's frame), the window still
+    closes when nap returns, or after its lines: it ran to its instruction cap before."""
+    from adapter.capture import record, stepper
+    script, proc, tid = napper
+    monkeypatch.setattr(stepper, "OTHER_BREAKPOINT_SLOTS", 4)
+    result = record.record_stepper(str(tmp_path / "b"), tid=tid, breakpoints="dr",
+                                   python="auto", python_start=(str(script), 3),
+                                   python_end=ends, release_first=True,
+                                   end=stepper.EndCondition(count=200_000))
+    stats = result.manifest["stats"]
+    assert stats["end_reason"] == reason, stats
+    assert 0 < stats["instructions"] < 200_000, stats
+    out, _ = proc.communicate(timeout=10)
+    assert out.strip() == "woke" and proc.returncode == 0
+
+
 SPINNER = textwrap.dedent('''\
     import threading
     def work():

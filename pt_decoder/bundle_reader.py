@@ -121,7 +121,8 @@ _INT, _STR, _BOOL, _DICT, _LIST = "an integer", "a string", "a boolean", "an obj
 _TOP = {"format": _STR, "version": _INT, "status": _STR, "partial_reason": _STR,
         "backend": _STR, "created": _STR, "pid": _INT, "command": _LIST, "cpu": _DICT,
         "timing": _DICT, "streams": _LIST, "images": _LIST, "unused_images": _LIST,
-        "threads": _LIST, "sideband": _LIST, "stats": _DICT, "warnings": _LIST}
+        "threads": _LIST, "sideband": _LIST, "symbol_maps": _LIST, "stats": _DICT,
+        "warnings": _LIST}
 _CPU = {"vendor": _STR, "family": _INT, "model": _INT, "stepping": _INT}
 _TIMING = {"tsc_hz": _INT, "tsc_source": _STR, "mtc_freq": _INT, "nom_freq": _INT,
            "cpuid_0x15_eax": _INT, "cpuid_0x15_ebx": _INT, "cyc": _BOOL, "cyc_thresh": _INT,
@@ -131,6 +132,7 @@ _IMAGE = {"path": _STR, "file": _STR, "kind": _STR, "build_id": _STR, "load_addr
           "offset": _INT, "size": _INT, "pid": _INT}
 _THREAD = {"tid": _INT, "pid": _INT, "comm": _STR}
 _SIDEBAND = {"file": _STR, "kind": _STR}
+_SYMBOL_MAP = {"file": _STR, "kind": _STR, "pid": _INT, "path": _STR}
 _CHECKS = {_INT: lambda v: type(v) is int, _STR: lambda v: type(v) is str,
            _BOOL: lambda v: type(v) is bool, _DICT: lambda v: type(v) is dict,
            _LIST: lambda v: type(v) is list}
@@ -192,7 +194,8 @@ def check_manifest(manifest, path: str = MANIFEST) -> None:
         for key, kinds, required in (("streams", _STREAM, ("file",)),
                                      ("images", _IMAGE, ("file", "load_address", "size")),
                                      ("unused_images", _IMAGE, ()),
-                                     ("threads", _THREAD, ()), ("sideband", _SIDEBAND, ())):
+                                     ("threads", _THREAD, ()), ("sideband", _SIDEBAND, ()),
+                                     ("symbol_maps", _SYMBOL_MAP, ("file",))):
             for index, entry in enumerate(manifest.get(key) or []):
                 where = f"{key}[{index}]"
                 if type(entry) is not dict:
@@ -250,6 +253,12 @@ def image_file(root: str | os.PathLike, entry: dict, where: str = "image") -> st
 def stream_file(root: str | os.PathLike, entry: dict, where: str = "stream") -> str:
     """The path of a checked manifest's stream entry (for a reader that maps it), checked to
     be a regular file inside the bundle."""
+    return _regular(bundle_file(root, entry, where), root, where)
+
+
+def symbol_map_file(root: str | os.PathLike, entry: dict, where: str = "symbol map") -> str:
+    """The path of a checked manifest's symbol-map entry (a perf map copied in), checked to be
+    a regular file inside the bundle."""
     return _regular(bundle_file(root, entry, where), root, where)
 
 

@@ -287,18 +287,20 @@ class Image:
         self._add_elf_symbols(module, path=path)
         return module
 
-    def add_perf_map(self, path: str, owners: Iterable[int] | None = None) -> int:
+    def add_perf_map(self, path: str, owners: Iterable[int] | None = None, *,
+                     any_owner: bool = False) -> int:
         """Add the symbols of a perf-map file (`/tmp/perf-PID.map`); returns how many.
 
         Later lines win over earlier ones for the same address, as a JIT that
         recompiles a function appends a new line. The file must be a regular file
         (not a link, a FIFO or a device) owned by one of `owners`; None means the
-        user of process PID for a path /tmp/perf-PID.map, and root (symbols.read_perf_map).
+        user of process PID for a path /tmp/perf-PID.map, and root (symbols.read_perf_map);
+        `any_owner`: no owner check (a bundle's copy, checked when it was copied in).
         Raises PtError(BAD_FILE) if the file cannot be read or is refused;
         malformed lines are skipped and named in `warnings`.
         """
-        if owners is None:
-            owners = _perf_map_owners(path)
+        if owners is None and not any_owner:
+            owners = perf_map_owners(path)
         entries, warnings = read_perf_map(path, owners)
         self.warnings.extend(warnings)
         self._perf_maps.append(SymbolTable(reversed(entries), path))
@@ -540,7 +542,7 @@ def _read_part(f, offset: int, size: int | None) -> bytearray:
         return _shared_parts.setdefault(key, data)
 
 
-def _perf_map_owners(path: str) -> set[int] | None:
+def perf_map_owners(path: str) -> set[int] | None:
     """Who may own a perf map: root and the user of process PID for /tmp/perf-PID.map (the
     process writes it); root and this process's user for any other path."""
     match = re.fullmatch(r"/tmp/perf-(\d+)\.map", os.path.abspath(path))

@@ -48,6 +48,8 @@ manifest.json (format "ptdebug-bundle", version 1)::
       "threads": [ {"tid": 1234, "pid": 1234, "comm": "prog"} ],
       "sideband": [ {"file": "sideband/perf.pevent", "kind": "perf-records",
                      "sample_type": int, ...} ],
+      "symbol_maps": [ {"file": "symbols/perf-1234.map", "kind": "perf-map",  # optional:
+                        "pid": 1234, "path": "/tmp/perf-1234.map"} ],  # JIT code's names
       "stats": { free-form numbers the backend measured }
     }
 
@@ -170,6 +172,19 @@ class Bundle:
         except bundle_reader.ManifestError as exc:
             raise BundleFileError(str(exc)) from None
 
+    @property
+    def symbol_maps(self) -> list[dict]:
+        return list(self.manifest.get("symbol_maps", []))
+
+    def symbol_map_path(self, entry: dict) -> pathlib.Path:
+        """The file of a symbol-map entry: a regular file inside the bundle. Raises
+        BundleFileError naming the entry."""
+        try:
+            return pathlib.Path(bundle_reader.symbol_map_file(
+                self.root, entry, self._where("symbol_maps", entry)))
+        except bundle_reader.ManifestError as exc:
+            raise BundleFileError(str(exc)) from None
+
     def image_path(self, image: dict) -> pathlib.Path:
         """The file of an image entry: a regular file inside the bundle, or the recorded
         path of an image referenced there. Raises BundleFileError naming the entry."""
@@ -260,6 +275,31 @@ class BundleWriter:
                  "load_address": load_address, "offset": 0, "size": len(data), "pid": pid}
         self.manifest["images"].append(entry)
         return entry
+
+    def add_perf_map(self, pid: int, source: str | None = None) -> list[str]:
+        """Copy process `pid`'s perf map (/tmp/perf-PID.map, written by JITs and by CPython
+        3.12+ under `-X perf`) into the bundle, again at each call (it grows as code is
+        compiled): the names of JIT code, which no image holds. Only the lines that parse are
+        kept, from a regular file owned by the process's user or root (symbols.read_perf_map).
+        Returns warnings (the file refused or partly read); nothing when there is no map."""
+        from pt_decoder.errors import PtError
+        from pt_decoder.image import perf_map_owners
+        from pt_decoder.symbols import read_perf_map
+        source = source or f"/tmp/perf-{pid}.map"
+        if not os.path.lexists(source):
+            return []
+        try:
+            entries, warnings = read_perf_map(source, perf_map_owners(source))
+        except PtError as exc:
+            return [str(exc)]
+        file = f"symbols/perf-{pid}.map"
+        (self.root / "symbols").mkdir(exist_ok=True)
+        (self.root / file).write_text("".join(f"{start:x} {size:x} {name}\n"
+                                              for start, size, name in entries))
+        maps = self.manifest.setdefault("symbol_maps", [])
+        if not any(m["file"] == file for m in maps):
+            maps.append({"file": file, "kind": "perf-map", "pid": pid, "path": source})
+        return warnings
 
     def add_thread(self, tid: int, pid: int | None, comm: str | None) -> None:
         if not any(t["tid"] == tid for t in self.manifest["threads"]):

@@ -322,8 +322,9 @@ def require_pmu() -> tuple[int, dict, dict]:
 
 
 def sideband_to_bundle(writer, records: list[dict], *, copy_images: bool = True) -> list[str]:
-    """Images (executable MMAP/MMAP2), threads (COMM) and partial marks (LOST,
-    truncated AUX) from sideband records; returns the problems found."""
+    """Images (executable MMAP/MMAP2), threads (COMM), the threads' processes' perf maps,
+    and partial marks (LOST, truncated AUX) from sideband records; returns the problems
+    found."""
     problems = []
     seen = set()
     for rec in records:
@@ -345,6 +346,11 @@ def sideband_to_bundle(writer, records: list[dict], *, copy_images: bool = True)
             problems.append("the AUX area overflowed (trace gap)")
         elif kind == "ITRACE_START":
             writer.add_thread(rec["tid"], rec["pid"], None)
+    # JIT code's names (CPython 3.12+ under -X perf), which no image holds; a map refused is
+    # a warning, not a flaw of the trace
+    warnings = writer.manifest.setdefault("warnings", [])
+    for pid in sorted({t["pid"] for t in writer.manifest["threads"] if t.get("pid")}):
+        warnings += writer.add_perf_map(pid)
     return problems
 
 

@@ -424,6 +424,10 @@ def to_bundle(perf: PerfData, output: str, *, copy_images: bool = True,
         entry = writer.add_image(local, rec["addr"], rec["pgoff"], size,
                                  build_id=build_id or local_id, pid=rec.get("pid"))
         entry["path"] = name
+    # JIT code's names (CPython 3.12+ under -X perf): each process's perf map, from the
+    # recorded machine's /tmp (this machine's, or the --sysroot copy), as `perf report` does
+    for pid in sorted(set(pid_of.values())):
+        warnings += writer.add_perf_map(pid, os.path.join(sysroot or "/", f"tmp/perf-{pid}.map"))
     sample_type = perf.attrs[0].sample_type
     writer.add_sideband("perf.pevent", bytes(perf.sideband), kind="perf-records",
                         sample_type=sample_type, sample_id_all=perf.attrs[0].sample_id_all,

@@ -67,7 +67,7 @@ def _disk_message(exc: OSError) -> str:
 
 def _add_images(writer: BundleWriter, pid: int, known: set) -> list[str]:
     """Every executable mapping of the process into the bundle (files copied or
-    referenced, anonymous code snapshotted); returns warnings."""
+    referenced, anonymous code snapshotted), and its perf map; returns warnings."""
     from pt_decoder.image import Image
     try:
         image = Image.from_process(pid, perf_map=True)
@@ -86,7 +86,8 @@ def _add_images(writer: BundleWriter, pid: int, known: set) -> list[str]:
             label = section.name.strip("[]") or "anon"
             writer.add_snapshot(f"{label}-{section.vaddr:x}.bin", section.vaddr,
                                 bytes(section.data), pid=pid, origin=section.name)
-    return list(image.warnings)
+    # the names of JIT code (CPython 3.12+ under -X perf: its trampolines) as they are now
+    return list(image.warnings) + writer.add_perf_map(pid)
 
 
 def _python_probe(pid: int, required: bool, log):

@@ -189,6 +189,8 @@ class DecodedBundle:
                     if bias is not None and (file, bias) not in seen:
                         seen.add((file, bias))
                         symbols.add_elf(file, bias)
+            for entry in bundle.symbol_maps:  # JIT code's names (CPython's -X perf)
+                symbols.add_perf_map(str(bundle.symbol_map_path(entry)), any_owner=True)
         except (PtError, OSError, KeyError) as exc:
             raise TraceError(f"{root}: cannot map the bundle's images: {exc}") from None
         options = decoder_options(manifest)

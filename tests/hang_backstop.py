@@ -57,6 +57,28 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def _pipes_written(pid: int) -> list[str]:
+    """The pipes ("pipe:[INODE]") process `pid` holds open for writing."""
+    found = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if not target.startswith("pipe:"):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                flags = next(int(line.split()[1], 8) for line in info
+                             if line.startswith("flags:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            found.append(target)
+    return found
+
+
 def _ancestors() -> set[int]:
     table, pid, out = _processes(), os.getpid(), set()
     while pid in table and pid not in out:
@@ -65,30 +87,12 @@ def _ancestors() -> set[int]:
     return out
 
 
-def _writing_to(fd_targets: set[str]) -> list[int]:
-    """Processes, other than this one and those that started it, that hold one of
-    `fd_targets` open for writing (whoever reads the run's output holds it too)."""
-    holders, ours = [], _ancestors()
-    for pid in _processes():
-        if pid in ours:
-            continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") not in fd_targets:
-                    continue
-                with open(f"/proc/{pid}/fdinfo/{fd}") as info:
-                    flags = next(int(line.split()[1], 8) for line in info
-                                 if line.startswith("flags:"))
-            except (OSError, StopIteration, ValueError):
-                continue
-            if flags & os.O_ACCMODE != os.O_RDONLY:
-                holders.append(pid)
-                break
-    return holders
+def _writing_to(pipes: set[str]) -> list[int]:
+    """Processes, other than this one and those that started it, that hold one of `pipes`
+    open for writing (whoever reads the run's output holds it too, for reading)."""
+    ours = _ancestors()
+    return [pid for pid in _processes()
+            if pid not in ours and pipes.intersection(_pipes_written(pid))]
 
 
 def _describe(pids: list[int]) -> str:
@@ -110,11 +114,12 @@ class HangBackstop:
         self.config = config
         self.lock = threading.Lock()
         self.running: tuple[str, float] | None = None  # (test id, when it must be over)
-        # what stdout and stderr were when the run began (pipes in CI), before any capture
+        # the pipes the run's output goes to (CI's): those of the process that started
+        # pytest, whose stdout and stderr pytest's capture has not replaced as it has its own
         self.output_targets = set()
         for fd in (1, 2):
             try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
+                target = os.readlink(f"/proc/{os.getppid()}/fd/{fd}")
             except OSError:
                 continue
             if target.startswith("pipe:"):

@@ -22,9 +22,11 @@ def _pytest(tmp_path, body: str, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_case.py").write_text(textwrap.dedent(body))
     env = dict(os.environ, PTDEBUG_HANG_GRACE_S="2",
                PYTHONPATH=f"{ROOT / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    # stdout and stderr are pipes read to their end, as CI reads them
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), *args, str(tmp_path)],
+    # stdout and stderr are pipes read to their end, as CI reads them, and pytest is started
+    # by a shell that stays (as .ci/run's bash does)
+    return subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m",
+                           "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           *args, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -9,19 +9,24 @@ import subprocess
 import threading
 
 import pytest
+from stepper_support import build_c
 
 from adapter.capture import record, stepper
 
 pytestmark = pytest.mark.live
 
 
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build_c("rec_checksum.c", tmp_path_factory.mktemp("end_request"))
+
 
 @pytest.mark.parametrize("rounds, pause_us", [("20000", "0"), ("60", "20000")],
                          ids=["running", "sleeping"])
-def test_an_end_request_closes_the_window_complete(rec_checksum, tmp_path, rounds, pause_us):
+def test_an_end_request_closes_the_window_complete(program, tmp_path, rounds, pause_us):
     """20,000 rounds: some 2 million instructions, minutes at the stepper's pace (natively
     10 ms); 60 rounds of 20 ms sleeps: the request comes while the thread sleeps."""
-    argv = [str(rec_checksum), rounds, pause_us]
+    argv = [str(program), rounds, pause_us]
     plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     request = stepper.EndRequest()
     timer = threading.Timer(0.5, request.end, ["the debugger stopped the thread"])
@@ -44,12 +49,12 @@ def test_an_end_request_closes_the_window_complete(rec_checksum, tmp_path, round
     assert out_path.read_text() == plain.stdout
 
 
-def test_a_window_closed_before_its_first_instruction_is_not_recorded(rec_checksum, tmp_path):
+def test_a_window_closed_before_its_first_instruction_is_not_recorded(program, tmp_path):
     """The request comes before the window's first instruction (in the DAP fuzzer: a
     `ptdebug/captureNow` and a `pause` together, 72 times in a 30-minute run, each told "the
     window recorded no instructions"): the recording fails with the request's reason, which the
     DAP layer reports as not recorded this time, and the program runs on as without ptdebug."""
-    argv = [str(rec_checksum), "60", "0"]
+    argv = [str(program), "60", "0"]
     plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     request = stepper.EndRequest()
     out_path = tmp_path / "out.txt"

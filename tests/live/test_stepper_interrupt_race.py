@@ -16,12 +16,17 @@ import subprocess
 import time
 
 import pytest
+from stepper_support import build_c
 
 from adapter.capture import record, stepper
 from adapter.hw import perf
 
 pytestmark = pytest.mark.live
 
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build_c("rec_checksum.c", tmp_path_factory.mktemp("interrupt_race"))
 
 
 def _interrupt_after_steps(monkeypatch, steps: int, reason: str, before_run=None) -> dict:
@@ -73,11 +78,11 @@ def _all_slots_taken():
 
 
 @pytest.mark.parametrize("kind", ["int3", "dr"])
-def test_an_interrupt_with_a_step_queued_leaves_the_program_unharmed(rec_checksum, tmp_path,
+def test_an_interrupt_with_a_step_queued_leaves_the_program_unharmed(program, tmp_path,
                                                                      monkeypatch, kind):
     """int3: system calls are stepped (40 rounds with a 1 ms sleep each); dr: every
     instruction is stepped, the slots being taken by another tool."""
-    argv = [str(rec_checksum), "40", "1000"]
+    argv = [str(program), "40", "1000"]
     plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     out_path = tmp_path / "out.txt"
     with _all_slots_taken() as take_slots, open(out_path, "w") as out, \

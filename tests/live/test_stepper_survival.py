@@ -35,7 +35,7 @@ import sys
 import time
 
 import pytest
-from stepper_support import PTDEBUG, ROOT, build_go, decode_ips, errors_in
+from stepper_support import PTDEBUG, ROOT, build_c, build_go, decode_ips, errors_in
 
 from adapter.capture import record, stepper
 from adapter.capture.bundle import read_manifest
@@ -60,6 +60,10 @@ ENDS = {
     "target_exits": (["--from", "step", "--count", "10000000"], None, False),
 }
 
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build_c("rec_checksum.c", tmp_path_factory.mktemp("survival"))
 
 
 def plain_checksum(argv) -> tuple[str, int]:
@@ -175,28 +179,28 @@ def attached_runs_as_without_ptdebug(argv, tmp_path, end_args, stop_signal, expe
 
 @pytest.mark.parametrize("kind", ["int3", "dr"])
 @pytest.mark.parametrize("end", list(ENDS))
-def test_launched_program_runs_as_without_ptdebug(rec_checksum, tmp_path, end, kind):
+def test_launched_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
     args, stop_signal, complete = ENDS[end]
-    argv = [rec_checksum, *(EXITING_LAUNCHED if end == "target_exits" else LAUNCHED_ARGS)]
+    argv = [program, *(EXITING_LAUNCHED if end == "target_exits" else LAUNCHED_ARGS)]
     launched_runs_as_without_ptdebug(argv, tmp_path, args, stop_signal, complete, kind)
 
 
 @pytest.mark.parametrize("kind", ["int3", "dr"])
 @pytest.mark.parametrize("end", list(ENDS))
-def test_attached_program_runs_as_without_ptdebug(rec_checksum, tmp_path, end, kind):
+def test_attached_program_runs_as_without_ptdebug(program, tmp_path, end, kind):
     args, stop_signal, complete = ENDS[end]
-    argv = [rec_checksum, *(EXITING_ATTACHED if end == "target_exits" else ATTACHED_ARGS)]
+    argv = [program, *(EXITING_ATTACHED if end == "target_exits" else ATTACHED_ARGS)]
     attached_runs_as_without_ptdebug(argv, tmp_path, args, stop_signal, 0 if complete else 1,
                                      kind, exits=end == "target_exits")
 
 
-def test_a_thread_blocked_past_the_watchdog_is_recorded_on(rec_checksum, tmp_path):
+def test_a_thread_blocked_past_the_watchdog_is_recorded_on(program, tmp_path):
     """The recorded thread sleeps 1 s in nanosleep after step: the watchdog interrupts it
     (PTRACE_INTERRUPT; RAX = -ERESTART_RESTARTBLOCK) and the kernel restarts the call when
     it is resumed. The window of 600 instructions goes on past the sleep and is complete.
     (The stepper took the restarted SYSCALL, rewound onto by the kernel and still armed, for
     a lost flow: partial after ~400 instructions, "found at" libc's SYSCALL.)"""
-    target = subprocess.Popen([str(rec_checksum), "6", "1000000"], stdout=subprocess.PIPE,
+    target = subprocess.Popen([str(program), "6", "1000000"], stdout=subprocess.PIPE,
                               text=True)
     try:
         assert target.stdout.readline().strip() == "ready"
@@ -259,15 +263,15 @@ def attached_survives_an_error(argv, bundle, **recording) -> None:
 
 
 @pytest.mark.parametrize("kind", ["int3", "dr"])
-def test_error_inside_ptdebug_leaves_launched_program_running(rec_checksum, tmp_path, kind):
-    launched_survives_an_error([rec_checksum, *LAUNCHED_ARGS], tmp_path / "b", start="step",
+def test_error_inside_ptdebug_leaves_launched_program_running(program, tmp_path, kind):
+    launched_survives_an_error([program, *LAUNCHED_ARGS], tmp_path / "b", start="step",
                                ptw_probe=failing_probe(40), breakpoints=kind)
     assert read_manifest(tmp_path / "b")["status"] == "partial"
 
 
 @pytest.mark.parametrize("kind", ["int3", "dr"])
-def test_error_inside_ptdebug_leaves_attached_program_running(rec_checksum, tmp_path, kind):
-    attached_survives_an_error([rec_checksum, *ATTACHED_ARGS], tmp_path / "b", start="step",
+def test_error_inside_ptdebug_leaves_attached_program_running(program, tmp_path, kind):
+    attached_survives_an_error([program, *ATTACHED_ARGS], tmp_path / "b", start="step",
                                ptw_probe=failing_probe(40), breakpoints=kind)
 
 
@@ -299,14 +303,14 @@ def test_max_instructions_must_be_positive(tmp_path, value):
     assert "--max-instructions must be a positive number of instructions" in out.stderr
 
 
-def test_max_instructions_is_applied(rec_checksum, tmp_path):
+def test_max_instructions_is_applied(program, tmp_path):
     rc, out, err = run_record(["--from", "step", "--count", "3000", "--max-instructions", "500",
-                               "-o", tmp_path / "b"], [rec_checksum, *LAUNCHED_ARGS], None)
+                               "-o", tmp_path / "b"], [program, *LAUNCHED_ARGS], None)
     assert rc == 1, err
     manifest = read_manifest(tmp_path / "b")
     assert manifest["stats"]["instructions"] == 500
     assert "at the limit of 500 instructions" in manifest["partial_reason"]
-    assert checksum_of(out) == plain_checksum([rec_checksum, *LAUNCHED_ARGS])[0]
+    assert checksum_of(out) == plain_checksum([program, *LAUNCHED_ARGS])[0]
 
 
 PY_LOOP = """

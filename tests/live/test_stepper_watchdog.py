@@ -11,15 +11,20 @@ import subprocess
 import time
 
 import pytest
+from stepper_support import build_c
 
 from adapter.capture import record, stepper
 
 pytestmark = pytest.mark.live
 
 
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    return build_c("rec_checksum.c", tmp_path_factory.mktemp("watchdog"))
 
-def test_a_recorder_busy_between_stops_records_on(rec_checksum, tmp_path):
-    argv = [str(rec_checksum), "2000", "0"]
+
+def test_a_recorder_busy_between_stops_records_on(program, tmp_path):
+    argv = [str(program), "2000", "0"]
     plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     calls = []
 
@@ -40,7 +45,7 @@ def test_a_recorder_busy_between_stops_records_on(rec_checksum, tmp_path):
     assert out_path.read_text() == plain.stdout
 
 
-def test_the_watchdog_gives_back_the_alarm_it_borrowed(rec_checksum, tmp_path):
+def test_the_watchdog_gives_back_the_alarm_it_borrowed(program, tmp_path):
     fired = []
 
     def ours(*_):
@@ -50,7 +55,7 @@ def test_the_watchdog_gives_back_the_alarm_it_borrowed(rec_checksum, tmp_path):
     try:
         with open(tmp_path / "out.txt", "w") as out:
             result = record.record_stepper(
-                str(tmp_path / "b"), command=[str(rec_checksum), "2000", "0"], start="step",
+                str(tmp_path / "b"), command=[str(program), "2000", "0"], start="step",
                 end=stepper.EndCondition(count=2_000), breakpoints="dr",
                 output_fd=out.fileno())
         left, _ = signal.getitimer(signal.ITIMER_REAL)

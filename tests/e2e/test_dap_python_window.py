@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PROGRAMS, marker_line, top_frame
+from conftest import INITIALIZE, PROGRAMS, marker_line, top_frame
 from python_interpreters import interpreter
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,7 +32,6 @@ def _settrace_lines(python: str) -> list[tuple[str, int]]:
 
 def _start(client, window: dict | None = None, python: str | None = None) -> dict:
     """Launch the service with the record and the normal breakpoint; the capture's body."""
-    from conftest import INITIALIZE
     client.call("initialize", INITIALIZE)
     config = {"program": str(SERVICE), "args": ["3"], "console": "internalConsole"}
     if python is not None:

@@ -294,12 +294,12 @@ class _Int3Breakpoints:
 
 
 WATCHDOG_PERIOD_S = 0.25
-"""The watchdog's tick: a wait with no stop for two of them looks at the thread."""
+"""The watchdog's tick: a wait that two of them interrupt looks at the thread."""
 
 
 class _Watchdog:
     """SIGALRM every `period` s while recording, so that a wait for the thread's next stop
-    (ThreadRecorder._wait_or_tick) looks up when the thread has not stopped for two periods:
+    (ThreadRecorder._wait_or_tick) looks up when the thread has not stopped for a period:
     a blocking system call, a path that left the prediction, a duration that ran out while the
     thread sleeps. The wait then raises Tick, and the recorder interrupts the thread.
 
@@ -498,15 +498,17 @@ class ThreadRecorder:
         self.regs_written = True
 
     def _wait(self, tick: bool = False) -> pt.WaitStatus:
-        """The thread's next stop. `tick`: cut short with _Watchdog.Tick when the thread has
-        not stopped for two of the watchdog's periods (the callers catch it); the time the
-        recorder spends between two waits does not count."""
+        """The thread's next stop. `tick`: cut short with _Watchdog.Tick at the second of the
+        watchdog's ticks in this one wait, when the thread has not stopped for a whole period
+        (the callers catch it); the time the recorder spends between two waits does not
+        count. Nothing but a count on the way to a stop: the wait is on every stop's path."""
         self.regs_written = False  # before the wait: a stop collected is never mistaken
         watchdog = self._watchdog
         if tick and watchdog is not None and watchdog.active:
-            since = time.monotonic()
+            ticks = 0
             while (status := pt.waitpid_or_signal(self.tid)) is None:
-                if time.monotonic() - since >= 2 * watchdog.period:
+                ticks += 1  # a signal handled (the watchdog's tick, as a rule) ended the wait
+                if ticks == 2:
                     raise _Watchdog.Tick()
         else:
             status = pt.waitpid(self.tid)

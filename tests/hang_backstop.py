@@ -87,12 +87,23 @@ def _ancestors() -> set[int]:
     return out
 
 
+def _started(pid: int) -> int:
+    """When process `pid` started (clock ticks since boot; /proc/PID/stat field 22), or -1."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def _writing_to(pipes: set[str]) -> list[int]:
-    """Processes, other than this one and those that started it, that hold one of `pipes`
-    open for writing (whoever reads the run's output holds it too, for reading)."""
-    ours = _ancestors()
+    """Processes started after this one that hold one of `pipes` open for writing: what the
+    tests started. Those that started it, and whatever ran beside it before (CI's own), are
+    left alone; whoever reads the run's output holds the pipe too, for reading only."""
+    ours, since = _ancestors(), _started(os.getpid())
     return [pid for pid in _processes()
-            if pid not in ours and pipes.intersection(_pipes_written(pid))]
+            if pid not in ours and _started(pid) >= since
+            and pipes.intersection(_pipes_written(pid))]
 
 
 def _describe(pids: list[int]) -> str:

@@ -336,6 +336,7 @@ class _Frozen:
 
     def __enter__(self) -> Self:
         tried: set[int] = set()  # a thread that exits stays listed a moment: try it once
+        seized: list[int] = []  # this pass's, interrupted and not waited for yet
         try:
             while True:
                 fresh = [t for t in live_threads(self.pid) if t not in tried]
@@ -350,6 +351,7 @@ class _Frozen:
                         if exc.errno == errno.ESRCH:
                             continue
                         if exc.errno == errno.EPERM and ptrace.tracer_of(tid) != 0:
+                            self._settle(seized)
                             self._release()
                             self.held = False
                             return self
@@ -359,8 +361,27 @@ class _Frozen:
                 for tid in seized:
                     self._wait_stopped(tid)
         except BaseException:
+            self._settle(seized)
             self._release()
             raise
+
+    def _settle(self, seized: list[int]) -> None:
+        """Collect the stops of threads seized and interrupted but not waited for, so that
+        `_release` lets them go too. Left out, they stopped a moment later and stayed stopped,
+        traced by ptdebug, for good: a data breakpoint armed while a record window traced one
+        thread (EPERM on it) froze every thread seized before it in the same pass, pydevd's
+        among them, and debugpy answered nothing more (the DAP fuzzer, seed 17391865)."""
+        for tid in seized:
+            if tid in self.stopped:
+                continue
+            try:
+                ptrace.interrupt(tid)  # again, in case the first was not sent
+            except ptrace.PtraceError:
+                pass
+            try:
+                self._wait_stopped(tid)
+            except (ptrace.PtraceError, ChildProcessError):
+                pass  # it exited
 
     def _wait_stopped(self, tid: int) -> None:
         status = ptrace.waitpid(tid, ptrace.WALL)

@@ -181,6 +181,44 @@ def test_a_target_traced_by_another_debugger_is_armed_without_the_freeze(target_
     target.close()
 
 
+def test_a_thread_traced_by_another_tracer_leaves_no_other_thread_held(target_factory):
+    """Another tracer (a record window's recorder, here a child) holds only the last thread:
+    the freeze meets EPERM there and arms without it, and the threads it seized before that
+    in the same pass are let go too. They stayed stopped and traced by ptdebug before, and a
+    debugpy session answered nothing more (the DAP fuzzer with data breakpoints)."""
+    target = target_factory(before=3, after=0, writes=10, interval_us=1000)
+    read_fd, write_fd = os.pipe()
+    last = max(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
+    tracer = os.fork()
+    if tracer == 0:  # pragma: no cover - the other tracer: seizes one thread, then waits
+        from adapter.hw import ptrace
+        ptrace.seize(last)
+        os.write(write_fd, b"x")
+        time.sleep(60)
+        os._exit(0)
+    try:
+        os.read(read_fd, 1)
+        with wp.PerfWatcher(target.pid) as watcher:
+            watcher.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
+            others = {}
+            for tid in os.listdir(f"/proc/{target.pid}/task"):
+                if int(tid) == last:
+                    continue
+                with open(f"/proc/{target.pid}/task/{tid}/status") as f:
+                    tracer_line = next(x for x in f if x.startswith("TracerPid:"))
+                with open(f"/proc/{target.pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(") ", 1)[1][0]
+                others[int(tid)] = (tracer_line.split()[1], state)
+            assert others and all(t == "0" and s != "t" for t, s in others.values()), others
+    finally:
+        os.kill(tracer, 9)
+        os.waitpid(tracer, 0)
+        os.close(read_fd)
+        os.close(write_fd)
+    target.proc.kill()
+    target.proc.wait(10)
+
+
 def test_old_and_new_values_follow_each_write(target_factory):
     # One slow writer: each hit is read before the next write, so old -> new is each step.
     target = target_factory(before=1, after=0, writes=6, interval_us=40000)

@@ -36,8 +36,9 @@ DATA_BREAKPOINTS = os.environ.get("PTDEBUG_FUZZ_DATA_BREAKPOINTS") == "1"
 """Whether `dataBreakpointInfo`/`setDataBreakpoints` are among the actions: off unless asked.
 The data-breakpoint paths wedged pydevd by timing whatever the seed until session 9
 (docs/testing.md, "What the fuzzer still finds"); session 10's runs with them (7.5 minutes,
-4 seeds) all passed, but seed 17391865 wedges pydevd within 1-2.5 minutes (session 11, 3 of 3
-runs): not for CI until that is found."""
+4 seeds) all passed; seed 17391865 wedged pydevd within 1-2.5 minutes until session 11 found
+why (a freeze that met a traced thread left others stopped) and passes since: one seed is not
+yet enough for CI."""
 CI_SEEDS = (8,)
 """Seeds verified green with the code as committed (docs/testing.md has the runs)."""
 _ASKED = os.environ.get("PTDEBUG_FUZZ_SEED") or ""

@@ -70,7 +70,8 @@ def _add_images(writer: BundleWriter, pid: int, known: set) -> list[str]:
     referenced, anonymous code snapshotted), and its perf map; returns warnings."""
     from pt_decoder.image import Image
     try:
-        image = Image.from_process(pid, perf_map=True)
+        # its perf map is read once, below, by the writer (which also says why one is refused)
+        image = Image.from_process(pid, perf_map=False)
     except Exception as exc:  # the process may have exited
         return [f"cannot read the mappings of {pid}: {exc}"]
     build_ids = {m.path: m.build_id for m in image.modules}

@@ -299,7 +299,7 @@ WATCHDOG_PERIOD_S = 0.25
 
 class _Watchdog:
     """SIGALRM every `period` s while recording, so that a wait for the thread's next stop
-    (ThreadRecorder._wait_or_tick) looks up when the thread has not stopped for a period:
+    (ThreadRecorder._wait with `tick`) looks up when the thread has not stopped for a period:
     a blocking system call, a path that left the prediction, a duration that ran out while the
     thread sleeps. The wait then raises Tick, and the recorder interrupts the thread.
 
@@ -464,7 +464,7 @@ class ThreadRecorder:
         """end.stop_at and the visits: built once, and again when a visit is made, not at
         every stop (_walk_stops is read at each)."""
         self._watchdog: _Watchdog | None = None
-        """The run's watchdog (its ticks cut _wait_or_tick short)."""
+        """The run's watchdog (its ticks cut `_wait(tick=True)` short)."""
         self.stops_seen = 0
         """Stops collected (the manifest's `stops`: single steps among them)."""
 
@@ -515,9 +515,6 @@ class ThreadRecorder:
         self.running = False
         self.stops_seen += 1
         return status
-
-    def _wait_or_tick(self) -> pt.WaitStatus:
-        return self._wait(tick=True)
 
     def _cont(self, sig: int = 0) -> None:
         self.running = True
@@ -762,7 +759,7 @@ class ThreadRecorder:
         self._cont()
         while True:
             try:
-                status = self._wait_or_tick()
+                status = self._wait(tick=True)
             except _Watchdog.Tick:
                 # no stop for a while: interrupt the thread and look where it is
                 pt.interrupt(tid)
@@ -959,7 +956,7 @@ class ThreadRecorder:
             return None
         self._cont(sig)
         try:
-            status = self._wait_or_tick()
+            status = self._wait(tick=True)
         except _Watchdog.Tick:
             # the signal was ignored and the thread ran on: stop it and say where it went
             pt.interrupt(self.tid)
@@ -983,7 +980,7 @@ class ThreadRecorder:
         rec.single_steps += 1
         while True:
             try:
-                status = self._wait_or_tick()
+                status = self._wait(tick=True)
             except _Watchdog.Tick:
                 continue  # a blocking system call being stepped: its end ends the step
             if status.gone:

@@ -8,6 +8,7 @@ writer's TID and function, and nothing else.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import pathlib
 import re
@@ -20,6 +21,7 @@ from perf_events import perf_event_fds
 
 from adapter import watchpoints as wp
 from adapter.commands.watch import Symbolizer
+from adapter.hw import ptrace
 
 pytestmark = pytest.mark.live
 PROGRAMS = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "programs"
@@ -153,19 +155,31 @@ def test_thread_created_after_arming_is_caught(target_factory):
     target.close()
 
 
-def test_a_target_traced_by_another_debugger_is_armed_without_the_freeze(target_factory):
-    target = target_factory(before=1, after=0, writes=10, interval_us=1000)
+@contextlib.contextmanager
+def _another_tracer(tids: list[int]):
+    """A child process that seizes `tids` (another debugger, a recorder) and holds them until
+    the block ends; yields its pid."""
     read_fd, write_fd = os.pipe()
     tracer = os.fork()
-    if tracer == 0:  # pragma: no cover - the other debugger: seizes every thread, then waits
-        from adapter.hw import ptrace
-        for tid in ptrace.threads_of(target.pid):
+    if tracer == 0:  # pragma: no cover - the other tracer: seizes, says so, then waits
+        for tid in tids:
             ptrace.seize(tid)
         os.write(write_fd, b"x")
         time.sleep(60)
         os._exit(0)
     try:
         os.read(read_fd, 1)
+        yield tracer
+    finally:
+        os.kill(tracer, 9)
+        os.waitpid(tracer, 0)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_target_traced_by_another_debugger_is_armed_without_the_freeze(target_factory):
+    target = target_factory(before=1, after=0, writes=10, interval_us=1000)
+    with _another_tracer(ptrace.threads_of(target.pid)) as tracer:
         with open(f"/proc/{target.pid}/status") as f:
             assert f"TracerPid:\t{tracer}\n" in f.read()
         with wp.PerfWatcher(target.pid) as watcher:
@@ -173,11 +187,6 @@ def test_a_target_traced_by_another_debugger_is_armed_without_the_freeze(target_
             target.go()
             hits, lost = collect(watcher, target)
         assert lost == [] and collections.Counter(h.tid for h in hits) == target.wrote
-    finally:
-        os.kill(tracer, 9)
-        os.waitpid(tracer, 0)
-        os.close(read_fd)
-        os.close(write_fd)
     target.close()
 
 
@@ -187,17 +196,8 @@ def test_a_thread_traced_by_another_tracer_leaves_no_other_thread_held(target_fa
     in the same pass are let go too. They stayed stopped and traced by ptdebug before, and a
     debugpy session answered nothing more (the DAP fuzzer with data breakpoints)."""
     target = target_factory(before=3, after=0, writes=10, interval_us=1000)
-    read_fd, write_fd = os.pipe()
     last = max(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
-    tracer = os.fork()
-    if tracer == 0:  # pragma: no cover - the other tracer: seizes one thread, then waits
-        from adapter.hw import ptrace
-        ptrace.seize(last)
-        os.write(write_fd, b"x")
-        time.sleep(60)
-        os._exit(0)
-    try:
-        os.read(read_fd, 1)
+    with _another_tracer([last]):
         with wp.PerfWatcher(target.pid) as watcher:
             watcher.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
             others = {}
@@ -210,11 +210,6 @@ def test_a_thread_traced_by_another_tracer_leaves_no_other_thread_held(target_fa
                     state = f.read().rsplit(") ", 1)[1][0]
                 others[int(tid)] = (tracer_line.split()[1], state)
             assert others and all(t == "0" and s != "t" for t, s in others.values()), others
-    finally:
-        os.kill(tracer, 9)
-        os.waitpid(tracer, 0)
-        os.close(read_fd)
-        os.close(write_fd)
     target.proc.kill()
     target.proc.wait(10)
 

@@ -47,7 +47,10 @@ def put_back(pid: int) -> PutBack | None:
     bytes are its own). Raises OSError (PtraceError) when the process cannot be held."""
     if not _wait_untraced(pid):
         return None
-    held = _hold_all(pid)
+    try:
+        held = _hold_all(pid)
+    except _TracedMeanwhile:
+        return None
     restored: list[int] = []
     rewound: list[int] = []
     try:
@@ -92,10 +95,16 @@ def _tracer(tid: int) -> int:
         return 0
 
 
+class _TracedMeanwhile(Exception):
+    """Another tracer took a thread between `_wait_untraced` and the hold."""
+
+
 def _hold_all(pid: int) -> dict[int, pt.WaitStatus | None]:
     """Seize and stop every thread, again until no new one appears (a thread not yet held may
-    start another). tid -> the stop it reported (None once nothing is to be delivered)."""
+    start another). tid -> the stop it reported (None once nothing is to be delivered).
+    Raises _TracedMeanwhile, with every thread it held let go, when another tracer has one."""
     held: dict[int, pt.WaitStatus | None] = {}
+    seized: list[int] = []  # this pass's, interrupted and not waited for yet
     try:
         while True:
             fresh = [tid for tid in _threads(pid) if tid not in held]
@@ -105,20 +114,40 @@ def _hold_all(pid: int) -> dict[int, pt.WaitStatus | None]:
             for tid in fresh:
                 try:
                     pt.seize(tid)
-                    pt.interrupt(tid)
                 except pt.PtraceError as exc:
                     if exc.errno == errno.ESRCH:
                         continue  # it ended meanwhile
+                    if exc.errno == errno.EPERM and _tracer(tid):
+                        raise _TracedMeanwhile from exc
                     raise
                 seized.append(tid)
+                try:
+                    pt.interrupt(tid)
+                except pt.PtraceError as exc:
+                    if exc.errno != errno.ESRCH:
+                        raise
+                    seized.remove(tid)  # it ended between the two calls
             for tid in seized:
-                status = pt.waitpid(tid)
-                if status is None or status.gone:
-                    continue
-                held[tid] = status
+                _collect_stop(tid, held)
+            seized = []
     except BaseException:
+        # Threads seized in this pass and not yet waited for stop a moment later, traced by
+        # this process: collect their stops so that they are let go with the rest, or they
+        # stay stopped for good (the freeze of adapter/watchpoints.py had this bug).
+        for tid in seized:
+            if tid not in held:
+                _collect_stop(tid, held)
         _let_go(held)
         raise
+
+
+def _collect_stop(tid: int, held: dict[int, pt.WaitStatus | None]) -> None:
+    try:
+        status = pt.waitpid(tid)
+    except (pt.PtraceError, ChildProcessError):
+        return  # it exited
+    if status is not None and not status.gone:
+        held[tid] = status
 
 
 def _restore_code(pid: int) -> list[int]:

@@ -8,7 +8,6 @@ writer's TID and function, and nothing else.
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import pathlib
 import re
@@ -17,6 +16,7 @@ import threading
 import time
 
 import pytest
+from other_tracer import another_tracer, thread_states
 from perf_events import perf_event_fds
 
 from adapter import watchpoints as wp
@@ -155,31 +155,9 @@ def test_thread_created_after_arming_is_caught(target_factory):
     target.close()
 
 
-@contextlib.contextmanager
-def _another_tracer(tids: list[int]):
-    """A child process that seizes `tids` (another debugger, a recorder) and holds them until
-    the block ends; yields its pid."""
-    read_fd, write_fd = os.pipe()
-    tracer = os.fork()
-    if tracer == 0:  # pragma: no cover - the other tracer: seizes, says so, then waits
-        for tid in tids:
-            ptrace.seize(tid)
-        os.write(write_fd, b"x")
-        time.sleep(60)
-        os._exit(0)
-    try:
-        os.read(read_fd, 1)
-        yield tracer
-    finally:
-        os.kill(tracer, 9)
-        os.waitpid(tracer, 0)
-        os.close(read_fd)
-        os.close(write_fd)
-
-
 def test_a_target_traced_by_another_debugger_is_armed_without_the_freeze(target_factory):
     target = target_factory(before=1, after=0, writes=10, interval_us=1000)
-    with _another_tracer(ptrace.threads_of(target.pid)) as tracer:
+    with another_tracer(ptrace.threads_of(target.pid)) as tracer:
         with open(f"/proc/{target.pid}/status") as f:
             assert f"TracerPid:\t{tracer}\n" in f.read()
         with wp.PerfWatcher(target.pid) as watcher:
@@ -197,19 +175,12 @@ def test_a_thread_traced_by_another_tracer_leaves_no_other_thread_held(target_fa
     debugpy session answered nothing more (the DAP fuzzer with data breakpoints)."""
     target = target_factory(before=3, after=0, writes=10, interval_us=1000)
     last = max(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
-    with _another_tracer([last]):
+    with another_tracer([last]):
         with wp.PerfWatcher(target.pid) as watcher:
             watcher.add(wp.WatchRequest(target.addr["value"], 8, wp.Access.WRITE))
-            others = {}
-            for tid in os.listdir(f"/proc/{target.pid}/task"):
-                if int(tid) == last:
-                    continue
-                with open(f"/proc/{target.pid}/task/{tid}/status") as f:
-                    tracer_line = next(x for x in f if x.startswith("TracerPid:"))
-                with open(f"/proc/{target.pid}/task/{tid}/stat") as f:
-                    state = f.read().rsplit(") ", 1)[1][0]
-                others[int(tid)] = (tracer_line.split()[1], state)
-            assert others and all(t == "0" and s != "t" for t, s in others.values()), others
+            others = {tid: state for tid, state in thread_states(target.pid).items()
+                      if tid != last}
+            assert others and all(t == 0 and s != "t" for t, s in others.values()), others
     target.proc.kill()
     target.proc.wait(10)
 

@@ -90,6 +90,10 @@ class PythonFrameProbe:
         lay = self.layout
         self._frame_size = lay.frame_read_size
         self._owner = lay.frame_owner
+        self._shims = self._owner is not None and lay.version[:2] >= (3, 12)
+        """Entry shims exist (3.12+; 3.11's frames have an owner but none is the C stack's)."""
+        self._shim_of = self._past_shim_frame = 0
+        """_past_shim's last question and answer."""
         self._eval = [(lo, hi, code) for (lo, hi), code in
                       zip(image.eval_ranges, image.eval_code, strict=True)]
         self._where: dict[int, int] = {}
@@ -209,6 +213,8 @@ class PythonFrameProbe:
                     self.window_end.check(self, 0, 0, 0, 0)
                 return NO_FRAME
             code, index, previous = self._parse(data)
+            if previous and self._shims and previous != self._last_frame:
+                previous = self._past_shim(previous)
             if self.stops is not None:
                 closing = self._watch(frame, code, index, previous)
                 if closing is not None:
@@ -285,6 +291,19 @@ class PythonFrameProbe:
                 return frame, data
             frame = int.from_bytes(data[lay.frame_previous:lay.frame_previous + 8], "little")
         return 0, None
+
+    def _past_shim(self, previous: int) -> int:
+        """The Python frame under `previous` (itself, unless it is an entry shim owned by the
+        C stack: 3.12+ pushes one under every Python function called from C, a debugger's
+        sys.monitoring callback among them). Every check of a push or a pop compares Python
+        frames; with the shim in between, a frame that C pushed over the last one read was
+        not seen as pushed over it (the close lines' check missed every line on 3.12+, and
+        the depth was walked again). The last answer is kept: the same frame, read again,
+        asks again."""
+        if previous != self._shim_of:
+            self._shim_of = previous
+            self._past_shim_frame = self._python_frame(previous)[0]
+        return self._past_shim_frame
 
     def _parse(self, data: bytes) -> tuple[int, int, int]:
         """(code object, code unit index, previous frame) of a frame's first bytes."""

@@ -30,8 +30,10 @@ def _settrace_lines(python: str) -> list[tuple[str, int]]:
     return [tuple(x) for x in json.loads(out)]
 
 
-def _start(client, window: dict | None = None, python: str | None = None) -> dict:
-    """Launch the service with the record and the normal breakpoint; the capture's body."""
+def _start(client, window: dict | None = None, python: str | None = None,
+           stop_at: str = "after") -> dict:
+    """Launch the service with the record breakpoint on score's first line and the normal
+    breakpoint at marker `stop_at`; the capture's body."""
     client.call("initialize", INITIALIZE)
     config = {"program": str(SERVICE), "args": ["3"], "console": "internalConsole"}
     if python is not None:
@@ -42,7 +44,7 @@ def _start(client, window: dict | None = None, python: str | None = None) -> dic
     client.expect_event("initialized")
     answer = client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
         {"line": marker_line(SERVICE, "score_first"), "mode": "record", "hitCondition": "2"},
-        {"line": marker_line(SERVICE, "after"), "hitCondition": "2"}]})
+        {"line": marker_line(SERVICE, stop_at), "hitCondition": "2"}]})
     assert all(b["verified"] for b in answer["breakpoints"]), answer
     client.call("configurationDone", {})
     assert client.expect_response(launch)["success"]
@@ -103,6 +105,36 @@ def _walk_back(client, thread: int, limit: int) -> list[tuple[str, int]]:
             return walked
         walked.append((name, line))
     raise AssertionError(f"no start of the recorded history after {limit} steps: {walked}")
+
+
+@pytest.mark.parametrize("version", ["default", "3.12"])
+def test_a_breakpoint_inside_the_window_closes_it_there(start_adapter, version):
+    """A normal breakpoint on score's return line, inside the window (which would close at
+    score's return): the window closes as the thread reaches it, so that debugpy stops there
+    at full speed, and the history ends on that line. On 3.12+ the debugger's callback is
+    called from C, through an entry frame of the C stack that the probe must look past (it
+    did not: the window recorded debugpy's whole suspension, up to its cap)."""
+    python = None
+    if version != "default":
+        python = interpreter(version)
+        if python is None:
+            pytest.skip(f"no CPython {version} on this machine")
+    run = start_adapter()
+    client = run.client
+    capture = _start(client, python=python, stop_at="score_ret")
+    at = f"{SERVICE}:{marker_line(SERVICE, 'score_ret')}"
+    assert capture["endReason"] == f"the thread reached the breakpoint at {at}", capture
+    assert capture["status"] == "complete", capture
+    thread = client.expect_stopped("breakpoint", timeout=60)["threadId"]
+    run.track()
+    assert top_frame(client, thread)["line"] == marker_line(SERVICE, "score_ret")
+    expected = _settrace_lines(python or sys.executable)
+    expected = expected[:expected.index(("score", marker_line(SERVICE, "score_ret"))) + 1]
+    # the history ends on the breakpoint's line (where the window closed), as the stop
+    assert _walk_back(client, thread, len(expected) + 5) == expected[::-1]
+    client.call("disconnect", {"terminateDebuggee": True})
+    run.wait_exit()
+    run.assert_nothing_left()
 
 
 def test_a_window_of_n_python_lines(start_adapter):

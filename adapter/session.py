@@ -70,6 +70,8 @@ BACKEND_GONE_LINGER = 10.0
 """Seconds the session waits for the client's `disconnect` after the backend died."""
 DISCONNECT_TIMEOUT = 5.0
 """Seconds the backend gets to answer `disconnect` before the session ends anyway."""
+PROGRAM_GONE_GRACE = 2.0
+"""Seconds the backend gets to report the debuggee's end itself before the session does."""
 
 
 class Session:
@@ -145,6 +147,7 @@ class Session:
         """monotonic() when the client asked to disconnect."""
         self.finished = threading.Event()
         """Set when the session is over: the run loop then shuts everything down."""
+        self._program_end: ProgramEnd | None = None
         self._lock = threading.Lock()
         from adapter.features.record_breakpoints import install_trace_features
         install_trace_features(self)
@@ -170,6 +173,8 @@ class Session:
             if self.backend_gone_at is not None and now - self.backend_gone_at > BACKEND_GONE_LINGER:
                 log.info("no disconnect %g s after the backend died; ending", BACKEND_GONE_LINGER)
                 break
+            if self._program_end is not None and self._program_end.unreported(now):
+                self._program_gone(self._program_end.pid)
             if self.disconnect_at is not None and now - self.disconnect_at > DISCONNECT_TIMEOUT:
                 log.warning("the backend did not answer disconnect; ending anyway")
                 request = self._disconnect_request
@@ -359,6 +364,8 @@ class Session:
             if event_filter(raw):
                 return
         if name == "terminated":
+            if self.terminated_sent:
+                return  # ptdebug said it already (the program's or the backend's end)
             self.terminated_sent = True
         elif name == "capabilities":
             body = raw.get("body") or {}
@@ -382,8 +389,23 @@ class Session:
         self.memory.originals = (backend.original_bytes if isinstance(backend, ShowsOriginalBytes)
                                  else None)
         self.disassembler = None
+        if self._program_end is None or self._program_end.pid != pid:
+            self._program_end = ProgramEnd.watch(pid)
         threading.Thread(target=self._start_features, args=(pid,), name="ptdebug-features",
                          daemon=True).start()
+
+    def _program_gone(self, pid: int) -> None:
+        """The debuggee ended and the backend did not say so (Delve holding a stopped program
+        learns it only at the next `continue`): the user is told, and the session ends as if
+        the backend had said it."""
+        self._program_end = None
+        if self.terminated_sent or self.disconnect_at is not None:
+            return
+        log.warning("the debuggee (process %d) ended; its debugger did not say so", pid)
+        self.terminated_sent = True
+        self.client.send_event("output", {"category": "important", "output":
+                                          f"ptdebug: the program (process {pid}) ended\n"})
+        self.client.send_event("terminated", {})
 
     def _start_features(self, pid: int) -> None:
         """Probe and start the features that need the debuggee's pid, off the reader thread
@@ -439,6 +461,47 @@ class Session:
             self.client.send_event("output", {"category": "important",
                                               "output": f"ptdebug: {reason}\n"})
             self.client.send_event("terminated", {})
+
+
+class ProgramEnd:
+    """The debuggee's end, read from /proc/PID/stat: gone, or its main thread a zombie (a
+    stopped program killed while its debugger waits for a command stays one, its other threads
+    waiting for the debugger to reap them: a pidfd would not be readable before that), with
+    the start time it had when watched (a reused pid is not the program)."""
+
+    def __init__(self, pid: int, started: bytes):
+        self.pid = pid
+        self._started = started
+        self._ended_at: float | None = None
+
+    @classmethod
+    def watch(cls, pid: int) -> ProgramEnd | None:
+        state = _process_state(pid)
+        if state is None or state[0] in "ZX":
+            log.info("cannot watch process %d's end: it has ended", pid)
+            return None  # the backend reports that
+        return cls(pid, state[1])
+
+    def unreported(self, now: float) -> bool:
+        """Whether the process has been gone PROGRAM_GONE_GRACE seconds (the backend's own
+        report of it, `terminated`, is awaited that long)."""
+        if self._ended_at is None:
+            state = _process_state(self.pid)
+            if state is not None and state[0] not in "ZX" and state[1] == self._started:
+                return False
+            self._ended_at = now
+        return now - self._ended_at > PROGRAM_GONE_GRACE
+
+
+def _process_state(pid: int) -> tuple[str, bytes] | None:
+    """(state letter, start time) of /proc/PID/stat; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[0].decode(), fields[19]
 
 
 def _active(intercept: Callable, command: str) -> bool:

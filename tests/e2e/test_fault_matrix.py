@@ -1,12 +1,16 @@
 """The fault matrix of attached programs (issue 17, item 5): a process of the session is killed
-(the client's stream closed, `ptdebug dap` SIGKILLed, the debugger SIGKILLed) while the program
-is stopped at a breakpoint or running, in Python (debugpy server, `connect`) and Go (Delve,
-`pid`) sessions; afterwards the program the user attached to must run on, untraced, not
-stopped, its code as in its files (tests/e2e/unharmed.py), and no process of the session is
-left.
+(the client's stream closed, `ptdebug dap` SIGKILLed, the debugger SIGKILLed, the warm recorder
+workers of its record breakpoints SIGKILLed between captures) while the program is stopped at a
+breakpoint or running, in Python (debugpy server, `connect`) and Go (Delve, `pid`) sessions;
+afterwards the program the user attached to must run on, untraced, not stopped, its code as in
+its files (tests/e2e/unharmed.py), and no process of the session is left. A Python session
+whose recorders were killed still records (another worker starts). The program's own death
+(SIGKILL) must end the session: `terminated`, then a clean exit, nothing left.
 
-Launched programs and the debuggee's own death are the lifecycle tests'
-(test_dap_lifecycle.py, test_go_lifecycle.py): a launched program ends with its session.
+Launched programs are the lifecycle tests' (test_dap_lifecycle.py, test_go_lifecycle.py): a
+launched program ends with its session. A recorder killed in the middle of a window is the
+survival matrix's (tests/live/test_stepper_survival.py): the kernel lets the thread go with the
+recorder's trap pending, which no process can prevent (docs/testing.md).
 
 CI runs the chosen moments; PTDEBUG_FAULT_MATRIX=random adds cells killed at a random delay
 after the session starts (the seed is in the test's id), for longer runs on demand.
@@ -29,7 +33,7 @@ from unharmed import assert_unharmed
 
 pytestmark = [pytest.mark.timeout(120)]
 
-VICTIMS = ("client", "adapter", "debugger")
+VICTIMS = ("client", "adapter", "debugger", "recorder", "program")
 MOMENTS = ["stopped", "running"]
 if os.environ.get("PTDEBUG_FAULT_MATRIX") == "random":
     MOMENTS += [f"random-{seed}" for seed in range(4)]
@@ -79,7 +83,7 @@ def go_binary(tmp_path_factory):
     return package / "main.go", build(package, work / "session_bin")
 
 
-def _start_python(start_adapter, tmp_path):
+def _start_python(start_adapter, tmp_path, initialize: dict = INITIALIZE):
     port = free_port()
     program = Program([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
                        str(BASIC), "tick"], str(tmp_path / "out.txt"), port)
@@ -88,11 +92,13 @@ def _start_python(start_adapter, tmp_path):
         time.sleep(0.05)
     run = start_adapter()
     client = run.client
-    client.call("initialize", INITIALIZE)
+    client.call("initialize", initialize)
     attach = client.send_request("attach", {"connect": {"host": "127.0.0.1", "port": port}})
     client.expect_event("initialized", timeout=30)
-    client.call("setBreakpoints", {"source": {"path": str(BASIC)},
-                                   "breakpoints": [{"line": marker_line(BASIC, "tick")}]})
+    # and a record breakpoint on a line the program does not reach: its recorder is warm
+    client.call("setBreakpoints", {"source": {"path": str(BASIC)}, "breakpoints": [
+        {"line": marker_line(BASIC, "tick")},
+        {"line": marker_line(BASIC, "child"), "mode": "record"}]})
     client.call("configurationDone", {})
     assert client.expect_response(attach, timeout=30)["success"]
     return run, program
@@ -104,7 +110,7 @@ def _start_go(start_adapter, tmp_path, go_binary):
     assert program.wait_for_lines(1, 30)  # "total 280"
     run = start_adapter()
     start_go(run.client, "attach", {"pid": program.pid}, source=source,
-             breakpoints={"spin": {}})
+             breakpoints={"spin": {}, "panic": {"mode": "record"}})  # `panic` never runs
     return run, program
 
 
@@ -123,13 +129,41 @@ def _debugger(language: str, run, program: Program) -> int:
     return found[0]
 
 
+def _recorders(run) -> list[int]:
+    """The session's warm recorder workers (adapter/features/recorder_worker.py), once the
+    first has started (the record breakpoint set starts one in the background)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = [pid for pid in descendants(run.proc.pid)
+                 if "adapter.features.recorder_worker" in cmdline(pid)]
+        if found or time.monotonic() > deadline:
+            assert found, "no recorder worker started for the record breakpoint"
+            return found
+
+
 def _kill(victim: str, language: str, run, program: Program) -> None:
     if victim == "client":
         run.client.wfile.close()
     elif victim == "adapter":
         run.proc.kill()
+    elif victim == "recorder":
+        for pid in _recorders(run):
+            os.kill(pid, signal.SIGKILL)
+    elif victim == "program":
+        program.proc.kill()
     else:
         os.kill(_debugger(language, run, program), signal.SIGKILL)
+
+
+def _still_records(client, stopped: dict) -> None:
+    """The Python session records after its recorders died: a record breakpoint on the line
+    the program runs every 50 ms gives a complete capture (another worker started)."""
+    client.call("setBreakpoints", {"source": {"path": str(BASIC)}, "breakpoints": [
+        {"line": marker_line(BASIC, "tick"), "mode": "record"}]})
+    client.call("continue", {"threadId": stopped["threadId"]})
+    capture = client.expect_event("ptdebug/capture", timeout=60)["body"]
+    assert capture["status"] == "complete", capture
+    client.call("setBreakpoints", {"source": {"path": str(BASIC)}, "breakpoints": []})
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
@@ -157,6 +191,25 @@ def test_an_attached_program_survives_the_death_of(language, victim, moment, sta
             run.proc.wait(10)
         elif victim == "client":
             assert run.wait_exit() == 0
+        elif victim == "recorder":
+            if language == "python":
+                if moment == "stopped":
+                    _still_records(client, stopped)
+                else:
+                    client.call("pause", {"threadId": stopped["threadId"]})
+                    _still_records(client, client.expect_stopped("pause", timeout=30))
+            client.call("disconnect", {"terminateDebuggee": False}, timeout=15)
+            assert run.wait_exit() == 0
+        elif victim == "program":
+            client.expect_event("terminated", timeout=15)
+            if language == "go" and moment == "stopped":
+                # Delve, waiting for a command, would not know before the next `continue`
+                told = "".join(e["body"]["output"] for e in client.events("output"))
+                assert f"the program (process {program.pid}) ended" in told, told
+            client.call("disconnect", {"terminateDebuggee": False}, timeout=15)
+            assert run.wait_exit() == 0
+            run.assert_nothing_left(timeout=10)
+            return
         else:
             client.expect_event("terminated", timeout=15)
             if language == "go" and moment != "stopped":
@@ -195,3 +248,4 @@ def _running_breakpoints(language: str, request) -> dict:
     source = request.getfixturevalue("go_binary")[0]
     return {"source": {"path": str(source)},
             "breakpoints": [{"line": go_marker(source, "spin")}]}
+

@@ -345,7 +345,23 @@ class Session:
                 request.respond_like(response.raw)
             self.finish()
 
-        backend.channel.send_request("disconnect", request.raw.get("arguments"), answered)
+        def forward() -> None:
+            backend.channel.send_request("disconnect", request.raw.get("arguments"), answered)
+
+        recording = self.recording
+        if recording is not None and recording.holds_a_thread():
+            # the recorded thread is let go first (RecordBreakpoints.let_go_before_disconnect),
+            # off the reader thread: the capture's own requests and events go on meanwhile
+            def let_go_then_forward() -> None:
+                try:
+                    recording.let_go_before_disconnect()
+                finally:
+                    forward()
+
+            threading.Thread(target=let_go_then_forward, name="ptdebug-disconnect",
+                             daemon=True).start()
+        else:
+            forward()
         return DEFERRED
 
     # --- BackendHooks ---------------------------------------------------------------------

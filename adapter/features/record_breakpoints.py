@@ -86,6 +86,8 @@ LOCAL_REFERENCE_BASE = 1 << 28
 RECORDER_GRACE = 120.0
 """Seconds a recording may take beyond waiting for its trigger (the stepper records some
 10^5-10^6 instructions a second here; a 5 M-instruction window takes about 5 s)."""
+DISCONNECT_LET_GO_S = 5.0
+"""Seconds a `disconnect` waits for a recorded thread to be let go before it goes on."""
 
 
 @dataclass
@@ -531,6 +533,32 @@ class RecordBreakpoints:
         if child is not None:
             child.end_window(why)
 
+    def let_go_before_disconnect(self, timeout: float = DISCONNECT_LET_GO_S) -> None:
+        """The client is leaving: close the window that holds a thread now (complete, where
+        it stands) and wait, at most `timeout`, until the recorder has let the thread go,
+        so that the debugger hears `disconnect` only then. A thread that debugpy had begun to
+        suspend (a breakpoint it met in the window) finishes suspending at full speed, and
+        the disconnect's resume reaches it; told while the thread still crawled through
+        pydevd under the recorder, the resume came first and the attached program stayed
+        suspended for good after the session (tests/e2e/test_fault_matrix.py)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._phase_lock:
+                child = self._child
+                holding = self._recording_thread is not None
+            if not holding:
+                return
+            if child is not None:
+                child.end_window("disconnect")
+            time.sleep(0.02)
+        log.warning("disconnect: the recorded thread was not let go within %g s", timeout)
+
+    def holds_a_thread(self) -> bool:
+        """Whether a capture holds its thread (from its record breakpoint's stop until the
+        recorder lets the thread go)."""
+        with self._phase_lock:
+            return self._recording_thread is not None
+
     def _record_lines(self) -> set[tuple[str, int]]:
         """(path, line) of every record breakpoint the client set."""
         return {(path, bp.get("line")) for path, entry in self.sources.items()
@@ -667,8 +695,9 @@ class RecordBreakpoints:
                     "data breakpoint": "a data breakpoint fired in the recorded thread",
                     "cancelled": "the recording was cancelled",
                     "stopped elsewhere": "debugpy stopped the program at another thread's "
-                                         "stop"}
-            follows = "" if closed_by == "cancelled" else "; its stop follows"
+                                         "stop",
+                    "disconnect": "the client disconnected"}
+            follows = "" if closed_by in ("cancelled", "disconnect") else "; its stop follows"
             self.session.client.send_event("output", {"category": "console", "output":
                 f"ptdebug: capture {number} closed early: {what[closed_by]}{follows}\n"})
         thread_lock = result.get("thread_lock") or ""

@@ -45,7 +45,8 @@ MAX_IDLE = 2
 """Workers kept warm between captures: the one that records (taken last, reused each time)
 and the spare a capture starts when it takes the last idle one."""
 WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2,
-                      "cancelled": signal.SIGRTMIN, "stopped elsewhere": signal.SIGRTMIN + 1}
+                      "cancelled": signal.SIGRTMIN, "stopped elsewhere": signal.SIGRTMIN + 1,
+                      "disconnect": signal.SIGRTMIN + 2}
 """Why the adapter closes a window early -> the signal that tells the worker."""
 READY_TIMEOUT = 30.0
 """Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
@@ -127,7 +128,9 @@ class RecorderWorker:
         "cancelled" (SIGRTMIN: the user cancelled the recording's progress) or "stopped
         elsewhere" (SIGRTMIN+1: a window on a Python line that has not opened yet, while the
         debugger stopped the program for another thread: the thread cannot run the line
-        before the user continues, and the stop waits for the capture).
+        before the user continues, and the stop waits for the capture) or "disconnect"
+        (SIGRTMIN+2: the client is leaving; the debugger is told only once the thread is let
+        go: RecordBreakpoints.let_go_before_disconnect).
         The worker stays usable; nothing happens between recordings."""
         if self.alive():
             self.process.send_signal(WINDOW_END_SIGNALS[why])
@@ -269,7 +272,8 @@ WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
                "data breakpoint": "a data breakpoint fired in the window",
                "cancelled": "the user cancelled the recording",
                "stopped elsewhere": "the debugger stopped the program at another thread's "
-                                    "stop"}
+                                    "stop",
+               "disconnect": "the client disconnected"}
 """Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
 
 

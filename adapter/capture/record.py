@@ -12,6 +12,7 @@ manifest that says "complete" or "partial" and why.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -20,6 +21,7 @@ from array import array
 
 from adapter.capture import stepper as stepper_mod
 from adapter.capture.bundle import BundleWriter
+from adapter.capture.oom_shield import shielded_from_oom_killer
 from adapter.capture.target import Target, TargetError
 from adapter.hw import cpu as cpu_mod
 from adapter.hw import ptrace as pt
@@ -231,6 +233,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
     failure = None
     began = interrupted = False
     killed = None
+    shield = contextlib.ExitStack()  # until every thread is let go (capture/oom_shield.py)
+    shield.enter_context(shielded_from_oom_killer(log))
     try:
         if command:
             target = Target.launch(command, env=env, no_aslr=no_aslr, output_fd=output_fd)
@@ -413,6 +417,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                     killed = target.pid
             if not release_first:
                 stage("target released")
+        shield.close()
     try:
         manifest = writer.finish(partial)
     except OSError as exc:

@@ -298,8 +298,8 @@ class PythonFrameProbe:
         sys.monitoring callback among them). Every check of a push or a pop compares Python
         frames; with the shim in between, a frame that C pushed over the last one read was
         not seen as pushed over it (the close lines' check missed every line on 3.12+, and
-        the depth was walked again). The last answer is kept: the same frame, read again,
-        asks again."""
+        the depth was walked again). The last answer is kept: a frame read again and again
+        (the same caller each time) costs one read of it in all."""
         if previous != self._shim_of:
             self._shim_of = previous
             self._past_shim_frame = self._python_frame(previous)[0]

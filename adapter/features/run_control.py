@@ -80,6 +80,16 @@ SETTLE = 0.05
 """Seconds after a `stopped` before a resume is sent: a stale `continued` of pydevd (a thread
 resuming late from the suspension before) follows the stop within milliseconds, and a
 `continue` sent before it arrives would be taken as answered by it... or never answered."""
+QUIET_BEFORE_STOP = 1.0
+"""A `stopped` that comes this long after the last resume took effect (its `continued`, or
+the answer to a resume request), with no hidden operation of ptdebug's in progress, needs no
+SETTLE: the threads of the suspension before have all left pydevd's wait long since (a thread
+leaves it as soon as it has the GIL once its event is set), so no late resume can announce a
+stale `continued`. This is a record breakpoint's usual case, a request hitting it a while
+after the last one, and SETTLE was most of the captured request's fixed cost (issue 13:
+37-53 ms of 56-68 ms, 2026-12-03). A hidden operation in progress keeps SETTLE: its thread
+may crawl through pydevd's suspend loop under the recorder (a window opened where the thread
+stands), and resume for seconds."""
 PAUSE_SETTLE = 0.6
 """SETTLE after a `stopped` of reason `pause`: pydevd announces a pause's stop from a timer
 (0.5 s, NOTIFY_OF_PAUSE_TIMEOUT) and, when the program was resumed meanwhile, sends the
@@ -144,7 +154,11 @@ class RunControl:
         self._last_stop_at = 0.0
         """monotonic() of the last `stopped`."""
         self._settle = SETTLE
-        """How long after that `stopped` a resume waits (PAUSE_SETTLE after a pause's)."""
+        """How long after that `stopped` a resume waits (PAUSE_SETTLE after a pause's, none
+        after a quiet one: QUIET_BEFORE_STOP)."""
+        self._last_resume_at = 0.0
+        """monotonic() when a resume last took effect: a `continued`, or a resume request's
+        answer."""
         self._releasing = False
         """ptdebug's own `continue` (release) is out."""
         self._release_claimed = False
@@ -184,7 +198,11 @@ class RunControl:
                 self._stops_seen += 1
                 self._stopped_since_continued = True
                 self._last_stop_at = time.monotonic()
-                self._settle = PAUSE_SETTLE if body.get("reason") == "pause" else SETTLE
+                quiet = (self._last_stop_at - self._last_resume_at > QUIET_BEFORE_STOP
+                         and not self._hidden_ops and not self._in_flight
+                         and not self._releasing)
+                self._settle = (PAUSE_SETTLE if body.get("reason") == "pause" else
+                                0.0 if quiet else SETTLE)
                 self._stale_resume = False  # pydevd announced a stop: it answers a resume
                 self._resume_sent = bool(self._in_flight or self._releasing)
                 if body.get("allThreadsStopped"):
@@ -201,6 +219,7 @@ class RunControl:
             elif name == "continued":
                 self._stopped_since_continued = False
                 self._continueds_seen += 1
+                self._last_resume_at = time.monotonic()
                 if body.get("allThreadsContinued", True):
                     self._running()
                 else:
@@ -345,6 +364,7 @@ class RunControl:
         def answered(response: dict) -> None:
             with self._cond:
                 self._in_flight -= 1
+                self._last_resume_at = time.monotonic()
                 if response.get("success") and self._runs_after(continueds_before):
                     if resumes_all:
                         self._running()
@@ -476,6 +496,7 @@ class RunControl:
         finally:
             with self._cond:
                 self._releasing = False
+                self._last_resume_at = time.monotonic()
         with self._cond:
             if response.success and self._runs_after(continueds_before):
                 self._running()

@@ -323,3 +323,41 @@ def test_a_hidden_stop_that_begins_while_a_resume_is_being_decided_goes_first(se
     _until(lambda: resumed.answered)
     assert session.test_client.response(resumed.seq)["body"] == {"allThreadsContinued": True}
     assert session.backend.sent == ["ptdebug:continue"]
+
+
+def test_a_stop_long_after_the_last_resume_needs_no_settle(session):
+    """A record breakpoint's stop a while after the program last resumed (a request hitting
+    it): no thread of the suspension before can still be resuming, so ptdebug's release is not
+    held back by SETTLE, which was most of a captured request's fixed cost (issue 13). A stop
+    right after a resume still settles: a stale `continued` 20 ms after it is caught before
+    the release, which then resyncs pydevd first."""
+    control = session.run_control
+    backend = session.backend
+    _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
+    assert control._settle == 0.0  # nothing resumed before it
+    hold = control.hold("record breakpoint")
+    control.release(2, hold)
+    control.done(hold)
+    assert backend.sent == ["ptdebug:continue"]
+    _event(session, "continued", threadId=2, allThreadsContinued=True)
+
+    # the next stop comes at once: a thread of the last suspension may still be resuming
+    _event(session, "stopped", reason="breakpoint", threadId=3, allThreadsStopped=True)
+    assert control._settle == run_control.SETTLE
+    threading.Timer(0.02, _event, (session, "continued"), {
+        "threadId": 2, "allThreadsContinued": True}).start()  # that thread's stale one
+
+    def pydevd(command: str) -> None:  # the resync pause's re-announcement
+        if command == "pause":
+            threading.Timer(0.05, _event, (session, "stopped"), {
+                "reason": "pause", "threadId": 3, "allThreadsStopped": True}).start()
+    backend.on_request = pydevd
+    hold = control.hold("record breakpoint")
+    control.release(3, hold)
+    control.done(hold)
+    assert backend.sent == ["ptdebug:continue", "ptdebug:pause", "ptdebug:continue"]
+
+    # a stop more than QUIET_BEFORE_STOP after the last resume, none of ptdebug's in progress
+    control._last_resume_at -= run_control.QUIET_BEFORE_STOP + 0.1
+    _event(session, "stopped", reason="breakpoint", threadId=3, allThreadsStopped=True)
+    assert control._settle == 0.0

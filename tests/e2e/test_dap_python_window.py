@@ -51,6 +51,17 @@ def _start(client, window: dict | None = None, python: str | None = None,
     return client.expect_event("ptdebug/capture", timeout=120)["body"]
 
 
+def _python(version: str) -> str | None:
+    """The interpreter of `version` ("default": the adapter's own choice, None); skips the
+    test where this machine has no such CPython."""
+    if version == "default":
+        return None
+    python = interpreter(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} on this machine")
+    return python
+
+
 def _python_top(client, thread_id: int) -> tuple[str, int, dict]:
     """(function, line) of the innermost frame with a source (the innermost Python frame:
     native frames above it have none), that frame."""
@@ -61,11 +72,7 @@ def _python_top(client, thread_id: int) -> tuple[str, int, dict]:
 
 @pytest.mark.parametrize("version", ["default", "3.12", "3.13"])
 def test_step_back_from_the_stop_after_score_walks_settrace_in_reverse(start_adapter, version):
-    python = None
-    if version != "default":
-        python = interpreter(version)
-        if python is None:
-            pytest.skip(f"no CPython {version} on this machine")
+    python = _python(version)
     run = start_adapter()
     client = run.client
     capture = _start(client, python=python)
@@ -114,11 +121,7 @@ def test_a_breakpoint_inside_the_window_closes_it_there(start_adapter, version):
     at full speed, and the history ends on that line. On 3.12+ the debugger's callback is
     called from C, through an entry frame of the C stack that the probe must look past (it
     did not: the window recorded debugpy's whole suspension, up to its cap)."""
-    python = None
-    if version != "default":
-        python = interpreter(version)
-        if python is None:
-            pytest.skip(f"no CPython {version} on this machine")
+    python = _python(version)
     run = start_adapter()
     client = run.client
     capture = _start(client, python=python, stop_at="score_ret")

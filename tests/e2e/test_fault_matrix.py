@@ -68,6 +68,15 @@ class Program:
             time.sleep(0.02)
         return self.lines() >= count
 
+    def assert_runs_on(self, after: str) -> None:
+        """It makes progress (two more lines of output) and is unharmed (untraced, not
+        stopped, its code as in its files)."""
+        before = self.lines()
+        assert self.wait_for_lines(before + 2, 15), (
+            f"the program made no progress after {after} (status {self.proc.poll()}): "
+            f"{open(self.output).read()[-500:]}")
+        assert_unharmed(self.pid)
+
     def end(self) -> None:
         self.proc.kill()
         try:  # a tracer still there reaps it first
@@ -230,11 +239,7 @@ def test_an_attached_program_survives_the_death_of(language, victim, moment, sta
                 and "SIGTRAP: trace trap" in open(program.output).read()), (
                 program.proc.returncode, open(program.output).read()[-500:])
             return
-        before = program.lines()
-        assert program.wait_for_lines(before + 2, 15), (
-            f"the program made no progress after the {victim} died "
-            f"(status {program.proc.poll()}): {open(program.output).read()[-500:]}")
-        assert_unharmed(program.pid)
+        program.assert_runs_on(f"the {victim} died")
     finally:
         program.end()
 
@@ -278,10 +283,6 @@ def test_a_disconnect_while_a_window_records_leaves_the_attached_program_running
         client.call("disconnect", {"terminateDebuggee": False}, timeout=30)
         assert run.wait_exit() == 0
         run.assert_nothing_left(timeout=10)
-        before = program.lines()
-        assert program.wait_for_lines(before + 2, 15), (
-            f"the program made no progress after the disconnect (status "
-            f"{program.proc.poll()}): {open(program.output).read()[-500:]}")
-        assert_unharmed(program.pid)
+        program.assert_runs_on("the disconnect")
     finally:
         program.end()

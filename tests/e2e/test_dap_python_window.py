@@ -114,14 +114,14 @@ def _walk_back(client, thread: int, limit: int) -> list[tuple[str, int]]:
     raise AssertionError(f"no start of the recorded history after {limit} steps: {walked}")
 
 
-@pytest.mark.parametrize("version", ["default", "3.12"])
-def test_a_breakpoint_inside_the_window_closes_it_there(start_adapter, version):
+def test_a_breakpoint_inside_the_window_closes_it_there_on_3_12(start_adapter):
     """A normal breakpoint on score's return line, inside the window (which would close at
     score's return): the window closes as the thread reaches it, so that debugpy stops there
     at full speed, and the history ends on that line. On 3.12+ the debugger's callback is
     called from C, through an entry frame of the C stack that the probe must look past (it
-    did not: the window recorded debugpy's whole suspension, up to its cap)."""
-    python = _python(version)
+    did not: the window recorded debugpy's whole suspension, up to its cap). 3.11's settrace
+    path: tests/e2e/test_dap_record_window_stops.py."""
+    python = _python("3.12")
     run = start_adapter()
     client = run.client
     capture = _start(client, python=python, stop_at="score_ret")
@@ -131,7 +131,7 @@ def test_a_breakpoint_inside_the_window_closes_it_there(start_adapter, version):
     thread = client.expect_stopped("breakpoint", timeout=60)["threadId"]
     run.track()
     assert top_frame(client, thread)["line"] == marker_line(SERVICE, "score_ret")
-    expected = _settrace_lines(python or sys.executable)
+    expected = _settrace_lines(python)
     expected = expected[:expected.index(("score", marker_line(SERVICE, "score_ret"))) + 1]
     # the history ends on the breakpoint's line (where the window closed), as the stop
     assert _walk_back(client, thread, len(expected) + 5) == expected[::-1]

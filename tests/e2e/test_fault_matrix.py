@@ -168,7 +168,8 @@ def _still_records(client, stopped: dict) -> None:
     """The Python session records after its recorders died: a record breakpoint on the line
     the program runs every 50 ms gives a complete capture (another worker started)."""
     client.call("setBreakpoints", {"source": {"path": str(BASIC)}, "breakpoints": [
-        {"line": marker_line(BASIC, "tick"), "mode": "record"}]})
+        {"line": marker_line(BASIC, "tick"), "mode": "record",
+         "recordWindow": {"instructions": 2000}}]})
     client.call("continue", {"threadId": stopped["threadId"]})
     capture = client.expect_event("ptdebug/capture", timeout=60)["body"]
     assert capture["status"] == "complete", capture

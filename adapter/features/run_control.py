@@ -156,9 +156,10 @@ class RunControl:
         self._settle = SETTLE
         """How long after that `stopped` a resume waits (PAUSE_SETTLE after a pause's, none
         after a quiet one: QUIET_BEFORE_STOP)."""
-        self._last_resume_at = 0.0
+        self._last_resume_at = time.monotonic()
         """monotonic() when a resume last took effect: a `continued`, or a resume request's
-        answer."""
+        answer. It starts at the session's start: a program attached to may have had another
+        client, whose disconnect resumed it a moment ago."""
         self._releasing = False
         """ptdebug's own `continue` (release) is out."""
         self._release_claimed = False

@@ -333,8 +333,11 @@ def test_a_stop_long_after_the_last_resume_needs_no_settle(session):
     the release, which then resyncs pydevd first."""
     control = session.run_control
     backend = session.backend
+    _event(session, "stopped", reason="breakpoint", threadId=1, allThreadsStopped=True)
+    assert control._settle == run_control.SETTLE  # the session began a moment ago
+    control._last_resume_at -= run_control.QUIET_BEFORE_STOP + 0.1  # as if long ago
     _event(session, "stopped", reason="breakpoint", threadId=2, allThreadsStopped=True)
-    assert control._settle == 0.0  # nothing resumed before it
+    assert control._settle == 0.0  # nothing resumed for over a second
     hold = control.hold("record breakpoint")
     control.release(2, hold)
     control.done(hold)

@@ -44,7 +44,7 @@ import os
 import select
 from typing import TYPE_CHECKING
 
-from adapter.hw import debugregs, perf, ptrace
+from adapter.hw import debugregs, hold, perf, ptrace
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations are not evaluated here
     from typing_extensions import Self
@@ -316,92 +316,31 @@ def online_cpus() -> list[int]:
 
 
 class _Frozen:
-    """All threads of `pid` held in a ptrace interrupt-stop for the duration of a `with`.
-
-    PTRACE_SEIZE sends nothing to the target; PTRACE_INTERRUPT stops a thread
-    at its next chance (a blocking system call is restarted transparently);
-    PTRACE_DETACH lets it go, re-delivering a signal that arrived meanwhile.
-    The loop re-reads /proc/PID/task until every listed thread is stopped, so
-    no thread can be cloned while the caller works. If the target is already
-    traced (by a debugger, or by ptdebug's own stepper) the freeze is
-    impossible (EPERM): `held` is False and the caller arms the running target,
-    where a thread cloned during the few milliseconds of arming could be
-    missed or armed twice.
+    """All threads of `pid` held in a ptrace stop for the duration of a `with`
+    (adapter/hw/hold.py), so that no thread can be cloned while the caller works. If the
+    target is already traced (by a debugger, or by ptdebug's own stepper) the freeze is
+    impossible (EPERM): `held` is False and the caller arms the running target, where a thread
+    cloned during the few milliseconds of arming could be missed or armed twice.
     """
 
     def __init__(self, pid: int):
         self.pid = pid
-        self.stopped: dict[int, int] = {}  # tid -> signal to re-deliver at detach
+        self.stopped: dict[int, ptrace.WaitStatus | None] = {}
+        """tid -> the stop it reported (its signal is delivered again at the release)."""
         self.held = True
 
     def __enter__(self) -> Self:
-        tried: set[int] = set()  # a thread that exits stays listed a moment: try it once
-        seized: list[int] = []  # this pass's, interrupted and not waited for yet
         try:
-            while True:
-                fresh = [t for t in live_threads(self.pid) if t not in tried]
-                if not fresh:
-                    return self
-                tried.update(fresh)
-                seized = []
-                for tid in fresh:
-                    try:
-                        ptrace.seize(tid)
-                    except ptrace.PtraceError as exc:
-                        if exc.errno == errno.ESRCH:
-                            continue
-                        if exc.errno == errno.EPERM and ptrace.tracer_of(tid) != 0:
-                            self._settle(seized)
-                            self._release()
-                            self.held = False
-                            return self
-                        raise
-                    seized.append(tid)
-                    ptrace.interrupt(tid)
-                for tid in seized:
-                    self._wait_stopped(tid)
-        except BaseException:
-            self._settle(seized)
-            self._release()
-            raise
-
-    def _settle(self, seized: list[int]) -> None:
-        """Collect the stops of threads seized and interrupted but not waited for, so that
-        `_release` lets them go too. Left out, they stopped a moment later and stayed stopped,
-        traced by ptdebug, for good: a data breakpoint armed while a record window traced one
-        thread (EPERM on it) froze every thread seized before it in the same pass, pydevd's
-        among them, and debugpy answered nothing more (the DAP fuzzer, seed 17391865)."""
-        for tid in seized:
-            if tid in self.stopped:
-                continue
-            try:
-                ptrace.interrupt(tid)  # again, in case the first was not sent
-            except ptrace.PtraceError:
-                pass
-            try:
-                self._wait_stopped(tid)
-            except (ptrace.PtraceError, ChildProcessError):
-                pass  # it exited
-
-    def _wait_stopped(self, tid: int) -> None:
-        status = ptrace.waitpid(tid, ptrace.WALL)
-        if status.gone:
-            return
-        # An interrupt stop, a group-stop, or a signal-delivery-stop that came first:
-        # stopped either way. The signal of the last is delivered again at detach
-        # (PTRACE_DETACH injects it from a signal-delivery-stop, ptrace(2)).
-        self.stopped[tid] = 0 if status.event else status.stop_signal
+            self.stopped = hold.hold_all(self.pid)
+        except hold.TracedElsewhere:
+            self.held = False
+        except FileNotFoundError:
+            raise WatchError("no_process", f"no process {self.pid}") from None
+        return self
 
     def __exit__(self, *exc) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        for tid, sig in self.stopped.items():
-            try:
-                ptrace.detach(tid, sig)
-            except ptrace.PtraceError:
-                pass  # the thread exited while stopped
-        self.stopped.clear()
+        hold.let_go(self.stopped)
+        self.stopped = {}
 
 
 def live_threads(pid: int) -> list[int]:

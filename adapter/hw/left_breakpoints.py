@@ -1,7 +1,7 @@
 """Breakpoints a dead debugger left in a program it attached to: the INT3 (0xCC) bytes it
 planted in the program's code, which the program would run into next and die of SIGTRAP.
 
-`put_back(pid)` holds every thread (PTRACE_SEIZE + PTRACE_INTERRUPT), finds each byte of an
+`put_back(pid)` holds every thread (adapter/hw/hold.py), finds each byte of an
 executable file-backed mapping that reads 0xCC where the mapped file holds something else, writes
 the file's byte back through /proc/PID/mem, moves a thread that already trapped on one of them
 back onto the instruction (its SIGTRAP is dropped), and lets every thread go untraced.
@@ -17,12 +17,12 @@ Layer: adapter.hw. Knows nothing of DAP or of which debugger planted the bytes.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import signal
 import stat
 import time
 
+from adapter.hw import hold
 from adapter.hw import ptrace as pt
 
 INT3 = 0xCC
@@ -48,8 +48,8 @@ def put_back(pid: int) -> PutBack | None:
     if not _wait_untraced(pid):
         return None
     try:
-        held = _hold_all(pid)
-    except _TracedMeanwhile:
+        held = hold.hold_all(pid)
+    except hold.TracedElsewhere:  # another tracer took a thread meanwhile: its bytes now
         return None
     restored: list[int] = []
     rewound: list[int] = []
@@ -66,7 +66,7 @@ def put_back(pid: int) -> PutBack | None:
                     held[tid] = None  # its SIGTRAP is the planted byte's: not delivered
                     rewound.append(tid)
     finally:
-        _let_go(held)
+        hold.let_go(held)
     return PutBack(restored, rewound, len(held))
 
 
@@ -93,61 +93,6 @@ def _tracer(tid: int) -> int:
         return pt.tracer_of(tid)
     except OSError:
         return 0
-
-
-class _TracedMeanwhile(Exception):
-    """Another tracer took a thread between `_wait_untraced` and the hold."""
-
-
-def _hold_all(pid: int) -> dict[int, pt.WaitStatus | None]:
-    """Seize and stop every thread, again until no new one appears (a thread not yet held may
-    start another). tid -> the stop it reported (None once nothing is to be delivered).
-    Raises _TracedMeanwhile, with every thread it held let go, when another tracer has one."""
-    held: dict[int, pt.WaitStatus | None] = {}
-    seized: list[int] = []  # this pass's, interrupted and not waited for yet
-    try:
-        while True:
-            fresh = [tid for tid in _threads(pid) if tid not in held]
-            if not fresh:
-                return held
-            seized = []
-            for tid in fresh:
-                try:
-                    pt.seize(tid)
-                except pt.PtraceError as exc:
-                    if exc.errno == errno.ESRCH:
-                        continue  # it ended meanwhile
-                    if exc.errno == errno.EPERM and _tracer(tid):
-                        raise _TracedMeanwhile from exc
-                    raise
-                seized.append(tid)
-                try:
-                    pt.interrupt(tid)
-                except pt.PtraceError as exc:
-                    if exc.errno != errno.ESRCH:
-                        raise
-                    seized.remove(tid)  # it ended between the two calls
-            for tid in seized:
-                _collect_stop(tid, held)
-            seized = []
-    except BaseException:
-        # Threads seized in this pass and not yet waited for stop a moment later, traced by
-        # this process: collect their stops so that they are let go with the rest, or they
-        # stay stopped for good (the freeze of adapter/watchpoints.py had this bug).
-        for tid in seized:
-            if tid not in held:
-                _collect_stop(tid, held)
-        _let_go(held)
-        raise
-
-
-def _collect_stop(tid: int, held: dict[int, pt.WaitStatus | None]) -> None:
-    try:
-        status = pt.waitpid(tid)
-    except (pt.PtraceError, ChildProcessError):
-        return  # it exited
-    if status is not None and not status.gone:
-        held[tid] = status
 
 
 def _restore_code(pid: int) -> list[int]:
@@ -183,16 +128,3 @@ def _restore_code(pid: int) -> list[int]:
                     restored.append(low + start)
                 start = in_memory.find(INT3, start + 1)
     return restored
-
-
-def _let_go(held: dict[int, pt.WaitStatus | None]) -> None:
-    """Detach every held thread, delivering the signal it stopped with when that was one the
-    program is to get (a PTRACE_EVENT_STOP carries none)."""
-    for tid, status in held.items():
-        deliver = 0
-        if status is not None and status.stopped and not status.event:
-            deliver = status.stop_signal
-        try:
-            pt.detach(tid, deliver)
-        except pt.PtraceError:
-            pass  # it ended meanwhile

@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # (module, class). Checked only when the module is already imported (else none was raised).
 INPUT_ERRORS = (
     ("adapter.capture.bundle", "BundleError"),
-    ("adapter.export.trace", "TraceError"),
+    ("adapter.recording.recording", "TraceError"),
     ("pt_decoder.errors", "PtError"),
 )
 

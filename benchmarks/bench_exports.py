@@ -2,7 +2,7 @@
 bundle, side by side in one run: each view's time as a ratio of the decode it builds on.
 
 Records `tests/fixtures/programs/hotpath.c` (gcc -O0 -g) with the ptrace stepper (not timed),
-then times, best of 3: DecodedBundle.open (decode every stream), the pprof profile, the
+then times, best of 3: Recording.open (decode every stream), the pprof profile, the
 Perfetto JSON, the hot-lines model (line table included) and a latency query.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ def run(quick: bool = False) -> dict:
     from adapter.export.latency import measure, resolve
     from adapter.export.perfetto import trace_events
     from adapter.export.pprof import build_profile
-    from adapter.export.trace import DecodedBundle
     from adapter.lsp.hotlines import HotLines
+    from adapter.recording.recording import Recording
 
     requests = 100 if quick else 1000
     with tempfile.TemporaryDirectory() as tmp:
@@ -43,12 +43,12 @@ def run(quick: bool = False) -> dict:
                         "-o", str(bundle), "--", str(program), str(requests)],
                        check=True, capture_output=True, cwd=ROOT)
 
-        decode = _best(lambda: DecodedBundle.open(bundle))
-        decoded = DecodedBundle.open(bundle)
+        decode = _best(lambda: Recording.open(bundle))
+        decoded = Recording.open(bundle)
         n = decoded.total_instructions
 
         def fresh():  # the views cache per-thread columns: time each on a fresh decode
-            return DecodedBundle.open(bundle)
+            return Recording.open(bundle)
 
         def timed(view) -> float:
             best = float("inf")

@@ -6,9 +6,9 @@ A real stepper recording of tests/fixtures/programs/go_handoff (three goroutines
 token over channels, the goid probe writing PTWRITEs) is made once (bench_goroutines'
 recorder). Measured side by side in one run:
 
-* building a capture's goroutine index (decoding its bundle again for the PTWRITE goids, the
-  runtime layout already read, as for every capture after a session's first), against
-  decoding the same bundle into the capture's History (DecodedBundle.open), best of 5;
+* building a capture's goroutine index (Recording.goroutines on first use: from the PTWRITE
+  goids its decode kept, the runtime layout already read, as for every capture after a
+  session's first), against decoding the same bundle (Recording.open), best of 5;
 * on 5 M instructions (1 M with --quick): the recording's columns repeated, its goid
   observations with them, the History built from them (History.from_columns, the reference)
   and the index (GoroutineIndex.build); then the first expansion of the trace scope's
@@ -49,22 +49,16 @@ class _Recording:
 
 
 def bench_capture_index(bundle: str, binary: str) -> dict:
-    from adapter.export.trace import DecodedBundle
-    from adapter.features import goroutine_view
-    from adapter.features.captures import Capture
-    from adapter.features.record_window import RecordWindow
-    from adapter.golang import bundle_index
-    from adapter.golang.runtime_layout import RuntimeLayout
+    from adapter.golang.runtime_layout import RuntimeLayout, layout_of
+    from adapter.recording.goroutines import index_threads
+    from adapter.recording.recording import Recording
     layout_s = _best(lambda: RuntimeLayout.from_elf(binary), rounds=1)
-    bundle_index.runtime_layout(binary)
-
-    def fresh_capture():
-        trace = DecodedBundle.open(bundle)
-        return Capture(1, trace.threads[0].tid, 1, RecordWindow(), bundle, trace)
-    capture = fresh_capture()
-    decode_s = _best(lambda: DecodedBundle.open(bundle))
-    build_s = _best(lambda: goroutine_view._build(capture))
-    return {"instructions": len(capture.history), "decode_s": round(decode_s, 4),
+    layout_of(binary)
+    trace = Recording.open(bundle)
+    decode_s = _best(lambda: Recording.open(bundle))
+    # what Recording.goroutines() does on first use (it keeps the result)
+    build_s = _best(lambda: index_threads(trace.root, trace.manifest, trace.threads))
+    return {"instructions": len(trace.threads[0].history), "decode_s": round(decode_s, 4),
             "goroutine_index_s": round(build_s, 4),
             "index_vs_decode": round(build_s / decode_s, 2),
             "runtime_layout_first_read_s": round(layout_s, 3)}
@@ -74,15 +68,16 @@ def bench_views(instructions: int, bundle: str) -> dict:
     import numpy as np
 
     from adapter.capture.bundle import Bundle
-    from adapter.export.trace import DecodedBundle
     from adapter.features import goroutine_view, trace_scope
     from adapter.features.captures import Capture
     from adapter.features.record_window import RecordWindow
-    from adapter.golang.bundle_index import go_binary, index_bundle, runtime_layout
     from adapter.golang.goroutine_index import GoroutineIndex
+    from adapter.golang.runtime_layout import layout_of
+    from adapter.recording.goroutines import go_binary
+    from adapter.recording.recording import Recording
     from pt_decoder.history import History
 
-    (thread,) = index_bundle(bundle)
+    (thread,) = Recording.open(bundle).goroutines().values()
     base = thread.history
     n0 = len(base)
     copies = -(-instructions // n0)
@@ -99,10 +94,10 @@ def bench_views(instructions: int, bundle: str) -> dict:
                if p + c * n0 < instructions]
     history_s = _best(lambda: History.from_columns(ip, times, cycles, flags), rounds=3)
     history = History.from_columns(ip, times, cycles, flags)
-    layout = runtime_layout(go_binary(Bundle.open(bundle)))
+    layout = layout_of(go_binary(Bundle.open(bundle)))
     index = GoroutineIndex.build(ip, samples, layout.g_stores)
 
-    trace = DecodedBundle.open(bundle)
+    trace = Recording.open(bundle)
     trace.threads[0].history = history
     capture = Capture(1, trace.threads[0].tid, 1, RecordWindow(), bundle, trace)
     _ = capture.lines  # read once, as the first stop of a session does

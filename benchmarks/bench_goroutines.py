@@ -95,12 +95,12 @@ def _best(fn, rounds: int = 5) -> float:
 def bench_index(instructions: int, tmp: str) -> dict:
     import numpy as np
 
-    from adapter.golang.bundle_index import index_bundle
     from adapter.golang.goroutine_index import GoroutineIndex
     from adapter.golang.runtime_layout import RuntimeLayout
+    from adapter.recording.recording import Recording
     from pt_decoder.history import History
     bundle, binary = _record_handoff(tmp)
-    (thread,) = index_bundle(bundle)
+    (thread,) = Recording.open(bundle).goroutines().values()
     layout = RuntimeLayout.from_elf(binary)
     base_ip = np.frombuffer(thread.history.ips(), dtype=np.uint64)
     base_n = base_ip.size

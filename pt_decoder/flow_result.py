@@ -51,6 +51,22 @@ class FlowResult:
         from pt_decoder.history import History
         return History.from_columns(self.ip, self.tsc, self.cycles, self.flags, self.gaps(), meta or {})
 
+    def ptwrites(self) -> list[tuple[int, int]]:
+        """(position, value) of the flow's PTWRITE events, each placed on the instruction the
+        recorder meant. A PTWRITE bound to an FUP is reported after the instruction at that
+        IP: the PTWRITE itself (Intel PT), or the instruction the stepper stopped before when
+        it read the value (a goroutine id, a Python frame sample); the sample goes on it."""
+        out = []
+        ips = self.ip
+        for kind, pos, _off, _ip, _code, ev in self.items:
+            if kind != "event" or not ev or ev.get("type") != "ptwrite":
+                continue
+            ip = ev.get("ip")
+            if ip is not None and pos > 0 and ips[pos - 1] == ip:
+                pos -= 1
+            out.append((pos, ev["payload"]))
+        return out
+
     def extend(self, other: FlowResult) -> None:
         """Append `other` (a later piece of the same stream) to this result."""
         base = len(self.ip)

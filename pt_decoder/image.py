@@ -108,6 +108,24 @@ def elf_identity(elf: ELFFile) -> str | None:
     return go
 
 
+def elf_load_bias(path: str, load_address: int, offset: int = 0) -> int | None:
+    """Load bias of an ELF mapping: where its file offset `offset` is in memory
+    (`load_address`), minus the virtual address the ELF gives that offset (the PT_LOAD
+    segment that holds it). None for a file that is not ELF, cannot be read, or has no
+    PT_LOAD segment holding `offset`."""
+    try:
+        with open(path, "rb") as f:
+            for segment in ELFFile(f).iter_segments():
+                if segment["p_type"] != "PT_LOAD":
+                    continue
+                lo, size = segment["p_offset"], segment["p_filesz"]
+                if lo <= offset < lo + max(size, 1):
+                    return load_address - (segment["p_vaddr"] + offset - lo)
+    except (OSError, ELFError):
+        return None
+    return None
+
+
 _SYMBOL_TABLES_KEPT = 16
 _symbol_tables: dict[tuple, SymbolTable] = {}
 """The function symbols of files by (elf_identity, bias, end), oldest first: every capture of

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 __all__ = ["PYTHON_SAMPLE", "CodeInfo", "PyFrame", "PythonFrames", "decode_sample",
-           "encode_sample", "line_ranges", "samples_from_flow"]
+           "encode_sample", "line_ranges", "python_samples"]
 
 PYTHON_SAMPLE = 1 << 63
 _INDEX_SHIFT, _INDEX_BITS = 44, 19
@@ -76,22 +76,11 @@ def decode_sample(value: int) -> tuple[int, int, int] | None:
             (value >> _DEPTH_SHIFT) & ((1 << _DEPTH_BITS) - 1))
 
 
-def samples_from_flow(items, ips) -> list[tuple[int, int]]:
-    """(position, value) of the Python samples among a decoded flow's PTWRITE events
-    (FlowResult.items, .ip). A PTWRITE bound to an FUP is reported after the instruction at
-    that IP, the PTWRITE itself (Intel PT) or the instruction the stepper stopped before:
-    the sample is placed on that instruction (as adapter/golang/goroutine_index.py does)."""
-    out = []
-    for kind, pos, _off, _ip, _code, ev in items:
-        if kind != "event" or not ev or ev.get("type") != "ptwrite":
-            continue
-        if decode_sample(ev["payload"]) is None:
-            continue
-        ip = ev.get("ip")
-        if ip is not None and pos > 0 and ips[pos - 1] == ip:
-            pos -= 1
-        out.append((pos, ev["payload"]))
-    return out
+def python_samples(ptwrites) -> list[tuple[int, int]]:
+    """The Python samples among a flow's PTWRITE values (FlowResult.ptwrites(): (position,
+    value), each on the instruction the recorder meant); a goroutine id or a program's own
+    PTWRITE is left out."""
+    return [(pos, value) for pos, value in ptwrites if decode_sample(value) is not None]
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:

@@ -13,9 +13,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Every package (and every module at adapter/'s root) and the parts of ptdebug it may import:
 # an allow-list, so a new package or a new dependency is a decision made here, not an accident.
 # Read it bottom-up: pt_decoder and the mechanism packages (hw, protocol, spawn) import nothing
-# of the adapter; adapter.commands, adapter.session and adapter.cli sit on top. The cycles
-# capture <-> golang/python and export <-> golang are known (issue 15, item 1: one recording
-# layer) and named here so that no new one slips in.
+# of the adapter; adapter.commands, adapter.session and adapter.cli sit on top. There is no
+# cycle (test_the_layers_have_no_cycle): capture uses the Go and CPython probes of golang and
+# python, and adapter.recording (one decode of a bundle, for every view) sits above all three.
 ALLOWED: dict[str, set[str]] = {
     "pt_decoder": set(),
     "pt_decoder.tools": {"pt_decoder"},
@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.__main__": {"adapter.cli"},
     "adapter.cli": {"adapter", "adapter.commands"},
     "adapter.spawn": set(),
-    "adapter.hw": set(),
+    "adapter.hw": {"pt_decoder"},  # its ELF reading (mappings.load_bias)
     "adapter.protocol": set(),
     "adapter.powers": set(),
     "adapter.memory": {"adapter.protocol"},
@@ -32,26 +32,26 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.watch_traced": {"adapter.hw", "adapter.watchpoints"},
     "adapter.demo_assets": set(),
     "adapter.demo": {"adapter.protocol", "adapter.spawn"},
+    "adapter.python": {"adapter.hw", "pt_decoder"},
+    "adapter.golang": {"adapter.hw", "adapter.protocol", "pt_decoder"},
     "adapter.capture": {"adapter.golang", "adapter.hw", "adapter.python", "pt_decoder"},
-    "adapter.python": {"adapter.capture", "adapter.export", "adapter.hw", "pt_decoder"},
-    "adapter.export": {"adapter.capture", "adapter.golang", "adapter.python", "pt_decoder"},
-    "adapter.golang": {"adapter.capture", "adapter.export", "adapter.hw", "adapter.protocol",
-                       "pt_decoder"},
-    "adapter.lsp": {"adapter.export", "pt_decoder"},
-    "adapter.backends": {"adapter.disassemble", "adapter.export", "adapter.golang", "adapter.hw",
-                         "adapter.protocol", "adapter.spawn", "pt_decoder"},
+    "adapter.recording": {"adapter.capture", "adapter.golang", "adapter.python", "pt_decoder"},
+    "adapter.export": {"adapter.python", "adapter.recording", "pt_decoder"},
+    "adapter.lsp": {"adapter.export", "adapter.recording", "pt_decoder"},
+    "adapter.backends": {"adapter.disassemble", "adapter.golang", "adapter.hw",
+                         "adapter.protocol", "adapter.recording", "adapter.spawn", "pt_decoder"},
     "adapter.features": {"adapter.capture", "adapter.export", "adapter.golang", "adapter.memory",
                          "adapter.powers", "adapter.protocol", "adapter.python",
-                         "adapter.session", "adapter.spawn", "adapter.watchpoints",
-                         "pt_decoder"},
+                         "adapter.recording", "adapter.session", "adapter.spawn",
+                         "adapter.watchpoints", "pt_decoder"},
     "adapter.client": {"adapter.backends", "adapter.disassemble", "adapter.memory",
                        "adapter.protocol", "adapter.session"},
     "adapter.session": {"adapter.backends", "adapter.client", "adapter.features",
                         "adapter.golang", "adapter.memory", "adapter.powers", "adapter.protocol",
                         "adapter.python"},
     "adapter.commands": {"adapter", "adapter.capture", "adapter.export", "adapter.hw",
-                         "adapter.session", "adapter.watch_traced", "adapter.watchpoints",
-                         "pt_decoder", "pt_decoder.tools"},
+                         "adapter.recording", "adapter.session", "adapter.watch_traced",
+                         "adapter.watchpoints", "pt_decoder", "pt_decoder.tools"},
 }
 
 
@@ -186,5 +186,117 @@ def test_the_walker_sees_an_import_the_allow_list_does_not_give(tmp_path):
     fake.write_text("from adapter.session import Session\n")
     try:
         assert "adapter.hw._layering_probe_tmp imports adapter.session" in _violations()
+    finally:
+        fake.unlink()
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` (unit -> units it may import) as a path [a, b, ..., a], or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(unit: str) -> list[str] | None:
+        state[unit] = 1
+        path.append(unit)
+        for other in sorted(graph.get(unit, ())):
+            if state.get(other) == 1:
+                return path[path.index(other):] + [other]
+            if other not in state:
+                found = visit(other)
+                if found:
+                    return found
+        path.pop()
+        state[unit] = 2
+        return None
+
+    for unit in sorted(graph):
+        if unit not in state:
+            found = visit(unit)
+            if found:
+                return found
+    return None
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (names for annotations, never
+    imported when the program runs)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
+def _runtime_graph() -> dict[str, set[str]]:
+    """unit -> the units its modules import when they run (imports for type annotations
+    only left out)."""
+    graph: dict[str, set[str]] = {}
+    for path in _sources():
+        if path.suffix != ".py":
+            continue
+        module = _module_name(path)
+        unit = _unit(module)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        hidden = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in hidden:
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [_resolve("." * node.level + (node.module or ""), module, path)]
+            else:
+                continue
+            for name in names:
+                other = _unit(name)
+                if other is not None and other != unit:
+                    graph.setdefault(unit, set()).add(other)
+    return graph
+
+
+def test_the_layers_have_no_cycle():
+    """Every package sits above what it imports when it runs (issue 15 removed the cycles
+    capture <-> golang/python and export <-> golang/python with adapter.recording). The
+    session's features and handlers name the Session in annotations only."""
+    graph = _runtime_graph()
+    assert "adapter.recording" in graph["adapter.export"]  # the walker sees the imports
+    found = _cycle(graph)
+    assert found is None, " -> ".join(found)
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _private_imports() -> list[str]:
+    """`from X import _name` where X is in another package (unit) than the importer: a
+    package's private helper used from outside it."""
+    found = []
+    for path in _sources():
+        if path.suffix != ".py":
+            continue
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _resolve("." * node.level + (node.module or ""), module, path)
+            if _unit(base) in (None, _unit(module)):
+                continue
+            found += [f"{module} imports {base}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_package_imports_another_packages_private_helpers():
+    assert _private_imports() == []
+
+
+def test_the_walker_sees_a_private_import():
+    fake = ROOT / "adapter" / "export" / "_layering_probe_tmp.py"
+    fake.write_text("from adapter.recording.recording import _module_label\n")
+    try:
+        assert ("adapter.export._layering_probe_tmp imports "
+                "adapter.recording.recording._module_label") in _private_imports()
     finally:
         fake.unlink()

@@ -109,10 +109,9 @@ class DelveHandover:
     def _preemption_guard(self, tid: int) -> tuple[int | None, object]:
         """(fs_base of `tid`, the binary's RuntimeLayout) for park(); (None, None) where the
         layout cannot be read (the park then works without the guard)."""
-        from adapter.golang.bundle_index import runtime_layout
-        from adapter.golang.runtime_layout import LayoutError
+        from adapter.golang.runtime_layout import LayoutError, layout_of
         try:
-            layout = runtime_layout(os.readlink(f"/proc/{self.pid}/exe"))
+            layout = layout_of(os.readlink(f"/proc/{self.pid}/exe"))
             registers = self.rpc.call("ListRegisters", ThreadID=tid).get("Regs") or []
             fs_base = next(int(r["Value"], 16) for r in registers if r["Name"] == "Fs_base")
         except (LayoutError, OSError, BackendError, StopIteration, ValueError) as exc:
@@ -142,10 +141,9 @@ class DelveHandover:
     def thread_id_probe(self) -> dict:
         """Where the recorder finds a thread's goroutine id (the runtime layout is read once
         per binary, here, instead of in every recorder process)."""
-        from adapter.golang.bundle_index import runtime_layout
-        from adapter.golang.runtime_layout import LayoutError
+        from adapter.golang.runtime_layout import LayoutError, layout_of
         try:
-            layout = runtime_layout(os.readlink(f"/proc/{self.pid}/exe"))
+            layout = layout_of(os.readlink(f"/proc/{self.pid}/exe"))
         except (LayoutError, OSError) as exc:
             raise AdapterError(f"cannot read goroutine ids in this binary: {exc}") from None
         from adapter.golang.thread_lock import LockLayout

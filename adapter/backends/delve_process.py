@@ -334,19 +334,18 @@ class _PipeLines:
 def _read_layout(pid: int) -> None:
     """Read the program's Go runtime layout, line table and function symbols now, off the path
     of the first record breakpoint and of the first stop after its capture (each is kept per
-    binary by its build-id: adapter.golang.bundle_index.runtime_layout, LineTable.for_elf,
+    binary by its build-id: adapter.golang.runtime_layout.layout_of, LineTable.for_elf,
     pt_decoder.image's symbol tables; issue 14 saw the trace scope take 7.7 s to open when
     they were read at that stop)."""
-    from adapter.export.trace import load_bias
-    from adapter.golang.bundle_index import runtime_layout
-    from adapter.golang.runtime_layout import LayoutError
+    from adapter.golang.runtime_layout import LayoutError, layout_of
     from adapter.golang.user_lines import WithoutRuntime
+    from adapter.hw.mappings import load_bias
     from pt_decoder.errors import PtError
     from pt_decoder.image import Image
     from pt_decoder.lines import LineTable
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
-        runtime_layout(exe)
+        layout_of(exe)
         bias = load_bias(pid, exe)
         WithoutRuntime.wrap(LineTable.for_elf(exe, bias))
         symbols = Image()

@@ -2,7 +2,7 @@
 launch configuration `{"request": "launch", "replay": "PATH"}`.
 
 Layer: backends (chosen by the one `create_backend` switch). Opens the bundle (one made by
-`ptdebug record`, `ptdebug import perf.data` or a kept capture) with adapter.export.trace and,
+`ptdebug record`, `ptdebug import perf.data` or a kept capture) with adapter.recording.recording and,
 for a Go program recorded with goroutine ids, indexes its goroutines with adapter.golang; then
 hands the whole to the session (`BackendHooks.backend_recording`). The session's trace features
 (record_breakpoints, reverse, trace_scope, goroutine_view) show each recorded thread as a
@@ -61,7 +61,7 @@ class ReplayedThread:
     """Its DAP thread id (a goroutine's id for the goroutines of a Go bundle)."""
     name: str
     stream: int
-    """Index of its stream in the bundle (DecodedBundle.threads)."""
+    """Index of its stream in the bundle (Recording.threads)."""
     position: int
     """Where in that stream's history it starts."""
     goid: int | None = None
@@ -74,10 +74,10 @@ class ReplayedBundle:
 
     path: str
     trace: object
-    """adapter.export.trace.DecodedBundle: every stream decoded once."""
+    """adapter.recording.recording.Recording: every stream decoded once."""
     threads: list[ReplayedThread]
     goroutines: dict[int, object] = field(default_factory=dict)
-    """stream index -> adapter.golang.bundle_index.ThreadGoroutines (Go bundles with goids)."""
+    """stream index -> adapter.recording.goroutines.ThreadGoroutines (Go bundles with goids)."""
     memory: BundleMemory | None = None
     disassembler: BundleDisassembler | None = None
     at_start: bool = False
@@ -150,17 +150,17 @@ class ReplayBackend(Backend):
 
     # --- starting -------------------------------------------------------------------------
     def start(self, config) -> None:
-        from adapter.export.trace import DecodedBundle, TraceError
+        from adapter.recording.recording import Recording, TraceError
         path = os.path.expanduser(config.replay)
         if not os.path.isabs(path):
             path = os.path.join(config.cwd or os.getcwd(), path)
         try:
             with self.hooks.backend_progress(f"ptdebug: decoding {os.path.basename(path)}") \
                     as progress:
-                trace = DecodedBundle.open(path, progress)
+                trace = Recording.open(path, progress)
         except TraceError as exc:
             raise InvalidLaunchConfig(f"replay: {exc}") from None
-        goroutines = _goroutines(path, trace)
+        goroutines = _goroutines(trace)
         threads = _threads(trace, goroutines, config.stopOnEntry)
         if not threads:
             raise InvalidLaunchConfig(f"replay: {path} holds no recorded instruction")
@@ -349,17 +349,15 @@ class ReplayBackend(Backend):
                                         "body": body}))
 
 
-def _goroutines(path: str, trace) -> dict[int, object]:
-    """stream index -> ThreadGoroutines for a Go bundle whose recorder wrote goroutine ids
-    (and whose index covers the stream's history); empty for any other bundle."""
-    from adapter.golang.bundle_index import GoroutineHistoryError, index_bundle
-    try:  # the Go binary is looked for first: any other bundle is not decoded again
-        indexed = index_bundle(path)
+def _goroutines(trace) -> dict[int, object]:
+    """stream index -> recording.goroutines.ThreadGoroutines for a Go bundle whose recorder
+    wrote goroutine ids (the recording's own index); empty for any other bundle."""
+    from adapter.recording.goroutines import GoroutineHistoryError
+    try:
+        return trace.goroutines()
     except GoroutineHistoryError as exc:
         log.info("replay: no goroutines: %s", exc)
         return {}
-    return {n: thread for n, thread in enumerate(indexed)
-            if thread.samples and thread.index.length == len(trace.threads[n].history)}
 
 
 def _threads(trace, goroutines: dict[int, object], at_start: bool) -> list[ReplayedThread]:

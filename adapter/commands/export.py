@@ -1,7 +1,7 @@
 """`ptdebug export pprof|perfetto BUNDLE -o FILE`: a trace bundle for the tools users already
 have: a gzipped pprof profile weighted by cycles (`go tool pprof -top FILE`, flame graphs), or
 a Perfetto / chrome://tracing timeline of calls per thread. A stepper recording's cycles are
-stepper time (adapter/export/trace.py): the output says so, and its profile's default sample
+stepper time (adapter/recording/recording.py): the output says so, and its profile's default sample
 type is instructions.
 
 Layer: command line over adapter.export. Checks the arguments once, decodes the bundle,
@@ -47,8 +47,8 @@ def main(argv: list[str]) -> int:
 
 
 def _export(options, bar) -> int:
-    from adapter.export.trace import STEPPER_TIME, DecodedBundle
-    decoded = DecodedBundle.open_for_command(options.bundle, "export", progress=bar.phase)
+    from adapter.recording.recording import STEPPER_TIME, Recording
+    decoded = Recording.open_for_command(options.bundle, "export", progress=bar.phase)
     if decoded is None:  # missing, not a bundle, unreadable: bad input
         return 2
     if decoded.manifest.get("status") == "partial":

@@ -35,8 +35,8 @@ def main(argv: list[str]) -> int:
     if options.png and os.path.lexists(options.png) and not options.force:
         parser.error(f"{options.png} exists; give --force to replace it")
     from adapter.export.latency import CodePointError, measure, resolve
-    from adapter.export.trace import DecodedBundle
-    decoded = DecodedBundle.open_for_command(options.bundle, "latency")
+    from adapter.recording.recording import Recording
+    decoded = Recording.open_for_command(options.bundle, "latency")
     if decoded is None:  # missing, not a bundle, unreadable: bad input
         return 2
     try:

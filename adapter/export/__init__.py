@@ -1,5 +1,6 @@
-"""Offline views of a trace bundle: pprof and Perfetto exports, latency between code points.
+"""Offline views of a recording: pprof and Perfetto exports, latency between code points.
 
-Layer: adapter.export, a consumer of bundles (adapter.capture.bundle) and of pt_decoder; it
-knows nothing of DAP sessions. `trace.DecodedBundle` is the one place bundles are decoded here.
+Layer: adapter.export, a consumer of adapter.recording (`Recording`: the bundle decoded once,
+with its Python frames and goroutine index) and of pt_decoder; it decodes nothing itself and
+knows nothing of DAP sessions.
 """

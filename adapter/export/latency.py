@@ -1,7 +1,7 @@
 """Latency between two code points of a recording: every interval from a pass through point A
 to the next pass through point B, in nanoseconds and in cycles, and its percentiles.
 
-Layer: adapter.export. Reads a DecodedBundle (trace.py); resolves code points with its
+Layer: adapter.export. Reads a Recording (adapter.recording); resolves code points with its
 symbols and line table; knows nothing of DAP.
 
 A code point is `0xADDR`, `FILE:LINE` (the addresses where statements of that line begin,
@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .trace import STEPPER_TIME, DecodedBundle
+from adapter.recording.recording import STEPPER_TIME, Recording
 
 
 class CodePointError(ValueError):
@@ -69,7 +69,7 @@ class LatencyReport:
     target: CodePoint
     intervals: list[Interval] = field(default_factory=list)
     stepper_note: str | None = None
-    """DecodedBundle.timing_note of the recording: set when its ns and cycles are stepper
+    """Recording.timing_note of the recording: set when its ns and cycles are stepper
     time, not CPU time."""
 
     def percentile(self, p: float, what: str = "ns") -> int:
@@ -103,7 +103,7 @@ class LatencyReport:
         return out
 
 
-def resolve(decoded: DecodedBundle, text: str) -> CodePoint:
+def resolve(decoded: Recording, text: str) -> CodePoint:
     """The addresses a code point names. Raises CodePointError when it names none."""
     spec = text.strip()
     if re.fullmatch(r"0[xX][0-9a-fA-F]+", spec):
@@ -126,7 +126,7 @@ def resolve(decoded: DecodedBundle, text: str) -> CodePoint:
     return CodePoint(spec, frozenset({found[0]}))
 
 
-def _python_file(decoded: DecodedBundle, file: str) -> str | None:
+def _python_file(decoded: Recording, file: str) -> str | None:
     """The file of a Python capture's code objects that `file` names (the whole path, a path
     suffix or the base name), or None (not a Python capture, or no such Python file)."""
     table = decoded.manifest.get("python")
@@ -139,17 +139,15 @@ def _python_file(decoded: DecodedBundle, file: str) -> str | None:
     return None
 
 
-def _python_positions(decoded: DecodedBundle, thread, point: CodePoint) -> set[int]:
+def _python_positions(decoded: Recording, thread, point: CodePoint) -> set[int]:
     """Positions where a run of the point's Python line begins in `thread`."""
-    from pt_decoder.python_frames import PythonFrames
     file, line = point.python_line
-    frames = PythonFrames.from_manifest(decoded.manifest["python"], thread.ptwrites,
-                                        len(thread.history))
+    frames = decoded.python_frames(thread)
     return {pos for pos, frame in frames.line_sequence()
             if frame.filename == file and frame.line == line}
 
 
-def measure(decoded: DecodedBundle, source: CodePoint, target: CodePoint) -> LatencyReport:
+def measure(decoded: Recording, source: CodePoint, target: CodePoint) -> LatencyReport:
     """Every A -> B interval of every thread of the bundle."""
     report = LatencyReport(source, target, stepper_note=decoded.timing_note())
     for thread in decoded.threads:

@@ -3,7 +3,7 @@ thread, in the Chrome trace-event JSON format that Perfetto (ui.perfetto.dev) an
 chrome://tracing open, or in Perfetto's own protobuf format (TrackEvent, written with
 protowire.py; nanosecond timestamps without the JSON's microsecond units).
 
-Layer: adapter.export. Reads a DecodedBundle (trace.py); knows nothing of DAP.
+Layer: adapter.export. Reads a Recording (adapter.recording); knows nothing of DAP.
 
 Each call the history decoded opens a slice named after the callee, and its return closes it,
 so slices nest exactly as the calls did. Time is the instructions' TSC time in nanoseconds
@@ -30,9 +30,8 @@ import os
 from array import array
 from dataclasses import dataclass
 
+from adapter.recording.recording import STEPPER_TIME, Recording, ThreadTrace
 from pt_decoder import insn_flags
-
-from .trace import STEPPER_TIME, DecodedBundle, ThreadTrace
 
 
 @dataclass
@@ -49,7 +48,7 @@ class Slice:
     depth: int
 
 
-def thread_timeline(decoded: DecodedBundle, thread: ThreadTrace) -> tuple[list[tuple[str, int, str]], list[int]]:
+def thread_timeline(decoded: Recording, thread: ThreadTrace) -> tuple[list[tuple[str, int, str]], list[int]]:
     """The begin/end marks of one thread's call slices in execution order,
     [("B", position, name) | ("E", position, "")], and each position's time in ns."""
     history = thread.history
@@ -95,22 +94,16 @@ class GoroutineRun:
     stop: int
 
 
-def goroutine_runs(decoded: DecodedBundle) -> list[GoroutineRun]:
+def goroutine_runs(decoded: Recording) -> list[GoroutineRun]:
     """The goroutine runs of a Go recording whose goids were recorded (the stepper's goid
     probe, PTWRITE); [] for other bundles, or where no goid is known at all."""
+    from adapter.recording.goroutines import GoroutineHistoryError
     try:
-        from adapter.golang.bundle_index import GoroutineHistoryError, index_bundle
-    except ImportError:  # the goroutine index needs numpy
-        return []
-    try:
-        indexed = index_bundle(decoded.root)
+        indexed = decoded.goroutines()
     except GoroutineHistoryError:
-        return []  # not a Go program
-    lengths = {t.tid: len(t.history) for t in decoded.threads}
+        return []  # not a Go program, or no goid recorded
     runs = []
-    for thread in indexed:
-        if lengths.get(thread.tid) != len(thread.history):
-            continue  # decoded differently: positions would not line up
+    for thread in indexed.values():
         for goid in thread.index.goroutines():
             if goid < 0:
                 continue  # before any goid was seen
@@ -122,7 +115,7 @@ def _goroutine_name(goid: int) -> str:
     return "g0 (scheduler)" if goid == 0 else f"goroutine {goid}"
 
 
-def thread_slices(decoded: DecodedBundle, thread: ThreadTrace) -> list[Slice]:
+def thread_slices(decoded: Recording, thread: ThreadTrace) -> list[Slice]:
     """The call slices of one thread, in the order they close."""
     marks, ns = thread_timeline(decoded, thread)
     stack: list[tuple[str, int]] = []
@@ -137,7 +130,7 @@ def thread_slices(decoded: DecodedBundle, thread: ThreadTrace) -> list[Slice]:
     return out
 
 
-def trace_events(decoded: DecodedBundle) -> dict:
+def trace_events(decoded: Recording) -> dict:
     """The Chrome trace-event document of the bundle (a JSON-able dict): per thread, B/E
     events in execution order, so that nesting never depends on timestamps (the stepper
     gives instructions between two of its stops the same time)."""
@@ -215,18 +208,17 @@ def trace_events(decoded: DecodedBundle) -> dict:
                           "status": decoded.manifest.get("status")}}
 
 
-def python_timelines(decoded: DecodedBundle) -> list[tuple[ThreadTrace, list]]:
+def python_timelines(decoded: Recording) -> list[tuple[ThreadTrace, list]]:
     """(thread, adapter.python.timeline marks) of each thread of a Python capture (the
     manifest's "python" table, the stepper's Python probe); [] for other bundles."""
-    table = decoded.manifest.get("python")
-    if not isinstance(table, dict):
+    if decoded.python_table is None:
         return []
     from adapter.python.timeline import python_marks
-    return [(t, python_marks(table, t.ptwrites, len(t.history))) for t in decoded.threads
+    return [(t, python_marks(decoded.python_frames(t), len(t.history))) for t in decoded.threads
             if len(t.history)]
 
 
-def _process_name(decoded: DecodedBundle, command: list, pid: int) -> str:
+def _process_name(decoded: Recording, command: list, pid: int) -> str:
     """The process track's name; a stepper recording's says its time is stepper time."""
     name = " ".join(command) or f"process {pid}"
     return f"{name} [{STEPPER_TIME}: ptrace-slowed, not CPU time]" if decoded.stepper else name
@@ -254,7 +246,7 @@ PYTHON_UUID_BASE = 1 << 61
 """Proto: the Python track of thread T is this plus T."""
 
 
-def trace_proto(decoded: DecodedBundle) -> bytes:
+def trace_proto(decoded: Recording) -> bytes:
     """The bundle's timeline as a Perfetto protobuf trace (a `Trace` message): a process track,
     one thread track per thread, and begin/end TrackEvents with timestamps in nanoseconds (the
     bundle's clock) in execution order; each end carries the slice's cycles and instructions."""
@@ -351,7 +343,7 @@ def _prefix_sums(weights) -> array:
 PROTO_SUFFIXES = (".perfetto-trace", ".pftrace", ".pb", ".proto")
 
 
-def write_perfetto(decoded: DecodedBundle, path: str | os.PathLike, fmt: str | None = None) -> int:
+def write_perfetto(decoded: Recording, path: str | os.PathLike, fmt: str | None = None) -> int:
     """Write the timeline to `path` as Chrome JSON (`fmt` "json") or Perfetto protobuf
     ("proto"; the default for the suffixes in PROTO_SUFFIXES); returns the number of slices."""
     fmt = fmt or ("proto" if os.fspath(path).endswith(PROTO_SUFFIXES) else "json")

@@ -1,7 +1,7 @@
 """`ptdebug export pprof`: a decoded bundle as a gzipped pprof profile (profile.proto),
 whose samples are the recorded call stacks weighted by cycles and instructions.
 
-Layer: adapter.export. Reads a DecodedBundle (trace.py); writes google/pprof's
+Layer: adapter.export. Reads a Recording (adapter.recording); writes google/pprof's
 proto/profile.proto message through protowire.py. Knows nothing of DAP.
 
 Sample types: `cycles` and `instructions` (count), cycles the default; for a stepper
@@ -30,17 +30,17 @@ import datetime
 import gzip
 import os
 
+from adapter.recording.recording import STEPPER_CYCLES_NAME, Recording
 from pt_decoder import insn_flags
 
 from .protowire import Message
-from .trace import STEPPER_CYCLES_NAME, DecodedBundle
 
 SAMPLE_TYPES = (("cycles", "count"), ("instructions", "count"))
 STEPPER_SAMPLE_TYPES = (("instructions", "count"), (STEPPER_CYCLES_NAME, "nanoseconds"))
 """A stepper recording's: the exact measure first (trace.py says why)."""
 
 
-def sample_types(decoded: DecodedBundle) -> tuple[tuple[str, str], ...]:
+def sample_types(decoded: Recording) -> tuple[tuple[str, str], ...]:
     """The (type, unit) of each value of a sample, in order; the first is the default."""
     return STEPPER_SAMPLE_TYPES if decoded.stepper else SAMPLE_TYPES
 
@@ -64,10 +64,10 @@ class PythonLocations:
     """The Python (function, line) frames of a Python capture's stacks: stack_samples writes
     frame k as the negative number -(k + 1) in a stack; `function_key` names it."""
 
-    def __init__(self, decoded: DecodedBundle):
+    def __init__(self, decoded: Recording):
         from pt_decoder.python_frames import CodeInfo
-        table = decoded.manifest.get("python")
-        self.table = table if isinstance(table, dict) else None
+        self.decoded = decoded
+        self.table = decoded.python_table
         self.codes = {}
         if self.table is not None:
             self.codes = {int(ident): CodeInfo.from_json(c)
@@ -90,8 +90,7 @@ class PythonLocations:
 
     def per_instruction(self, thread, length: int) -> list[tuple[int, ...]]:
         """The Python part of every instruction's stack, innermost first (() for none)."""
-        from pt_decoder.python_frames import PythonFrames
-        frames = PythonFrames.from_manifest(self.table, thread.ptwrites, length)
+        frames = self.decoded.python_frames(thread)
         out: list[tuple[int, ...]] = [()] * length
         segments = list(frames.stacks())
         for k, (start, stack) in enumerate(segments):
@@ -109,7 +108,7 @@ class PythonLocations:
         return info.qualname, info.filename, info.firstlineno, line
 
 
-def stack_samples(decoded: DecodedBundle,
+def stack_samples(decoded: Recording,
                   python: PythonLocations | None = None) -> dict[tuple[int, tuple[int, ...]], list[int]]:
     """{(tid, (leaf ip, caller call-site ip, ...)): [cycles, instructions]} of the bundle.
 
@@ -166,7 +165,7 @@ def stack_samples(decoded: DecodedBundle,
     return samples
 
 
-def build_profile(decoded: DecodedBundle) -> bytes:
+def build_profile(decoded: Recording) -> bytes:
     """The serialized (not yet gzipped) profile.proto Profile message."""
     strings = _Strings()
     profile = Message()
@@ -251,11 +250,11 @@ def build_profile(decoded: DecodedBundle) -> bytes:
     return profile.bytes()
 
 
-def samples_items(decoded: DecodedBundle):
+def samples_items(decoded: Recording):
     return stack_samples(decoded).items()
 
 
-def write_pprof(decoded: DecodedBundle, path: str | os.PathLike) -> int:
+def write_pprof(decoded: Recording, path: str | os.PathLike) -> int:
     """Write the gzipped profile to `path`; returns its size in bytes."""
     data = gzip.compress(build_profile(decoded), mtime=0)
     with open(path, "wb") as f:
@@ -263,7 +262,7 @@ def write_pprof(decoded: DecodedBundle, path: str | os.PathLike) -> int:
     return len(data)
 
 
-def _mappings(decoded: DecodedBundle) -> list[tuple[int, int, int, str, str | None]]:
+def _mappings(decoded: Recording) -> list[tuple[int, int, int, str, str | None]]:
     out = []
     for image in decoded.manifest.get("images", []):
         start = image["load_address"]
@@ -279,7 +278,7 @@ def _mapping_of(mappings, ip: int) -> int:
     return 0
 
 
-def _duration_ns(decoded: DecodedBundle) -> int:
+def _duration_ns(decoded: Recording) -> int:
     spans = [(decoded.times_ns(t)[0], decoded.times_ns(t)[-1])
              for t in decoded.threads if len(t.history)]
     if not spans:

@@ -31,7 +31,7 @@ class Capture:
     window: RecordWindow
     bundle: str
     trace: Any
-    """adapter.export.trace.DecodedBundle."""
+    """adapter.recording.recording.Recording."""
     breakpoint_id: int | None = None
     end_reason: str = ""
     partial: str | None = None

@@ -2,11 +2,10 @@
 in the Processor Trace scope (time per goroutine, the goroutine at the position), in the threads
 pane and the recorded frames while replaying, and in the text of a replay stop.
 
-Layer: features. Reads captures (features.captures.Capture) and builds their goroutine
-index from the PTWRITE goids their decode kept (export.trace.ThreadTrace.ptwrites) and the
-binary's runtime layout (adapter.golang, read once per binary), or with
-adapter.golang.bundle_index, decoding the bundle again, where the decode kept none; knows DAP
-and the Session's hooks, and nothing of how a capture was recorded.
+Layer: features. Reads captures (features.captures.Capture) and takes their goroutine index
+from their recording (adapter.recording: Recording.goroutines, built once from the PTWRITE
+goids its decode kept and the binary's runtime layout); knows DAP and the Session's hooks,
+and nothing of how a capture was recorded.
 
 Whose goroutine is which. In a Go session DAP thread ids are goroutine ids (Delve), and a
 capture belongs to the goroutine that hit its record breakpoint (`Capture.thread_id`). The OS
@@ -84,56 +83,22 @@ def capture_goroutines(capture) -> CaptureGoroutines | None:
     return kept[0]
 
 
-def adopt_index(capture, index, observations: int) -> None:
-    """Give `capture` a goroutine index built already (a replayed bundle's, made when it was
-    opened) instead of decoding its bundle again on first use."""
-    usable = observations and index.length == len(capture.history)
-    capture._goroutines = (CaptureGoroutines(index, observations) if usable else None,)
-
-
 def _build(capture) -> CaptureGoroutines | None:
-    from adapter.golang.bundle_index import GoroutineHistoryError, index_bundle
-    kept = _from_decoded(capture)
-    if kept is not None:
-        return kept
+    """The index of the capture's stream, from its recording's (Recording.goroutines: built
+    once from the goids its one decode kept, shared by the captures of a replayed bundle)."""
+    from adapter.recording.goroutines import GoroutineHistoryError
     try:
-        (thread,) = index_bundle(capture.bundle, streams=[capture.stream])  # its history's
+        indexed = capture.trace.goroutines().get(capture.stream)
     except GoroutineHistoryError as exc:
         log.info("capture %s: no goroutine index: %s", capture.id, exc)
         return None
     except Exception:  # a capture that cannot be indexed still shows everything else
         log.exception("capture %s: building the goroutine index failed", capture.id)
         return None
-    if not thread.samples:
-        log.info("capture %s: the recorder wrote no goroutine ids", capture.id)
+    if indexed is None:
+        log.info("capture %s: the recorder wrote no goroutine ids in its stream", capture.id)
         return None
-    if thread.index.length != len(capture.history):
-        log.warning("capture %s: goroutine index of %d instructions for a history of %d",
-                    capture.id, thread.index.length, len(capture.history))
-        return None
-    return CaptureGoroutines(thread.index, len(thread.samples))
-
-
-def _from_decoded(capture) -> CaptureGoroutines | None:
-    """The index from the PTWRITE goids the capture's decode kept (DecodedBundle's
-    ThreadTrace.ptwrites) and the binary's runtime layout (read once per binary, when the
-    program started): no second decode, a few ms for a million instructions. None when the
-    decode kept none (then _build decodes the bundle again, and says why it has none)."""
-    from adapter.capture.bundle import Bundle, BundleError
-    from adapter.golang.bundle_index import GoroutineHistoryError, go_binary, runtime_layout
-    from adapter.golang.goroutine_index import GoroutineIndex
-    from adapter.golang.runtime_layout import LayoutError
-    thread = capture.trace.threads[capture.stream]
-    samples = getattr(thread, "ptwrites", None)
-    if not samples:
-        return None
-    try:
-        layout = runtime_layout(go_binary(Bundle.open(capture.bundle)))
-    except (BundleError, GoroutineHistoryError, LayoutError) as exc:
-        log.info("capture %s: no goroutine index: %s", capture.id, exc)
-        return None
-    index = GoroutineIndex.build(capture.history.ips(), samples, layout.g_stores)
-    return CaptureGoroutines(index, len(samples))
+    return CaptureGoroutines(indexed.index, len(indexed.samples))
 
 
 def prepare(capture) -> None:
@@ -373,12 +338,55 @@ def install_goroutine_history(session) -> None:
 
 
 def _answer_goroutine_history(request: Request, arguments) -> None:
-    from adapter.golang.bundle_index import GoroutineHistoryError, goroutine_history
     from adapter.protocol.errors import AdapterError, InvalidRequest
     from adapter.protocol.schema import GoroutineHistoryIn, parse
+    from adapter.recording.goroutines import GoroutineHistoryError
     try:
         request.respond(goroutine_history(parse(GoroutineHistoryIn, arguments)))
     except AdapterError as exc:
         request.fail(exc)
     except GoroutineHistoryError as exc:
         request.fail(InvalidRequest(str(exc)))
+
+
+def goroutine_history(args) -> dict:
+    """The body of `ptdebug/goroutineHistory` (schema.GoroutineHistoryIn -> Out as a dict).
+    Raises GoroutineHistoryError when the bundle has no goroutine history; the Go binary is
+    looked for before anything is decoded."""
+    import dataclasses
+
+    import numpy as np
+
+    from adapter.capture.bundle import Bundle, BundleError
+    from adapter.protocol.schema import (
+        GoroutineHistoryEntry,
+        GoroutineHistoryOut,
+        GoroutineRange,
+    )
+    from adapter.recording.goroutines import GoroutineHistoryError, go_binary
+    from adapter.recording.recording import Recording, TraceError
+    try:
+        go_binary(Bundle.open(args.bundle))
+        recording = Recording.open(args.bundle)
+    except (BundleError, TraceError) as exc:
+        raise GoroutineHistoryError(str(exc)) from None
+    threads = list(recording.goroutines().values())
+    if args.thread is not None:
+        threads = [t for t in threads if t.tid == args.thread]
+        if not threads:
+            raise GoroutineHistoryError(f"{args.bundle} has no recorded thread {args.thread}")
+    unit = "ns" if recording.stepper else "tsc"
+    entries = []
+    for thread in threads:
+        history = thread.history
+        times = np.frombuffer(history.times(), dtype=np.uint64)
+        cycles = np.frombuffer(history.cycles_range(), dtype=np.uint64)
+        last = len(history) - 1
+        for summary in thread.index.summaries(times, cycles):
+            ranges = [GoroutineRange(a, b, int(times[a]), int(times[min(b, last)]))
+                      for a, b in summary.ranges[:args.maxRanges]]
+            entries.append(GoroutineHistoryEntry(
+                thread.tid, summary.goid, summary.instructions, summary.time, summary.cycles,
+                summary.confidence.name.lower(), ranges,
+                len(summary.ranges) > args.maxRanges))
+    return dataclasses.asdict(GoroutineHistoryOut(entries, unit))

@@ -37,24 +37,15 @@ def python_history(capture):
     history = capture.history
     if history.python is not None:
         return history
-    table = capture.trace.manifest.get("python")
-    if not isinstance(table, dict):
+    if getattr(history, "_python_checked", False):
         return None
-    cached = getattr(history, "_python_checked", False)
-    if cached:
-        return None
-    from pt_decoder.python_frames import PythonFrames
     history._python_checked = True
-    from adapter.python.debugger_frames import debugger_codes, fold_debugger_frames
-    # debugpy's own Python frames (its trace function's helpers) read as the program's frame
-    # they interrupted: steps and stacks show the program's lines only
-    samples = fold_debugger_frames(capture.trace.threads[capture.stream].ptwrites,
-                                   debugger_codes(table))
-    try:
-        frames = PythonFrames.from_manifest(table, samples, len(history))
-    except (KeyError, ValueError, TypeError):
+    from adapter.recording.recording import TraceError
+    try:  # debugpy's own frames are folded there: steps and stacks show the program's lines
+        frames = capture.trace.python_frames(capture.trace.threads[capture.stream])
+    except TraceError:
         return None  # a damaged table: the capture replays in native terms
-    if not len(frames):
+    if frames is None or not len(frames):
         return None
     history.attach_python(frames)
     return history
@@ -66,7 +57,7 @@ def native_lines(capture):
     interpreter (its frames are shown as Python frames) nor system libraries whose lines live
     in separate debug packages (reading libc's and libpython's took some 40 s here, for lines
     a Python developer does not step through)."""
-    from adapter.export.trace import has_own_lines
+    from adapter.recording.recording import has_own_lines
     from pt_decoder.lines import LineTable
     table = capture.trace.manifest.get("python") or {}
     interpreter = os.path.basename(str(table.get("interpreter") or "")) or None

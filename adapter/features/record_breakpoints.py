@@ -6,7 +6,7 @@ stop to its announcement).
 Layer: features. Knows DAP and the Session's hooks (request interceptors, event filters,
 `backend.request`) and the backends' powers (adapter/powers.py); records in a recorder process
 (recorder_worker.py: adapter.capture.record, the ptrace stepper writing an Intel PT bundle) and
-decodes the bundle with adapter.export.trace. The window settings are record_window.py's, a
+decodes the bundle with adapter.recording.recording. The window settings are record_window.py's, a
 capture is captures.py's. It knows nothing of how the trace scope or reverse stepping present a
 capture: they read `captures`.
 
@@ -292,10 +292,9 @@ class RecordBreakpoints:
 
     def adopt_replay(self, replayed) -> None:
         """The threads of a replayed bundle (backends.replay.ReplayedBundle) become captures,
-        one a thread, those of one stream sharing its decode, line table and goroutine index;
-        each stream is announced once (`ptdebug/capture`). Reverse stepping puts every thread
+        one a thread, those of one stream sharing its decode, line table and goroutine index
+        (the recording's); each stream is announced once (`ptdebug/capture`). Reverse stepping puts every thread
         in its history at once (Capture.replay_from)."""
-        from adapter.features.goroutine_view import adopt_index
         manifest = replayed.trace.manifest
         stats = manifest.get("stats") or {}
         window = ReplayedWindow(text=replayed.describe())
@@ -308,9 +307,6 @@ class RecordBreakpoints:
                               partial=manifest.get("partial_reason"), stream=thread.stream,
                               replay_from=thread.position,
                               _lines=shared.lines if shared is not None else None)
-            indexed = replayed.goroutines.get(thread.stream)
-            if indexed is not None:
-                adopt_index(capture, indexed.index, len(indexed.samples))
             if shared is None:
                 first[thread.stream] = capture
                 self._keep(capture)
@@ -578,7 +574,7 @@ class RecordBreakpoints:
         `stop_at` (Go): address -> WindowStop where the window closes before its end.
         `python_lines` (debugpy): window_ends.python_window_lines. `python_start` (debugpy):
         (path, line) of the Python line the window opens at (record_stepper's)."""
-        from adapter.export.trace import DecodedBundle, TraceError
+        from adapter.recording.recording import Recording, TraceError
         with self._phase_lock:  # captures may overlap (one decoded, the next recorded)
             number = max(len(self.captures) + 1, self._next_number)
             self._next_number = number + 1
@@ -674,7 +670,7 @@ class RecordBreakpoints:
             raise AdapterError(f"recording thread {tid} failed: {reason}")
         try:
             with self.session.progress.start(f"ptdebug: decoding capture {number}") as progress:
-                trace = DecodedBundle.open(output, progress)
+                trace = Recording.open(output, progress)
         except TraceError as exc:
             raise AdapterError(str(exc)) from None
         if not trace.threads or not len(trace.threads[0].history):

@@ -16,7 +16,7 @@ SDM Vol. 3C §33.3.7 "Cycle-Accurate Mode"); IPC is instructions over cycles in 
 A capture of the ptrace stepper has no CPU time: its TSC is CLOCK_MONOTONIC ns read at its
 stops and its CYC those ns again, the time of a thread slowed by ptrace (microseconds an
 instruction). Its scope leads with instruction counts, the exact measure, and shows its time
-once, named "stepper time, not CPU time" (adapter/export/trace.py says the same for the
+once, named "stepper time, not CPU time" (adapter/recording/recording.py says the same for the
 exports); it shows no IPC.
 """
 from __future__ import annotations

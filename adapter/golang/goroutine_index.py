@@ -209,20 +209,3 @@ class GoroutineIndex:
 
 def _column(values) -> np.ndarray:
     return values if isinstance(values, np.ndarray) else np.frombuffer(values, dtype=np.uint64)
-
-
-def ptwrite_samples(items, ips) -> list[tuple[int, int]]:
-    """(position, value) of the PTWRITE events of a decoded flow (FlowResult.items, .ip).
-
-    A PTWRITE event with an IP (FUP) is reported after the instruction at that IP, the
-    instruction whose position the recorder meant (the stepper reads the goid at a stop,
-    before that instruction runs): the sample is placed on it."""
-    out = []
-    for kind, pos, _off, _ip, _code, ev in items:
-        if kind != "event" or not ev or ev.get("type") != "ptwrite":
-            continue
-        ip = ev.get("ip")
-        if ip is not None and pos > 0 and ips[pos - 1] == ip:
-            pos -= 1
-        out.append((pos, ev["payload"]))
-    return out

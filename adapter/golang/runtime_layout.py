@@ -19,7 +19,9 @@ Facts relied on (amd64):
 """
 from __future__ import annotations
 
+import os
 import re
+import threading
 from dataclasses import dataclass, field
 
 from elftools.elf.elffile import ELFFile
@@ -162,3 +164,41 @@ def _go_version(elf: ELFFile, symbols: dict[str, int]) -> str:
         return ""
     match = re.search(rb"go1\.\d+(?:\.\d+)?", section.data())
     return match.group().decode() if match else ""
+
+
+_layouts: dict[tuple, RuntimeLayout] = {}
+_layouts_lock = threading.Lock()
+
+
+def _layout_key(path: str) -> tuple:
+    """The binary's build-id (GNU's, else Go's) when it has one (a capture's bundle holds its
+    own copy or hard link of the executable the adapter read when the program started: the
+    same binary under another path), else (path, size, mtime). Raises OSError."""
+    stat = os.stat(path)
+    from elftools.common.exceptions import ELFError
+
+    from pt_decoder.image import elf_identity
+    try:
+        with open(path, "rb") as f:
+            build_id = elf_identity(ELFFile(f))
+    except (ELFError, ValueError):
+        build_id = None  # not an ELF file: RuntimeLayout.from_elf says so
+    if build_id:
+        return ("build-id", build_id)
+    return (path, stat.st_size, stat.st_mtime_ns)
+
+
+def layout_of(path: str) -> RuntimeLayout:
+    """RuntimeLayout.from_elf, remembered per binary (its build-id, else path, size and
+    mtime): reading the runtime's DWARF takes one to two and a half seconds, and every capture
+    of a session records the same binary (each bundle under its own path). Raises
+    LayoutError."""
+    try:
+        key = _layout_key(path)
+    except OSError as exc:
+        raise LayoutError(f"{path}: {exc.strerror}") from None
+    with _layouts_lock:
+        layout = _layouts.get(key)
+        if layout is None:
+            layout = _layouts[key] = RuntimeLayout.from_elf(path)
+        return layout

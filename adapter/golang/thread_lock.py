@@ -100,7 +100,7 @@ LEAVE_AT = {"runtime.goexit1": "where the goroutine ended",
 
 def _load_bias(pid: int, path: str) -> int:
     """0 for an executable linked at its address (Go's default); a PIE's bias otherwise."""
-    from adapter.export.trace import load_bias
+    from adapter.hw.mappings import load_bias
     try:
         return load_bias(pid, path)
     except OSError:

@@ -2,7 +2,7 @@
 and instructions, its share of the window's cycles, and the branches taken on it.
 
 Layer: adapter.lsp (the model behind the language server; server.py shows it). Built from a
-DecodedBundle (adapter/export/trace.py, whose cycle attribution rule it uses); knows nothing
+Recording (adapter/recording/recording.py, whose cycle attribution rule it uses); knows nothing
 of LSP or DAP.
 
 Definitions (the tests check the lenses against them):
@@ -13,7 +13,7 @@ Definitions (the tests check the lenses against them):
   line of the matching call (coming back from a callee continues the calling line's execution);
 - cycles of a line: the sum of its instructions' cycles; share: cycles / the window's cycles.
   A stepper recording's cycles are stepper time (wall-clock ns of a ptrace-slowed thread, not
-  CPU time; adapter/export/trace.py): its lenses and hovers say so, lead with instructions, and
+  CPU time; adapter/recording/recording.py): its lenses and hovers say so, lead with instructions, and
   its share is of the window's instructions, the exact measure.
 - branches: per conditional branch on the line, how often it was taken and not taken; per
   call and indirect jump, how often each target (function) was reached.
@@ -28,7 +28,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-from adapter.export.trace import DecodedBundle
+from adapter.recording.recording import Recording
 from pt_decoder import insn_flags
 
 
@@ -70,7 +70,7 @@ class HotLines:
         """Recorded by the ptrace stepper: the cycles are stepper time, not CPU cycles."""
 
     @classmethod
-    def from_decoded(cls, decoded: DecodedBundle) -> HotLines:
+    def from_decoded(cls, decoded: Recording) -> HotLines:
         lines = decoded.lines
         stats: dict[int, LineStats] = {}   # by line id
         total_cycles = total_instructions = 0
@@ -188,21 +188,19 @@ class HotLines:
         return self.by_file.get(best, {}) if best else {}
 
 
-def _python_lines(decoded: DecodedBundle) -> list[LineStats]:
+def _python_lines(decoded: Recording) -> list[LineStats]:
     """The Python source lines of a Python capture (the stepper's Python probe,
     docs/python.md): each line gets the instructions and cycles run while it was the running
     Python line (the native code under it included) and its executions (runs of it; coming back
     from a call it made continues the same execution, as for native lines)."""
-    table = decoded.manifest.get("python")
-    if not isinstance(table, dict):
+    if decoded.python_table is None:
         return []
-    from pt_decoder.python_frames import PythonFrames
     out: dict[tuple[str, int], LineStats] = {}
     for thread in decoded.threads:
         n = len(thread.history)
         if not n:
             continue
-        frames = PythonFrames.from_manifest(table, thread.ptwrites, n)
+        frames = decoded.python_frames(thread)
         weights = thread.cycle_weights()
         segments = list(frames.stacks())
         last_by_depth: list[tuple[int, int] | None] = []   # (code, line) last run per depth

@@ -5,7 +5,7 @@ with instructions and names its time stepper time (hotlines.py says why); answer
 `clock`: "stepper" | "tsc".
 
 Layer: adapter.lsp, an offline view like adapter.export: it reads bundles (through
-adapter.export.trace and hotlines.py) and speaks LSP; it knows nothing of the DAP session.
+adapter.recording.recording and hotlines.py) and speaks LSP; it knows nothing of the DAP session.
 
 Which capture: the latest one it was told about, by
 - the notification `ptdebug/openBundle` {"bundle": PATH} (the VS Code extension sends it for
@@ -51,9 +51,9 @@ class HotPathServer(LanguageServer):
 
     def open_bundle(self, path: str) -> HotLines | None:
         """Decode `path` and show it; on failure tell the user and keep the previous one."""
-        from adapter.export.trace import DecodedBundle, TraceError
+        from adapter.recording.recording import Recording, TraceError
         try:
-            decoded = DecodedBundle.open(path)
+            decoded = Recording.open(path)
             hot = HotLines.from_decoded(decoded)
         except TraceError as exc:
             self._tell(types.MessageType.Error, f"ptdebug: cannot show the capture: {exc}")

@@ -4,7 +4,7 @@
 Layer: protocol. Knows DAP event bodies and a `send_event` callable; nothing of sessions,
 backends or what the operation is. An operation (a capture's decode, a replayed bundle's
 decode, copying a capture's images) gets a `Progress` from `ProgressReporter.start` and calls
-it as `progress(message, fraction)`, the signature adapter.export.trace's decode already
+it as `progress(message, fraction)`, the signature adapter.recording.recording's decode already
 reports through.
 
 Rules (issue 15 item 6):

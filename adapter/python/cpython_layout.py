@@ -35,6 +35,8 @@ import re
 import struct
 import threading
 
+from adapter.hw.mappings import load_bias
+
 
 class LayoutError(Exception):
     """No usable CPython layout for the process; the text says why."""
@@ -307,21 +309,6 @@ def _read_interpreter_file(path: str) -> InterpreterFile:
         return InterpreterFile(layout, runtime, eval_ranges, eval_code)
 
 
-def _load_bias(pid: int, path: str) -> int | None:
-    """Run-time minus link-time addresses of `path` in process `pid` (its mapping at file
-    offset 0 is its first PT_LOAD, link address 0 for a PIE or shared object)."""
-    from elftools.elf.elffile import ELFFile
-    with open(path, "rb") as f:
-        loads = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
-    first_vaddr = min(s["p_vaddr"] for s in loads) & ~0xFFF
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and parts[5].strip() == path and int(parts[2], 16) == 0:
-                return int(parts[0].split("-")[0], 16) - first_vaddr
-    return None
-
-
 def find_python(pid: int) -> PythonImage:
     """The interpreter loaded in process `pid`: the mapped file that defines _PyRuntime
     (libpython first, then the executable). Raises LayoutError when there is none or its
@@ -346,9 +333,10 @@ def find_python(pid: int) -> PythonImage:
         except LayoutError as exc:
             errors.append(str(exc))
             continue
-        bias = _load_bias(pid, path)
-        if bias is None:
-            errors.append(f"{path}: not mapped from its start in process {pid}")
+        try:
+            bias = load_bias(pid, path)
+        except OSError as exc:
+            errors.append(f"{path}: no load address in process {pid} ({exc})")
             continue
         return PythonImage(path, bias, found.runtime + bias, found.layout,
                            [(lo + bias, hi + bias) for lo, hi in found.eval_ranges],

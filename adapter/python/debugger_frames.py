@@ -1,8 +1,8 @@
 """The debugger's own Python frames in a capture of a program run under debugpy: folded into
-the program's frame under them for replay.
+the program's frame under them in every view of the recording.
 
 Layer: adapter.python (data only: sample lists and the manifest's code table; pt_decoder's
-sample encoding). Used by adapter/features/python_replay.py.
+sample encoding). Used by adapter/recording/recording.py (Recording.python_frames).
 
 Why: debugpy traces every line of a function with a breakpoint in it, and its trace
 function (pydevd's, compiled with Cython) calls Python code of its own now and then

@@ -2,9 +2,9 @@
 inside the innermost, a slice per run of one source line, as begin/end marks in execution
 order (the Perfetto export draws them on a "Python" track beside the native call slices).
 
-Layer: adapter.python. Input: the bundle manifest's "python" table and a thread's PTWRITE
-samples (adapter.export.trace.ThreadTrace.ptwrites); uses pt_decoder.python_frames. Knows
-nothing of the output format.
+Layer: adapter.python. Input: a recorded thread's PythonFrames (pt_decoder.python_frames,
+as adapter.recording.Recording.python_frames builds them). Knows nothing of the output
+format.
 
 A function slice opens where a frame first appears at its depth and closes where the stack
 no longer holds it (returned, or left across a stretch without Python); activations are told
@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import os
 
-from pt_decoder.python_frames import PythonFrames
-
 UNKNOWN = "[python frame not recorded]"
 
 
-def python_marks(table: dict, samples, length: int) -> list[tuple[str, int, str, str]]:
+def python_marks(frames, length: int) -> list[tuple[str, int, str, str]]:
     """[("B", position, name, category) | ("E", position, "", "")] of a thread of `length`
     instructions; category "python" (a function: its qualified name) or "python.line"
     ("file.py:LINE"). Every B has its E (the last at `length`)."""
-    frames = PythonFrames.from_manifest(table, samples, length)
     codes = frames.codes
     marks: list[tuple[str, int, str, str]] = []
     open_functions: list[int] = []

@@ -21,11 +21,11 @@ from stepper_support import PROGRAMS
 
 from adapter.capture import blocks, record, stepper
 from adapter.capture.target import Target
-from adapter.golang.bundle_index import index_bundle
 from adapter.golang.goroutine_index import Confidence, GoroutineIndex
 from adapter.golang.runtime_layout import RuntimeLayout
 from adapter.golang.stepper_probe import GoidProbe
 from adapter.hw import ptrace as pt
+from adapter.recording.recording import Recording
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 
@@ -98,7 +98,7 @@ def test_stepper_recording_agrees_with_the_goid_at_every_stop(handoff, tmp_path)
     stamps = [index for index, _ in rec.stamps]
     assert len(stamps) == len(truth) > 100
 
-    (thread,) = index_bundle(out)
+    (thread,) = Recording.open(out).goroutines().values()
     assert list(thread.history.ips()) == list(rec.ips)
     assert thread.samples == [(i, v) for i, v in rec.ptw]  # PTWRITEs survive encode/decode
     index = thread.index

@@ -18,9 +18,18 @@ from python_interpreters import VERSIONS, interpreter
 from stepper_support import PROGRAMS, PTDEBUG
 
 from adapter.capture import record, stepper
-from adapter.python.bundle_frames import PythonHistoryError, python_histories
+from adapter.recording.recording import Recording
+from pt_decoder.python_frames import python_samples
 
 pytestmark = pytest.mark.live
+
+
+def _python_thread(bundle):
+    """The one recorded thread of `bundle`, its History given its Python attribution."""
+    recording = Recording.open(bundle)
+    (thread,) = recording.threads
+    assert recording.python_frames(thread) is not None
+    return thread
 FIXTURE = PROGRAMS / "py_attribution.py"
 
 
@@ -65,7 +74,7 @@ def test_python_lines_of_a_recording_equal_settrace(version, tmp_path):
     assert table["version"].startswith(version + ".")
     assert {c["qualname"] for c in table["codes"].values()} >= {"main", "score", "weight",
                                                                  "clamp"}
-    (thread,) = python_histories(out)
+    thread = _python_thread(out)
     hist = thread.history
     assert len(hist) == manifest["stats"]["instructions"] > 1000
     runs = hist.python.line_sequence()
@@ -116,8 +125,9 @@ def test_python_on_for_a_program_without_python_is_refused(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert re.search(r"no Python attribution: process \d+ runs no CPython", proc.stderr)
-    with pytest.raises(PythonHistoryError, match="no Python attribution"):
-        python_histories(out)
+    recording = Recording.open(out)
+    assert recording.python_table is None
+    assert all(recording.python_frames(t) is None for t in recording.threads)
 
 
 def test_record_says_what_python_attribution_recorded(tmp_path):
@@ -131,8 +141,8 @@ def test_record_says_what_python_attribution_recorded(tmp_path):
     python = summary["python"]
     assert python["version"] == ".".join(map(str, sys.version_info[:3]))
     assert python["code_objects"] >= 4 and python["samples"] > 100
-    (thread,) = python_histories(out)
-    assert python["samples"] == len(thread.samples)   # each one reached the trace
+    thread = _python_thread(out)
+    assert python["samples"] == len(python_samples(thread.ptwrites))   # each one reached the trace
 
 
 def test_python_auto_records_a_program_without_python_plainly(tmp_path):
@@ -170,7 +180,7 @@ def test_numpy_linspace_stacks_equal_settrace(tmp_path):
                                    end=stepper.EndCondition(until_spec="getpgrp"),
                                    python="on", trigger_timeout=60, env=env)
     assert result.manifest["status"] == "complete", result.manifest["partial_reason"]
-    (thread,) = python_histories(bundle)
+    thread = _python_thread(bundle)
     hist = thread.history
     found = []
     for pos, _ in hist.python.line_sequence():

@@ -25,7 +25,7 @@ from pt_decoder.python_frames import (
     decode_sample,
     encode_sample,
     line_ranges,
-    samples_from_flow,
+    python_samples,
 )
 
 
@@ -181,7 +181,7 @@ def test_attribution_from_ptwrite_packets_of_an_intel_pt_stream():
     # the PGD without an IP ends tracing after the next instruction that can branch: here
     # the decoder stops where the packets end; what matters is the ptwrite attribution
     flow = InsnDecoder(data, image).decode()
-    samples = samples_from_flow(flow.items, flow.ip)
+    samples = python_samples(flow.ptwrites())
     assert [decode_sample(v) for _, v in samples] == [(code_a, 0, 1), (code_b, 2, 2)]
     frames = PythonFrames(samples, {code_a: info_a, code_b: info_b}, len(flow.ip))
     ips = list(flow.ip)

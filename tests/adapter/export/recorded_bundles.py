@@ -115,7 +115,7 @@ def function_at(rows: list[tuple[int, int, str]], ip: int) -> str | None:
 
 
 def spread_cycles(history) -> list[int]:
-    """Cycles per instruction by the rule in adapter/export/trace.py's header, computed here
+    """Cycles per instruction by the rule in adapter/recording/recording.py's header, computed here
     from the history's cumulative column alone: a report's cycles spread evenly over the
     instructions since the previous report (remainder to the last); none across gaps."""
     cycles = list(history.cycles_range())

@@ -8,16 +8,16 @@ from array import array
 from adapter.export.latency import CodePoint, measure
 from adapter.export.perfetto import thread_slices, thread_timeline
 from adapter.export.pprof import stack_samples
-from adapter.export.trace import DecodedBundle, ThreadTrace
+from adapter.recording.recording import Recording, ThreadTrace
 from pt_decoder import insn_flags as F
 from pt_decoder.history import Gap, History
 from pt_decoder.image import Image
 
 
-def _decoded(ips, times, cycles, flags, gaps=()) -> DecodedBundle:
+def _decoded(ips, times, cycles, flags, gaps=()) -> Recording:
     history = History.from_columns(array("Q", ips), array("Q", times), array("Q", cycles),
                                    array("B", flags), list(gaps), {})
-    return DecodedBundle("/nonexistent", {"images": []}, [ThreadTrace(7, history)], Image(),
+    return Recording("/nonexistent", {"images": []}, [ThreadTrace(7, history)], Image(),
                          Image())
 
 

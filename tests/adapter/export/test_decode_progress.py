@@ -1,4 +1,4 @@
-"""A decode's progress and its cancel, on a real recorded bundle: DecodedBundle.open reports
+"""A decode's progress and its cancel, on a real recorded bundle: Recording.open reports
 through a protocol/progress.py Progress, a client that did not ask for progress gets no event,
 one that did gets progressStart .. progressEnd (once the work passed the delay), and a cancel
 by progressId stops the decode at its next report with an error that says so."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from recorded_bundles import c_bundle, c_program  # noqa: F401
 
-from adapter.export.trace import DecodedBundle
 from adapter.protocol import progress as progress_module
 from adapter.protocol.progress import Cancelled, ProgressReporter
+from adapter.recording.recording import Recording
 
 
 def _reporter(supported: bool) -> tuple[ProgressReporter, list]:
@@ -23,11 +23,11 @@ def test_events_go_only_to_a_client_that_asked(c_bundle, monkeypatch):
     monkeypatch.setenv("PTDEBUG_PROGRESS_DELAY", "0")
     reporter, sent = _reporter(False)
     with reporter.start("decoding") as progress:
-        DecodedBundle.open(c_bundle, progress)
+        Recording.open(c_bundle, progress)
     assert sent == []
     reporter, sent = _reporter(True)
     with reporter.start("decoding") as progress:
-        trace = DecodedBundle.open(c_bundle, progress)
+        trace = Recording.open(c_bundle, progress)
     assert trace.threads and len(trace.threads[0].history) > 1000
     events = [event for event, _ in sent]
     assert events[0] == "progressStart" and events[-1] == "progressEnd", events
@@ -44,7 +44,7 @@ def test_quick_work_shows_nothing(c_bundle, monkeypatch):
     monkeypatch.delenv("PTDEBUG_PROGRESS_DELAY", raising=False)
     reporter, sent = _reporter(True)
     with reporter.start("decoding") as progress:
-        DecodedBundle.open(c_bundle, progress)
+        Recording.open(c_bundle, progress)
     assert sent == []
 
 
@@ -55,7 +55,7 @@ def test_a_cancel_stops_the_decode_and_ends_the_progress(c_bundle, monkeypatch):
         with reporter.start("decoding capture 3") as progress:
             progress("starting", 0.0)
             assert reporter.cancel(progress.id) is True
-            DecodedBundle.open(c_bundle, progress)
+            Recording.open(c_bundle, progress)
     assert [event for event, _ in sent] == ["progressStart", "progressEnd"]
     assert sent[-1][1]["message"] == "cancelled"
     assert reporter.cancel(progress.id) is False  # over: nothing left to cancel

@@ -19,7 +19,7 @@ from recorded_bundles import (  # noqa: F401
     ptdebug,
 )
 
-from adapter.export.trace import DecodedBundle
+from adapter.recording.recording import Recording
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,7 +35,7 @@ def test_percentiles_between_two_functions_match_the_history(c_bundle, c_program
                      "--json", "--png", str(png))
     summary = json.loads(result.stdout[:result.stdout.rindex("}") + 1])
     entry = {name: start for start, _, name in nm_functions(c_program)}
-    history = DecodedBundle.open(c_bundle).threads[0].history
+    history = Recording.open(c_bundle).threads[0].history
     intervals, cycles, start = [], [], None
     held, latest = [], 0  # time never runs backwards: a stepped-back estimate is held
     for t in history.times():  # the stepper's bundles count TSC in ns

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from recorded_bundles import REQUESTS, c_bundle, c_program, go_bundle, go_program, ptdebug  # noqa: F401
 
-from adapter.export.trace import DecodedBundle
+from adapter.recording.recording import Recording
 from pt_decoder import insn_flags
 
 pytestmark = pytest.mark.timeout(300)
@@ -56,7 +56,7 @@ def test_timeline_parses_and_nests_on_every_thread(which, c_bundle, go_bundle, t
     document = json.loads(out.read_text())
     assert document["displayTimeUnit"] == "ns"
     slices = _check_nesting(document["traceEvents"])
-    decoded = DecodedBundle.open(bundle)
+    decoded = Recording.open(bundle)
     assert set(slices) == {t.tid for t in decoded.threads}
     for thread in decoded.threads:
         history = thread.history
@@ -106,7 +106,7 @@ def test_perfetto_protobuf_has_the_same_slices_in_nanoseconds(c_bundle, tmp_path
     descriptors = [message(p[60][0]) for p in packets if 60 in p]
     threads = {d[1][0]: message(d[4][0]) for d in descriptors if 4 in d}
     processes = [message(d[3][0]) for d in descriptors if 3 in d]
-    decoded = DecodedBundle.open(c_bundle)
+    decoded = Recording.open(c_bundle)
     assert [t[2][0] for t in threads.values()] == [t.tid for t in decoded.threads]
     assert processes[0][1][0] == decoded.manifest["pid"]
     proto_events = []

@@ -22,7 +22,7 @@ from recorded_bundles import (  # noqa: F401
 )
 
 from adapter.export import protowire
-from adapter.export.trace import DecodedBundle
+from adapter.recording.recording import Recording
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 def _expected_cycles(bundle, rows) -> tuple[Counter, Counter, int]:
     """Per function (by an independent symbolizer): cycles and instructions, from the decoded
     history's cumulative cycle column; and the thread's total cycles."""
-    decoded = DecodedBundle.open(bundle)
+    decoded = Recording.open(bundle)
     (thread,) = decoded.threads
     history = thread.history
     cycles, counts = Counter(), Counter()

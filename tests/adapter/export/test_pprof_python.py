@@ -12,9 +12,17 @@ from go_toolchain import pprof_top
 from recorded_bundles import PROGRAMS, ptdebug
 
 from adapter.capture import record, stepper
-from adapter.python.bundle_frames import python_histories
+from adapter.recording.recording import Recording
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
+
+
+def _python_thread(bundle):
+    """The one recorded thread of `bundle`, its History given its Python attribution."""
+    recording = Recording.open(bundle)
+    (thread,) = recording.threads
+    assert recording.python_frames(thread) is not None
+    return thread
 
 
 def test_pprof_names_the_python_functions_over_the_native_ones(tmp_path):
@@ -27,7 +35,7 @@ def test_pprof_names_the_python_functions_over_the_native_ones(tmp_path):
     out = tmp_path / "py.pb.gz"
     ptdebug("export", "pprof", str(bundle), "-o", str(out))
     top = pprof_top(out, "-cum", "-sample_index=instructions")
-    (thread,) = python_histories(bundle)
+    thread = _python_thread(bundle)
     hist = thread.history
     under = Counter()   # instructions with each Python function on their stack
     for pos in range(len(hist)):

@@ -108,10 +108,10 @@ def test_latency_between_python_lines(python_bundle):
 def test_hot_lines_of_the_python_file(python_bundle):
     """The language server's hot lines for the fixture's own file: each Python line's
     executions as the call ran them, and the instructions run under it."""
-    from adapter.export.trace import DecodedBundle
     from adapter.lsp.hotlines import HotLines
+    from adapter.recording.recording import Recording
     bundle, _ = python_bundle
-    decoded = DecodedBundle.open(bundle)
+    decoded = Recording.open(bundle)
     lines = HotLines.from_decoded(decoded).for_path(str(FIXTURE))
     runs = {name: lines[marker_line(FIXTURE, name)].executions
             for name in ("score_init", "score_for", "score_add", "weight_mul", "weight_ret",

@@ -13,7 +13,7 @@ from recorded_bundles import function_at, go_tool, nm_functions, ptdebug, spread
 from test_perfetto import _check_nesting
 
 from adapter.capture.bundle import BundleWriter
-from adapter.export.trace import DecodedBundle
+from adapter.recording.recording import Recording
 
 pytestmark = pytest.mark.timeout(300)
 HELLO = "dynamorio-drpt2trace/test_simple.tracedir-2022-06-22-static-glibc-hello"
@@ -39,7 +39,7 @@ def real_bundle(traces_dir, tmp_path_factory):
 
 def test_go_tool_pprof_reads_the_real_trace_with_its_cpu_cycles(real_bundle, tmp_path):
     bundle, binary = real_bundle
-    history = DecodedBundle.open(bundle).threads[0].history
+    history = Recording.open(bundle).threads[0].history
     assert len(history) == INSTRUCTIONS and not history.gaps
     rows = nm_functions(binary)
     # glibc has aliases (several names at one address): compare by function start address.

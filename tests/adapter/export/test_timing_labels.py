@@ -26,11 +26,11 @@ from recorded_bundles import c_bundle, c_program, ptdebug  # noqa: F401 (fixture
 from test_real_intel_pt import real_bundle  # noqa: F401 (fixture)
 
 from adapter.export import protowire
-from adapter.export.trace import DecodedBundle
 from adapter.features import trace_scope
 from adapter.features.captures import Capture
 from adapter.features.record_window import RecordWindow
 from adapter.lsp.hotlines import HotLines, hover_markdown, lens_title
+from adapter.recording.recording import Recording
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,7 +59,7 @@ def test_stepper_profile_leads_with_instructions_and_names_its_time(c_bundle, tm
     assert types == [("instructions", "count"), ("stepper_ns", "nanoseconds")]
     assert default == "instructions" and "cycles" not in strings
     assert len(comments) == 1 and "not CPU time" in comments[0], comments
-    decoded = DecodedBundle.open(c_bundle)
+    decoded = Recording.open(c_bundle)
     # go tool pprof's default view is the instruction count, and it adds up to the bundle's
     top = pprof_top(out, "-unit=ns")
     assert sum(flat for flat, _ in top.values()) == decoded.total_instructions
@@ -82,7 +82,7 @@ def test_stepper_latency_shows_instructions_and_labels_its_time(c_bundle):
     assert list(summary)[list(summary).index("instructions"):][:3] == \
         ["instructions", "ns", "cycles"]
     # the instruction counts, independently: from each handle entry to the next checksum entry
-    decoded = DecodedBundle.open(c_bundle)
+    decoded = Recording.open(c_bundle)
     handle = decoded.symbols.find_symbol("handle")[0]
     checksum = decoded.symbols.find_symbol("checksum")[0]
     counts = []
@@ -115,7 +115,7 @@ def test_stepper_timeline_names_its_time(c_bundle, tmp_path):
 
 
 def test_stepper_lenses_lead_with_instructions(c_bundle):
-    hot = HotLines.from_decoded(DecodedBundle.open(c_bundle))
+    hot = HotLines.from_decoded(Recording.open(c_bundle))
     assert hot.stepper
     entries = [e for lines in hot.by_file.values() for e in lines.values()]
     busiest = max(entries, key=lambda e: e.instructions)
@@ -138,7 +138,7 @@ class _Recording:
 
 
 def _scope(bundle) -> dict[str, dict]:
-    trace = DecodedBundle.open(bundle)
+    trace = Recording.open(bundle)
     capture = Capture(1, trace.threads[0].tid, 1, RecordWindow(), str(bundle), trace)
     return {v["name"]: v for v in trace_scope.scope_variables(
         _Recording(), capture, len(capture.history) - 1)}
@@ -186,7 +186,7 @@ def test_intel_pt_latency_timeline_lenses_and_scope_are_the_cpus(real_bundle, tm
     ends = [e for e in document["traceEvents"] if e["ph"] == "E"]
     assert ends and all(set(e["args"]) == {"instructions", "cycles"} for e in ends)
     assert "stepper" not in json.dumps(document)
-    decoded = DecodedBundle.open(bundle)
+    decoded = Recording.open(bundle)
     hot = HotLines.from_decoded(decoded)
     assert not hot.stepper
     items = _scope(bundle)

@@ -11,9 +11,9 @@ does when a Go program starts (backends.delve_process._read_layout, on the live 
 done first; then the capture's stop is looked at as the session does (goroutine index,
 Processor Trace scope) with the readers of DWARF, pclntab and ELF symbols counting their
 calls: none may run.
-The index built from the decode's kept PTWRITEs equals the one built by decoding the bundle
-again (bundle_index.index_bundle). benchmarks/bench_first_look.py times the same through
-`ptdebug dap` in front of Delve.
+The index the recording builds from its decode's kept PTWRITEs equals one built from the
+stream decoded by hand. benchmarks/bench_first_look.py times the same through `ptdebug dap` in
+front of Delve.
 """
 from __future__ import annotations
 
@@ -28,12 +28,15 @@ import pytest
 
 from adapter.capture import record, stepper
 from adapter.capture.bundle import Bundle
-from adapter.export.trace import DecodedBundle, load_bias
 from adapter.features import goroutine_view, trace_scope
 from adapter.features.captures import Capture
 from adapter.features.record_window import RecordWindow
-from adapter.golang import bundle_index, runtime_layout
+from adapter.golang import runtime_layout
+from adapter.golang.goroutine_index import GoroutineIndex
 from adapter.golang.stepper_probe import probe_for
+from adapter.hw.mappings import load_bias
+from adapter.recording import goroutines as recording_goroutines
+from adapter.recording.recording import Recording, decoder_options
 from pt_decoder import image as image_module
 from pt_decoder.lines import LineTable
 
@@ -114,10 +117,10 @@ def counted(monkeypatch):
 
 def test_the_stop_after_a_go_capture_reads_nothing_from_the_binary(go_capture, counted):
     bundle, binary = go_capture
-    trace = DecodedBundle.open(bundle)
+    trace = Recording.open(bundle)
     capture = Capture(1, trace.threads[0].tid, 1, RecordWindow(function="main.handoff",
                                                                untilReturn=True), bundle, trace)
-    executable = bundle_index.go_binary(Bundle.open(bundle))
+    executable = recording_goroutines.go_binary(Bundle.open(bundle))
     assert os.path.realpath(executable) != os.path.realpath(binary)  # the bundle's copy
     start = time.perf_counter()
     goroutines = goroutine_view.capture_goroutines(capture)
@@ -130,23 +133,29 @@ def test_the_stop_after_a_go_capture_reads_nothing_from_the_binary(go_capture, c
     assert elapsed < 1.0, elapsed  # 2.5-7.9 s when the binary was read here
 
 
-def test_the_index_from_the_decode_equals_the_index_of_a_second_decode(go_capture):
-    bundle, _ = go_capture
-    trace = DecodedBundle.open(bundle)
+def test_the_recordings_index_equals_one_built_from_the_stream_decoded_by_hand(go_capture):
+    from pt_decoder.insn import InsnDecoder
+    bundle, binary = go_capture
+    trace = Recording.open(bundle)
     capture = Capture(1, trace.threads[0].tid, 1, RecordWindow(), bundle, trace)
-    kept = goroutine_view._from_decoded(capture)
-    (again,) = bundle_index.index_bundle(bundle)
-    assert kept is not None and kept.observations == len(again.samples) > 20
-    assert trace.threads[0].ptwrites == again.samples
+    kept = goroutine_view.capture_goroutines(capture)
+    opened = Bundle.open(bundle)
+    flow = InsnDecoder(opened.stream_bytes(opened.streams[0]), trace.code,
+                       **decoder_options(opened.manifest)).decode()
+    samples = flow.ptwrites()
+    again = GoroutineIndex.build(flow.ip, samples, runtime_layout.layout_of(binary).g_stores)
+    assert kept is not None and kept.observations == len(samples) > 20
+    assert trace.threads[0].ptwrites == samples
     positions = range(len(capture.history))
-    assert [kept.at(p) for p in positions] == [again.index.goid_at(p) for p in positions]
+    assert [kept.at(p) for p in positions] == [again.goid_at(p) for p in positions]
+    assert trace.goroutines()[0].index is kept.index  # one index, kept by the recording
 
 
 def test_caches_follow_the_binary_not_its_path(go_capture, tmp_path, counted):
     _, binary = go_capture
     copy = tmp_path / "renamed"
     shutil.copy(binary, copy)
-    assert bundle_index.runtime_layout(str(copy)) is bundle_index.runtime_layout(binary)
+    assert runtime_layout.layout_of(str(copy)) is runtime_layout.layout_of(binary)
     assert LineTable.for_elf(str(copy)) is LineTable.for_elf(binary)
     assert counted["runtime layout"] == 0 and counted["line table"] == 0
     # another binary (a byte of its build id changed) is read afresh
@@ -155,7 +164,7 @@ def test_caches_follow_the_binary_not_its_path(go_capture, tmp_path, counted):
     data[note] ^= 0xFF
     other = tmp_path / "other"
     other.write_bytes(bytes(data))
-    assert bundle_index.runtime_layout(str(other)) is not bundle_index.runtime_layout(binary)
+    assert runtime_layout.layout_of(str(other)) is not runtime_layout.layout_of(binary)
     assert counted["runtime layout"] == 1
 
 

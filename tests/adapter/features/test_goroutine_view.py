@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 
 from adapter.capture import record, stepper
-from adapter.export.trace import DecodedBundle
 from adapter.features import goroutine_view, trace_scope
 from adapter.features.captures import Capture
 from adapter.features.record_breakpoints import RecordBreakpoints
@@ -38,6 +37,7 @@ from adapter.golang.stepper_probe import probe_for
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import StepBackArguments
+from adapter.recording.recording import Recording
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
@@ -91,7 +91,7 @@ def handoff(tmp_path_factory):
     assert len(stamps) == len(read) > 100
     recorded = len(result.recording.ips)
     truth = {p: g for p, g in zip(stamps, read) if g is not None and p < recorded}
-    trace = DecodedBundle.open(bundle)
+    trace = Recording.open(bundle)
     owner = truth[0]  # the goroutine that entered main.handoff: it "hit the record breakpoint"
     capture = Capture(1, trace.threads[0].tid, owner,
                       RecordWindow(function="main.handoff", untilReturn=True), bundle, trace)
@@ -229,7 +229,7 @@ def test_a_capture_of_a_c_program_has_no_goroutine_index(tmp_path):
                    check=True)
     bundle = str(tmp_path / "c.bundle")
     record.record_stepper(bundle, command=[str(binary)], end=stepper.EndCondition(count=300))
-    trace = DecodedBundle.open(bundle)
+    trace = Recording.open(bundle)
     capture = Capture(1, trace.threads[0].tid, 1, RecordWindow(instructions=300), bundle, trace)
     assert goroutine_view.capture_goroutines(capture) is None
     assert goroutine_view.scope_variables(_Recording(), capture, 0) == []

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from adapter.export.trace import ThreadTrace
 from adapter.features import python_replay
+from adapter.recording.recording import Recording, ThreadTrace
 from pt_decoder.history import Gap, History
+from pt_decoder.image import Image
 from pt_decoder.python_frames import CodeInfo, encode_sample
 
 pytestmark = pytest.mark.skipif(sys.version_info[:2] < (3, 11),
@@ -52,16 +53,9 @@ FIRST, SECOND = _line(_helper, "helper_first"), _line(_helper, "helper_second")
 
 
 @dataclass
-class _Trace:
-    manifest: dict
-    threads: list
-    tsc_hz: int = 1_000_000_000
-
-
-@dataclass
 class _Capture:
     history: History
-    trace: _Trace
+    trace: Recording
     stream: int = 0
     names: dict = field(default_factory=dict)
 
@@ -83,8 +77,8 @@ def _capture(gaps=(), names=None) -> _Capture:
                                    array("B", bytes(n)), gaps)
     table = {"codes": {str(SCORE): _info(_score).to_json(), str(HELPER): _info(_helper).to_json()},
              "interpreter": "libpython3.11.so.1.0"}
-    trace = _Trace({"python": table, "backend": "stepper"},
-                   [ThreadTrace(1, history, ptwrites=samples)])
+    trace = Recording("(made here)", {"python": table, "backend": "stepper"},
+                      [ThreadTrace(1, history, ptwrites=samples)], Image(), Image())
     return _Capture(history, trace, names=names or {})
 
 

@@ -8,7 +8,7 @@ from array import array
 import numpy as np
 import pytest
 
-from adapter.golang.goroutine_index import NO_GOID, Confidence, GoroutineIndex, ptwrite_samples
+from adapter.golang.goroutine_index import NO_GOID, Confidence, GoroutineIndex
 
 STORE = 0x50  # a switch instruction's address
 
@@ -46,8 +46,3 @@ def test_position_outside_the_history():
         index.goid_at(2)
 
 
-def test_ptwrite_events_are_placed_on_the_instruction_at_their_ip():
-    items = [("event", 1, 0, None, 0, {"type": "ptwrite", "ip": 0x10, "payload": 9}),
-             ("event", 3, 0, None, 0, {"type": "tick", "ip": 0x30}),
-             ("event", 4, 0, None, 0, {"type": "ptwrite", "ip": None, "payload": 2})]
-    assert ptwrite_samples(items, [0x10, 0x20, 0x30, 0x40, 0x50]) == [(0, 9), (4, 2)]

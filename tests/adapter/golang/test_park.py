@@ -17,8 +17,8 @@ import time
 import pytest
 
 from adapter.capture.target import Target
-from adapter.golang.bundle_index import runtime_layout
 from adapter.golang.park import FAR_AHEAD_NS, PARK, STACK_PREEMPT, park, resume_preemption, unpark
+from adapter.golang.runtime_layout import layout_of
 from adapter.golang.stepper_probe import GoidProbe
 from adapter.hw import ptrace as pt
 from pt_decoder.lines import LineTable
@@ -53,7 +53,7 @@ def fixture(tmp_path_factory):
     source = package / "main.go"
     (pc, *_) = LineTable.for_elf(str(binary)).statement_addresses(str(source),
                                                                    marker(source, "park"))
-    return binary, pc, runtime_layout(str(binary))
+    return binary, pc, layout_of(str(binary))
 
 
 class Runtime:

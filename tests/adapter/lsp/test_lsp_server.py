@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from lspclient import LspClient
 
-from adapter.export.trace import DecodedBundle
+from adapter.recording.recording import Recording
 from pt_decoder import insn_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -48,7 +48,7 @@ def _start(*extra: str) -> LspClient:
 def _expected_lines(bundle, program) -> dict[int, dict]:
     """Per source line of hotpath.c: executions, instructions, cycles, found with addr2line
     and the history's columns by the rules in adapter/lsp/hotlines.py's header."""
-    history = DecodedBundle.open(bundle).threads[0].history
+    history = Recording.open(bundle).threads[0].history
     ips = list(history.ips())
     distinct = sorted(set(ips))
     out = subprocess.run(["addr2line", "-e", str(program), *[hex(a) for a in distinct]],
@@ -93,7 +93,7 @@ def test_lenses_match_the_bundle(c_bundle, c_program):
         for line, numbers in expected.items():
             for key in ("executions", "instructions", "cycles"):
                 assert got[line][key] == numbers[key], (line, key, got[line], numbers)
-        total = DecodedBundle.open(c_bundle).total_instructions
+        total = Recording.open(c_bundle).total_instructions
         assert abs(sum(a["share"] for a in got.values()) - 1) < 1e-9  # all lines are in hotpath.c
         hash_line = marker_line(SOURCE, "hash")
         # a stepper recording: the share is of the instructions, its cycles being its ns
@@ -176,7 +176,7 @@ def test_go_lines_come_from_pclntab(go_bundle):
         for marker in ("handle", "request"):
             runs = got[marker_line(source, marker)]["executions"]
             assert runs >= REQUESTS and runs % REQUESTS == 0, (marker, runs)
-        assert sum(a["cycles"] for a in got.values()) == DecodedBundle.open(go_bundle).total_cycles
+        assert sum(a["cycles"] for a in got.values()) == Recording.open(go_bundle).total_cycles
         assert client.shutdown() == 0
     finally:
         if client.process.poll() is None:

@@ -1,10 +1,13 @@
-"""A trace bundle decoded for the offline views: per-thread histories, with function names
-and source lines for their addresses, and cycles attributed per instruction.
+"""A recording: a trace bundle decoded once, for every view of it. Per-thread histories with
+their PTWRITE samples, function names and source lines for their addresses, cycles attributed
+per instruction, and, built lazily from the same decode, each thread's Python frames and the
+goroutine index of a Go recording.
 
-Layer: adapter.export (offline consumers of bundles: pprof, Perfetto, latency, the hot-lines
-language server). Reads a bundle through adapter.capture.bundle and decodes it with
-pt_decoder's public layers (Image, InsnDecoder -> FlowResult -> History, LineTable); it knows
-nothing of DAP sessions or of how the bundle was recorded.
+Layer: adapter.recording. Reads a bundle through adapter.capture.bundle and decodes it with
+pt_decoder's public layers (Image, InsnDecoder -> FlowResult -> History, LineTable). Its
+consumers: a live session's captures (features/record_breakpoints), a replayed bundle
+(backends/replay), the exports, `ptdebug latency`, the hot-lines language server and the
+goroutine view. It knows nothing of DAP sessions or of how the bundle was recorded.
 
 Attribution rule (used by every export, and by the tests that check them): the history's
 `cycles` column is cumulative (CYC packets, pt_decoder/flow_result.py) and grows only at the
@@ -20,7 +23,7 @@ What the time and cycles are depends on the recorder (manifest `backend`): with 
 are the CPU's (TSC, CYC packets); the ptrace stepper writes CLOCK_MONOTONIC ns read at its
 stops as a 1 GHz TSC and those ns as cycles, the time of a thread slowed by ptrace (about
 5-11 us an instruction on the development VMs, docs/recording.md), not CPU time. Every view
-labels such figures as stepper time (`DecodedBundle.stepper`, `timing_note`) and offers the
+labels such figures as stepper time (`Recording.stepper`, `timing_note`) and offers the
 instruction counts, which are exact either way.
 """
 from __future__ import annotations
@@ -29,6 +32,7 @@ import functools
 import itertools
 import os
 import sys
+import threading
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +41,7 @@ from adapter.capture.bundle import Bundle, BundleError
 from pt_decoder import insn_flags
 from pt_decoder.errors import PtError
 from pt_decoder.history import History
-from pt_decoder.image import Image
+from pt_decoder.image import Image, elf_load_bias
 from pt_decoder.lines import LineTable
 
 UNKNOWN_FUNCTION = "[unknown]"
@@ -62,8 +66,8 @@ class ThreadTrace:
     name: str = ""
     ptwrites: list[tuple[int, int]] = field(default_factory=list)
     """(position, value) of the stream's PTWRITE packets, placed on the instruction the
-    recorder meant (the goroutine ids of a Go recording: adapter.golang.goroutine_index),
-    kept here so that a view needing them does not decode the stream again."""
+    recorder meant (FlowResult.ptwrites: the goroutine ids of a Go recording, the Python
+    frame samples of a Python one), kept so that no view decodes the stream again."""
     _weights: array | None = field(default=None, repr=False)
     _ns: array | None = field(default=None, repr=False)
 
@@ -104,8 +108,9 @@ class ThreadTrace:
         return self._ns
 
 
-class DecodedBundle:
-    """A bundle's threads, decoded; plus symbols and lines for its addresses."""
+class Recording:
+    """A bundle's threads, decoded once; plus symbols and lines for its addresses, and the
+    Python frames and goroutine index built from its PTWRITE samples when first asked for."""
 
     def __init__(self, root: str, manifest: dict, threads: list[ThreadTrace], code: Image,
                  symbols: Image):
@@ -123,6 +128,9 @@ class DecodedBundle:
         self.tsc_hz = int(timing.get("tsc_hz") or 1_000_000_000)
         """TSC ticks per second."""
         self._function_cache: dict[int, tuple[str, int]] = {}
+        self._python_frames: dict[int, object] = {}
+        self._goroutines: tuple | None = None
+        self._samples_lock = threading.Lock()
 
     # -- what the time is ----------------------------------------------------------------
     @property
@@ -154,7 +162,7 @@ class DecodedBundle:
     # -- opening -------------------------------------------------------------------------
     @classmethod
     def open_for_command(cls, path: str | os.PathLike, command: str,
-                         progress: Progress | None = None) -> DecodedBundle | None:
+                         progress: Progress | None = None) -> Recording | None:
         """`open` for a command-line tool: on failure the reason goes to stderr as
         "ptdebug COMMAND: ..." and None comes back (the tool then exits with status 2: the
         bundle given is bad input, adapter/cli.py). `progress` as for open()."""
@@ -165,7 +173,7 @@ class DecodedBundle:
             return None
 
     @classmethod
-    def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> DecodedBundle:
+    def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> Recording:
         """Decode every stream of the bundle at `path`.
 
         Raises TraceError naming the bundle when it is missing, unreadable or not decodable.
@@ -185,7 +193,7 @@ class DecodedBundle:
                 file = str(bundle.image_path(entry))
                 code.add_raw(file, entry["load_address"], entry.get("offset", 0), entry.get("size"))
                 if entry.get("kind") == "elf":
-                    bias = _elf_bias(file, entry)
+                    bias = elf_load_bias(file, entry["load_address"], entry.get("offset", 0))
                     if bias is not None and (file, bias) not in seen:
                         seen.add((file, bias))
                         symbols.add_elf(file, bias)
@@ -197,7 +205,6 @@ class DecodedBundle:
         names = {t.get("tid"): t.get("comm") or "" for t in manifest.get("threads", [])}
         threads = []
         streams = bundle.streams
-        from adapter.golang.goroutine_index import ptwrite_samples
         from pt_decoder.insn import InsnDecoder  # the compiled layer, loaded only when decoding
         for index, stream in enumerate(streams):
             report = None
@@ -215,11 +222,63 @@ class DecodedBundle:
                 raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
             tid = int(stream.get("tid") or 0)
             history = flow.to_history({"tid": tid, "bundle": root})
-            threads.append(ThreadTrace(tid, history, names.get(tid, ""),
-                                       ptwrite_samples(flow.items, flow.ip)))
+            threads.append(ThreadTrace(tid, history, names.get(tid, ""), flow.ptwrites()))
         if progress is not None:
             progress("decoded", 1.0)
         return cls(root, manifest, threads, code, symbols)
+
+    # -- what the recorder wrote (PTWRITE samples) ----------------------------------------
+    @property
+    def python_table(self) -> dict | None:
+        """The manifest's table of Python code objects, None for a recording made without
+        Python attribution."""
+        table = self.manifest.get("python")
+        return table if isinstance(table, dict) else None
+
+    def python_frames(self, thread: ThreadTrace):
+        """pt_decoder.python_frames.PythonFrames of `thread` (each position's Python frame:
+        code object, file, line), built from its samples on first use and kept; None for a
+        recording without Python attribution; attached to the thread's History too (its
+        python_frame, python_stack and Python line steps). debugpy's own frames (its trace function's
+        helpers, in a capture made under it) read as the program's frame they interrupted, in
+        every view (adapter/python/debugger_frames.py). Raises TraceError when the table is
+        damaged."""
+        table = self.python_table
+        if table is None:
+            return None
+        with self._samples_lock:
+            frames = self._python_frames.get(id(thread))
+            if frames is None:
+                from adapter.python.debugger_frames import debugger_codes, fold_debugger_frames
+                from pt_decoder.python_frames import PythonFrames
+                samples = fold_debugger_frames(thread.ptwrites, debugger_codes(table))
+                try:
+                    frames = PythonFrames.from_manifest(table, samples, len(thread.history))
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise TraceError(f"{self.root}: the manifest's Python table is damaged: "
+                                     f"{exc}") from None
+                self._python_frames[id(thread)] = frames
+                if len(frames):  # every view of the thread's history sees the same frames
+                    thread.history.attach_python(frames)
+            return frames
+
+    def goroutines(self) -> dict:
+        """stream number -> recording.goroutines.ThreadGoroutines of the threads of a Go
+        recording that hold goroutine ids, built from the samples on first use and kept.
+        Raises goroutines.GoroutineHistoryError saying why there is none (not a Go program, no
+        goroutine id recorded)."""
+        from adapter.recording.goroutines import GoroutineHistoryError, index_threads
+        with self._samples_lock:
+            if self._goroutines is None:
+                try:
+                    self._goroutines = (index_threads(self.root, self.manifest, self.threads),
+                                        None)
+                except GoroutineHistoryError as exc:
+                    self._goroutines = (None, str(exc))
+            found, why = self._goroutines
+        if found is None:
+            raise GoroutineHistoryError(why)
+        return found
 
     # -- addresses -----------------------------------------------------------------------
     @property
@@ -305,73 +364,6 @@ def decoder_options(manifest: dict) -> dict:
         except PtError:
             pass  # an unknown CPU: decode without its errata workarounds
     return options
-
-
-class StreamDecodeError(Exception):
-    """A bundle's images could not be mapped or one of its streams decoded; the text names
-    the bundle, the stream file and the decoder's reason."""
-
-
-def decode_stream_flows(bundle: Bundle, streams: list[int] | None = None):
-    """Yields (number, tid, flow) for the bundle's streams (only those numbered in `streams`,
-    in manifest order, when given), each decoded by InsnDecoder over the bundle's images with
-    the manifest's timing and CPU. The one decode the goroutine index and the Python
-    attribution share. Raises StreamDecodeError."""
-    from pt_decoder.insn import InsnDecoder
-    code = Image()
-    try:
-        for entry in bundle.images:
-            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
-                         entry.get("offset", 0), entry.get("size"))
-    except (PtError, OSError, KeyError) as exc:
-        raise StreamDecodeError(f"{bundle.root}: cannot map the bundle's images: {exc}") from None
-    options = decoder_options(bundle.manifest)
-    for number, stream in enumerate(bundle.streams):
-        if streams is not None and number not in streams:
-            continue
-        try:
-            flow = InsnDecoder(bundle.stream_bytes(stream), code, **options).decode()
-        except (PtError, OSError) as exc:
-            raise StreamDecodeError(f"{bundle.root}: stream {stream.get('file')}: "
-                                    f"{exc}") from None
-        yield number, int(stream.get("tid") or 0), flow
-
-
-def _elf_bias(file: str, entry: dict) -> int | None:
-    """Load bias of an ELF mapping: where its file offset `offset` is in memory, minus the
-    virtual address the ELF gives that offset (the PT_LOAD segment that holds it)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    try:
-        with open(file, "rb") as f:
-            elf = ELFFile(f)
-            for segment in elf.iter_segments():
-                if segment["p_type"] != "PT_LOAD":
-                    continue
-                lo, size = segment["p_offset"], segment["p_filesz"]
-                if lo <= entry.get("offset", 0) < lo + max(size, 1):
-                    vaddr = segment["p_vaddr"] + entry.get("offset", 0) - lo
-                    return entry["load_address"] - vaddr
-    except (OSError, ELFError):
-        return None
-    return None
-
-
-def load_bias(pid: int, path: str) -> int:
-    """Load bias of the ELF file `path` in process `pid` (0 for an executable linked at its
-    address), from its first mapping in /proc/PID/maps, as `open` computes it for a bundle's
-    image: so that a line table read for the live program is the one a capture of it uses.
-    Raises OSError."""
-    real = os.path.realpath(path)
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and os.path.realpath(fields[5].strip()) == real:
-                start = int(fields[0].split("-")[0], 16)
-                bias = _elf_bias(real, {"load_address": start, "offset": int(fields[2], 16)})
-                if bias is not None:
-                    return bias
-    raise OSError(f"{path} is not mapped in process {pid}")
 
 
 def _report_offset(progress: Progress, message: str, decoder, size: int, index: int,

@@ -330,29 +330,44 @@ def install_goroutine_history(session) -> None:
         if (isinstance(arguments, dict | None) and isinstance(backend, ReplaysRecordings)
                 and backend.replayed is not None and "bundle" not in (arguments or {})):
             arguments = {**(arguments or {}), "bundle": backend.replayed.path}
-        threading.Thread(target=_answer_goroutine_history, args=(request, arguments),
+        held = list(getattr(session.recording, "captures", ()))  # a snapshot, for the thread
+        threading.Thread(target=_answer_goroutine_history, args=(request, arguments, held),
                          daemon=True, name="goroutine-history").start()  # decoding takes a while
         return DEFERRED
 
     session.request_interceptors.setdefault(GOROUTINE_HISTORY, []).append(intercept)
 
 
-def _answer_goroutine_history(request: Request, arguments) -> None:
+def _answer_goroutine_history(request: Request, arguments, captures: list) -> None:
     from adapter.protocol.errors import AdapterError, InvalidRequest
     from adapter.protocol.schema import GoroutineHistoryIn, parse
     from adapter.recording.goroutines import GoroutineHistoryError
     try:
-        request.respond(goroutine_history(parse(GoroutineHistoryIn, arguments)))
+        args = parse(GoroutineHistoryIn, arguments)
+        request.respond(goroutine_history(args, _held_recording(captures, args.bundle)))
     except AdapterError as exc:
         request.fail(exc)
     except GoroutineHistoryError as exc:
         request.fail(InvalidRequest(str(exc)))
 
 
-def goroutine_history(args) -> dict:
-    """The body of `ptdebug/goroutineHistory` (schema.GoroutineHistoryIn -> Out as a dict).
-    Raises GoroutineHistoryError when the bundle has no goroutine history; the Go binary is
-    looked for before anything is decoded."""
+def _held_recording(captures: list, bundle: str):
+    """The Recording of a capture or replayed bundle of this session at path `bundle`
+    (decoded already, its goroutine index perhaps built), None for a bundle it does not
+    hold."""
+    import os
+    wanted = os.path.realpath(bundle)
+    for capture in captures:
+        if os.path.realpath(str(capture.bundle)) == wanted:
+            return capture.trace
+    return None
+
+
+def goroutine_history(args, recording=None) -> dict:
+    """The body of `ptdebug/goroutineHistory` (schema.GoroutineHistoryIn -> Out as a dict),
+    from `recording` when the session holds the bundle decoded, else from the bundle opened
+    here. Raises GoroutineHistoryError when the bundle has no goroutine history; the Go
+    binary is looked for before anything is decoded."""
     import dataclasses
 
     import numpy as np
@@ -366,8 +381,9 @@ def goroutine_history(args) -> dict:
     from adapter.recording.goroutines import GoroutineHistoryError, go_binary
     from adapter.recording.recording import Recording, TraceError
     try:
-        go_binary(Bundle.open(args.bundle))
-        recording = Recording.open(args.bundle)
+        if recording is None:
+            go_binary(Bundle.open(args.bundle))
+            recording = Recording.open(args.bundle)
     except (BundleError, TraceError) as exc:
         raise GoroutineHistoryError(str(exc)) from None
     threads = list(recording.goroutines().values())

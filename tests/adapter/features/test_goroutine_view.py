@@ -341,3 +341,27 @@ class _Session:
     def top_frame(self, thread_id: int) -> dict:
         body = self.send("stackTrace", {"threadId": thread_id, "levels": 1})
         return body["stackFrames"][0]
+
+
+def test_the_history_of_a_bundle_the_session_holds_comes_from_its_recording(handoff, tmp_path,
+                                                                           monkeypatch):
+    """`ptdebug/goroutineHistory` for a capture's own bundle answers from the capture's
+    Recording (decoded already, its index shared with the trace scope): nothing is decoded
+    again. Given by another path to the same bundle it is still found."""
+    from adapter.protocol.schema import GoroutineHistoryIn, parse
+    capture, _ = handoff
+    alias = tmp_path / "same-bundle"
+    alias.symlink_to(capture.bundle)
+    assert goroutine_view._held_recording([capture], str(alias)) is capture.trace
+    assert goroutine_view._held_recording([capture], str(tmp_path)) is None
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("the bundle was decoded again")
+    monkeypatch.setattr(Recording, "open", no_decode)
+    args = parse(GoroutineHistoryIn, {"bundle": str(alias)})
+    body = goroutine_view.goroutine_history(args, capture.trace)
+    counted = {e["goid"]: e["instructions"] for e in body["goroutines"]}
+    summaries = goroutine_view.capture_goroutines(capture).summaries(capture.history)
+    assert counted == {s.goid: s.instructions for s in summaries}
+    assert sum(counted.values()) == len(capture.history)
+    assert body["timeUnit"] == "ns"  # a stepper recording

@@ -106,6 +106,69 @@ def realistic_stream(path_out: str | os.PathLike, size_mb: float = 8.0, seed: in
     return info
 
 
+def _segment(job: tuple) -> str:
+    """One segment of large_stream: realistic_stream's passes from its own seed, its clock
+    starting at `tsc` (written to `path`; returns it)."""
+    path, passes, seed, tsc = job
+    ips, elf = recorded_path()
+    image = Image()
+    image.add_elf(str(elf))
+    fe = FlowEncoder(image.read, timing=True, cyc=True, psb_period=4096,
+                     mtc_freq=DECODE["mtc_freq"], nom_freq=DECODE["nom_freq"],
+                     cpuid_0x15=tuple(DECODE["cpuid_0x15"]))
+    rng = random.Random(seed)
+    with open(path, "wb") as fh:
+        for _ in range(passes):
+            tscs = list(accumulate(_cycle_costs(rng, len(ips)), initial=tsc))[1:]
+            fh.write(fe.encode(ips, tscs=tscs))
+            tsc = tscs[-1] + rng.randrange(10_000, 1_000_000)
+    return path
+
+
+SEGMENT_TSC_SPAN = 1 << 44
+"""Clock distance between the starts of two segments of large_stream: far more than a
+segment's passes take (about 10^9 ticks per 1,000 passes), so time never runs back."""
+
+
+def large_stream(instructions: int, workers: int | None = None) -> tuple[pathlib.Path, dict]:
+    """A stream of at least `instructions` instructions in the cache directory, made of
+    realistic_stream's passes (the real path, re-encoded with timing) by `workers` processes
+    at once, each writing a segment with its own seed and a clock that starts after the
+    segment before it ends. Built once (minutes for 10^9 instructions), then reused."""
+    from concurrent.futures import ProcessPoolExecutor
+    ips, elf = recorded_path()
+    passes = -(-instructions // len(ips))
+    workers = workers or os.cpu_count() or 1
+    segments = max(workers, -(-passes // 1000))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"bench-large-v{VERSION}-{passes}p.pt"
+    want = {"version": VERSION, "passes": passes, "segments": segments}
+    meta = path.with_name(path.name + ".json")
+    if path.is_file() and meta.is_file():
+        info = json.loads(meta.read_text())
+        if {k: info.get(k) for k in want} == want and path.stat().st_size == info["bytes"]:
+            return path, info
+    start = time.perf_counter()
+    share = [passes // segments + (1 if k < passes % segments else 0) for k in range(segments)]
+    jobs = [(f"{path}.{k}.tmp", share[k], 1000 + k, 0x1_0000_0000 + k * SEGMENT_TSC_SPAN)
+            for k in range(segments)]
+    with ProcessPoolExecutor(workers) as pool:
+        parts = list(pool.map(_segment, jobs))
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as f:
+                while block := f.read(1 << 24):
+                    out.write(block)
+            os.unlink(part)
+    os.replace(tmp, path)
+    info = {**want, "bytes": path.stat().st_size, "instructions": passes * len(ips),
+            "build_s": round(time.perf_counter() - start, 1), "decode": DECODE,
+            "source": SOURCE, "elf": str(elf)}
+    meta.write_text(json.dumps(info, indent=1))
+    return path, info
+
+
 def cached_stream(size_mb: float = 8.0, seed: int = 1) -> tuple[pathlib.Path, dict]:
     """realistic_stream() in the user's cache directory (~/.cache/ptdebug)."""
     CACHE.mkdir(parents=True, exist_ok=True)

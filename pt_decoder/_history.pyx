@@ -321,7 +321,9 @@ def scan_line(const uint32_t[:] ip_ids, const uint8_t[:] flags, const uint32_t[:
     instruction of another line in this frame, or the first one after the
     frame returned.
     Returns (position, reached): `reached` 0 if the target was found, 1 if
-    the scan hit `bound` first (position is then the bound instruction).
+    the scan hit `bound` first (position is then the bound instruction), 2
+    (backward only) if the target line was found but its run reached back to
+    `bound` (position is where it was followed to: the run may begin before).
     """
     cdef Py_ssize_t q, found = -1, accepted
     cdef int64_t rel = 0, found_rel
@@ -384,7 +386,7 @@ def scan_line(const uint32_t[:] ip_ids, const uint8_t[:] flags, const uint32_t[:
             break
         accepted = q
         q -= 1
-    return accepted, 0
+    return accepted, (2 if q < bound else 0)
 
 
 def scan_marked(const uint32_t[:] ip_ids, const uint8_t[:] marks, Py_ssize_t pos,

@@ -80,7 +80,8 @@ class Insn(NamedTuple):
 class Step(NamedTuple):
     """Where a stepping query stopped. `reason`: "found" (the asked-for place),
     "gap" (the history is broken before/after `position`; `gap` says how),
-    "start" or "end" (the history's first or last instruction)."""
+    "start" or "end" (the history's first or last instruction), "undecided"
+    (prev_line asked to say so: found, but it may begin before the bound)."""
 
     position: int
     reason: str
@@ -431,15 +432,18 @@ class History:
         return gather(self._line_map(lines, statements), self._ip_ids[start:stop])
 
     def prev_line(self, pos: int, lines, over_calls: bool = True, statements: bool = True,
-                  low: int = 0) -> Step:
+                  low: int = 0, say_undecided: bool = False) -> Step:
         """Step back by source line from `pos`: the first instruction of the previous
         line's run in this frame (calls are skipped with `over_calls`; without it the
         step ends in a callee's last line). Stepping back past the frame's entry ends
         at the caller's line. Instructions without a line are passed over. Returns
         Step(position, "found"), or Step(bound, "gap"|"start") if a gap or the
         history's start (or `low`, the lowest position the caller allows: one
-        goroutine's stretch of a Go history) comes first. Raises IndexError if `pos`
-        is outside."""
+        goroutine's stretch of a Go history) comes first. With `say_undecided`, a
+        line found whose run (in its frame) was followed back to that bound, so that
+        it may begin before it, is Step(where it was followed to, "undecided"): what
+        a reader of a longer history (pt_decoder.chunked) extends its window for.
+        Raises IndexError if `pos` is outside."""
         self._check(pos)
         gap_low, gap = self._low_bound(pos)
         if low > gap_low:
@@ -448,7 +452,9 @@ class History:
             low = gap_low
         target, hit = scan_line(self._ip_ids, self._flags, self._line_map(lines, statements),
                                 pos, low, 0, 1 if over_calls else 0)
-        return self._bound_step(target, False, gap) if hit else Step(target, "found")
+        if hit == 1:
+            return self._bound_step(target, False, gap)
+        return Step(target, "undecided" if hit == 2 and say_undecided else "found")
 
     def next_line(self, pos: int, lines, over_calls: bool = True, statements: bool = True) -> Step:
         """Step forward by source line: the first later instruction of another line in

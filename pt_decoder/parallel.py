@@ -43,7 +43,7 @@ _JOB: dict = {}
 
 def psb_offsets(data) -> list[int]:
     """Offsets of every PSB in `data` (a PSB is 16 bytes 02 82 ..., SDM 33.4.2.17)."""
-    view = bytes(data) if not isinstance(data, bytes) else data
+    view = data if hasattr(data, "find") else bytes(data)  # bytes, mmap: searched in place
     out, pos = [], view.find(PSB)
     while pos >= 0:
         out.append(pos)

@@ -1,0 +1,177 @@
+"""A recording larger than memory (issue 15, benchmark (b)): a 10^9-instruction stream opened
+through its PSB index and stepped back in at 100 random positions, with bounded memory.
+
+Run: `.venv/bin/python -m benchmarks.bench_large_recording [--quick] [--json]`. Results go to
+docs/PERFORMANCE.md.
+
+The stream: benchmarks/corpus.py's large_stream, the real static-glibc hello path re-encoded
+with timing (a PSB+ every 4 KiB) pass after pass until 10^9 instructions (5 x 10^7 with
+--quick), built once by every core and cached in ~/.cache/ptdebug (some 150 MB; never
+committed). Measured:
+
+* the index (pt_decoder.chunked.StreamIndex.build: one pass keeping nothing per instruction,
+  on every core), built once and kept beside the stream: its time, when it had to be built;
+* in a fresh process (so that its peak RSS is the viewer's alone): opening the recording (the
+  stream mapped, not read; the ELF; the saved index), the first stack trace (the last
+  instruction's IP, function and line: what a replay's first `stackTrace` needs), then
+  stepBack at 100 random positions, by instruction (the IP before) and by line
+  (ChunkedHistory.prev_line), each from a cold position: median and p99; the peak RSS.
+
+Targets: open < 2 s, stepBack median < 50 ms and p99 < 200 ms, peak RSS < 1 GB. The
+reference, the whole-stream History, cannot be built for 10^9 instructions here (9.2 bytes an
+instruction: some 9 GB); it is measured on the stream's first 5 x 10^6 instructions' worth
+of trace for scale, in the same fresh process (its time and the bytes it holds).
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.corpus import CACHE, DECODE, large_stream
+
+TARGETS = {"open_s": 2.0, "step_back_median_ms": 50.0, "step_back_p99_ms": 200.0,
+           "peak_rss_mb": 1024.0}
+POSITIONS = 100
+
+
+def _options() -> dict:
+    eax, ebx = DECODE["cpuid_0x15"]
+    return {"mtc_freq": DECODE["mtc_freq"], "nom_freq": DECODE["nom_freq"],
+            "cpuid_0x15_eax": eax, "cpuid_0x15_ebx": ebx}
+
+
+def _index_path(stream) -> str:
+    return str(stream) + ".index.json"
+
+
+def _key(stream) -> dict:
+    st = os.stat(stream)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "options": _options()}
+
+
+def ensure_index(stream, elf: str) -> dict:
+    """Build and keep the stream's index unless it is kept already; what it took."""
+    from pt_decoder.chunked import StreamIndex
+    from pt_decoder.image import Image
+    if StreamIndex.load(_index_path(stream), _key(stream)) is not None:
+        return {"index": "kept from an earlier run"}
+    image = Image()
+    image.add_elf(elf)
+    with open(stream, "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    start = time.perf_counter()
+    index = StreamIndex.build(data, image, **_options())
+    took = time.perf_counter() - start
+    index.save(_index_path(stream), _key(stream))
+    return {"index": "built", "index_build_s": round(took, 2), "chunks": len(index.chunks),
+            "index_workers": os.cpu_count()}
+
+
+def viewer(stream: str, elf: str, seed: int = 1) -> dict:
+    """The fresh process's measures (module docstring)."""
+    start = time.perf_counter()
+    from pt_decoder.chunked import ChunkedHistory, StreamIndex
+    from pt_decoder.image import Image
+    from pt_decoder.lines import LineTable
+    image = Image()
+    image.add_elf(elf)
+    with open(stream, "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    index = StreamIndex.load(_index_path(stream), _key(stream))
+    if index is None:
+        raise SystemExit("the stream's index is missing: run ensure_index first")
+    history = ChunkedHistory(data, image, index, **_options())
+    lines = LineTable.for_elf(elf)
+    open_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    last = len(history) - 1
+    ip = history.ip(last)
+    symbol = image.symbolize(ip)
+    lines.lookup(ip)
+    first_stack_s = time.perf_counter() - start
+
+    rng = random.Random(seed)
+    by_insn, by_line = [], []
+    for pos in rng.sample(range(1, len(history)), POSITIONS):
+        history._flows.clear()
+        history._windows.clear()
+        t = time.perf_counter()
+        history.ip(pos - 1)
+        by_insn.append(time.perf_counter() - t)
+        history._flows.clear()
+        history._windows.clear()
+        t = time.perf_counter()
+        history.prev_line(pos, lines)
+        by_line.append(time.perf_counter() - t)
+    held = history.nbytes
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the reference
+
+    # the reference for scale: the whole-stream History of a prefix
+    from pt_decoder.insn import InsnDecoder
+    prefix_stop = index.chunks[min(len(index.chunks) - 1, 12)].offset
+    t = time.perf_counter()
+    whole = InsnDecoder(data[:prefix_stop], image, **_options()).decode().to_history()
+    whole_s = time.perf_counter() - t
+
+    def ms(values, q):
+        ordered = sorted(values)
+        return round(1e3 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+    return {"instructions": len(history), "chunks": len(index.chunks),
+            "open_s": round(open_s, 3), "first_stack_trace_s": round(first_stack_s, 3),
+            "first_function": symbol.name if symbol else None,
+            "step_back_insn_median_ms": round(1e3 * statistics.median(by_insn), 2),
+            "step_back_insn_p99_ms": ms(by_insn, 0.99),
+            "step_back_line_median_ms": round(1e3 * statistics.median(by_line), 2),
+            "step_back_line_p99_ms": ms(by_line, 0.99),
+            "step_back_median_ms": round(1e3 * statistics.median(by_insn + by_line), 2),
+            "step_back_p99_ms": ms(by_insn + by_line, 0.99),
+            "held_by_decoded_chunks_mb": round(held / 2**20, 1),
+            "peak_rss_mb": round(peak_mb, 1),
+            "reference_whole_history": {"instructions": len(whole),
+                                        "decode_s": round(whole_s, 3),
+                                        "bytes_per_instruction": round(
+                                            whole.nbytes / max(1, len(whole)), 2)}}
+
+
+def run(quick: bool = False) -> dict:
+    instructions = 5 * 10**7 if quick else 10**9
+    start = time.perf_counter()
+    stream, info = large_stream(instructions)
+    made = time.perf_counter() - start
+    out = {"stream": str(stream), "stream_bytes": info["bytes"],
+           "stream_build_s": info["build_s"] if made > 1 else "cached",
+           **ensure_index(stream, info["elf"])}
+    child = subprocess.run([sys.executable, "-m", "benchmarks.bench_large_recording",
+                            "--viewer", str(stream), info["elf"]],
+                           capture_output=True, text=True)
+    if child.returncode:
+        raise SystemExit(f"the viewer process failed:\n{child.stderr}")
+    out.update(json.loads(child.stdout.splitlines()[-1]))
+    out["met"] = {name: out[name] <= limit for name, limit in TARGETS.items()}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--viewer"]:
+        print(json.dumps(viewer(argv[1], argv[2])))
+        return 0
+    result = run(quick="--quick" in argv)
+    if "--json" in argv:
+        print(json.dumps(result, indent=1))
+    else:
+        for name, value in result.items():
+            print(f"{name:32} {value}")
+    return 0 if all(result["met"].values()) else 1
+
+
+if __name__ == "__main__":
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sys.exit(main(sys.argv[1:]))

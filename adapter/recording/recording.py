@@ -53,6 +53,27 @@ Progress = Callable[[str, float], None]
 """progress(message, fraction 0..1): told as each stream is decoded (for DAP progress)."""
 
 
+DECODED_BYTES_PER_INSTRUCTION = 36
+"""Memory one instruction takes while a stream is decoded whole: the decoder's columns (IP,
+TSC, cycles, flags: 25 bytes) and the History built from them (about 9.2; both live at once)."""
+
+
+def decode_budget() -> int:
+    """How many instructions a whole decode may hold: three quarters of the memory available
+    now (/proc/meminfo MemAvailable), at DECODED_BYTES_PER_INSTRUCTION each; at least 10^6."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+            else:
+                return 1 << 62
+    except (OSError, ValueError):
+        return 1 << 62  # no way to tell: decode, as before
+    return max(10**6, available * 3 // 4 // DECODED_BYTES_PER_INSTRUCTION)
+
+
 class TraceError(Exception):
     """A bundle cannot be read or decoded; the text names the bundle and the reason."""
 
@@ -217,9 +238,21 @@ class Recording:
                 if progress is not None:
                     report = functools.partial(_report_offset, progress, message, decoder,
                                                max(1, len(data)), index, len(streams))
-                flow = decoder.decode(progress=report)
+                budget = decode_budget() - sum(len(t.history) for t in threads)
+                flow = decoder.decode(max(0, budget) + 1, progress=report)
             except (PtError, OSError) as exc:
                 raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
+            except MemoryError:
+                budget, flow = -1, None
+            if budget < 0 or len(flow.ip) > budget:
+                flow = None  # give the columns back before saying so
+                raise TraceError(
+                    f"{root}: the recording holds more instructions than this machine's "
+                    f"free memory can hold decoded (about {decode_budget():,} instructions, "
+                    f"{DECODED_BYTES_PER_INSTRUCTION} bytes each while decoding): stream "
+                    f"{stream.get('file')} alone is {len(data):,} bytes of trace. Its whole "
+                    "history is not opened; pt_decoder.chunked reads such a stream a chunk at "
+                    "a time (docs/decoding.md)") from None
             tid = int(stream.get("tid") or 0)
             history = flow.to_history({"tid": tid, "bundle": root})
             threads.append(ThreadTrace(tid, history, names.get(tid, ""), flow.ptwrites()))

@@ -341,7 +341,34 @@ def find_python(pid: int) -> PythonImage:
         return PythonImage(path, bias, found.runtime + bias, found.layout,
                            [(lo + bias, hi + bias) for lo, hi in found.eval_ranges],
                            found.eval_code)
+    waiting = _libpython_not_loaded_yet(candidates, paths)
+    if waiting is not None:
+        raise LayoutError(f"process {pid} has not loaded its interpreter library {waiting} "
+                          "yet (the dynamic loader maps it after exec): start the window where "
+                          "the interpreter runs, e.g. --from Py_RunMain")
     if errors:
         raise LayoutError(f"process {pid}: " + "; ".join(errors))
     raise LayoutError(f"process {pid} runs no CPython interpreter (no libpython or python "
                       "executable is mapped)")
+
+
+def _libpython_not_loaded_yet(candidates: list[str], mapped: list[str]) -> str | None:
+    """The libpython a python executable among `candidates` needs (DT_NEEDED) that is not
+    among the `mapped` files yet: a program caught at exec, before the dynamic loader ran."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    names = {os.path.basename(p) for p in mapped}
+    for path in candidates:
+        if "libpython" in os.path.basename(path):
+            continue
+        try:
+            with open(path, "rb") as f:
+                for section in ELFFile(f).iter_sections():
+                    if isinstance(section, DynamicSection):
+                        for tag in section.iter_tags("DT_NEEDED"):
+                            if tag.needed.startswith("libpython") and tag.needed not in names:
+                                return tag.needed
+        except (OSError, ELFError):
+            continue
+    return None

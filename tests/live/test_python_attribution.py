@@ -196,3 +196,29 @@ def test_numpy_linspace_stacks_equal_settrace(tmp_path):
     under = {hist.python_frame(pos).qualname for pos in range(len(hist))
              if lo <= hist.ip(pos) < hi and hist.python_frame(pos) is not None}
     assert "linspace" in under
+
+
+def test_python_on_at_exec_of_a_shared_libpython_says_where_to_start(tmp_path):
+    """A launched interpreter linked to libpython is caught at exec, before the dynamic loader
+    maps that library: the refusal says so and how to start later (seen as a new user, on
+    `python -m json.tool`), rather than "not a CPython interpreter"."""
+    from adapter.python.cpython_layout import _libpython_not_loaded_yet
+    exe = os.path.realpath(sys.executable)
+    needed = _libpython_not_loaded_yet([exe], [exe])
+    if needed is None:
+        pytest.skip(f"{exe} carries the interpreter itself (no libpython to wait for)")
+    out = tmp_path / "exec.bundle"
+    proc = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--python", "on",
+                                     "--count", "1000", "-o", str(out), "--", sys.executable,
+                                     "-c", "pass"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert f"has not loaded its interpreter library {needed} yet" in proc.stderr
+    assert "--from Py_RunMain" in proc.stderr
+    started = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--python", "on",
+                                        "--from", "Py_RunMain", "--count", "20000", "-o",
+                                        str(tmp_path / "later.bundle"), "--", sys.executable,
+                                        "-c", "pass"],
+                             capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr
+    assert "Python attribution: CPython" in started.stderr

@@ -64,6 +64,26 @@ def _cycle_costs(rng: random.Random, n: int) -> list[int]:
     return out
 
 
+def _encoder() -> tuple[list[int], pathlib.Path, FlowEncoder]:
+    """(the real path, its ELF, a FlowEncoder with the stream's timing and PSB period)."""
+    ips, elf = recorded_path()
+    image = Image()
+    image.add_elf(str(elf))
+    fe = FlowEncoder(image.read, timing=True, cyc=True, psb_period=4096,
+                     mtc_freq=DECODE["mtc_freq"], nom_freq=DECODE["nom_freq"],
+                     cpuid_0x15=tuple(DECODE["cpuid_0x15"]))
+    return ips, elf, fe
+
+
+def _passes(fe: FlowEncoder, ips: list[int], rng: random.Random, tsc: int):
+    """The encoded passes of the path, one after another without end: each a trace window
+    (PSB+, TIP.PGE ... TIP.PGD) with its own cycle costs, the clock going on between them."""
+    while True:
+        tscs = list(accumulate(_cycle_costs(rng, len(ips)), initial=tsc))[1:]
+        yield fe.encode(ips, tscs=tscs)
+        tsc = tscs[-1] + rng.randrange(10_000, 1_000_000)   # time between windows
+
+
 def realistic_stream(path_out: str | os.PathLike, size_mb: float = 8.0, seed: int = 1) -> dict:
     """Write the benchmark stream (at least size_mb MiB) to path_out; returns its info.
 
@@ -77,27 +97,18 @@ def realistic_stream(path_out: str | os.PathLike, size_mb: float = 8.0, seed: in
         info = json.loads(meta.read_text())
         if {k: info.get(k) for k in want} == want and path_out.stat().st_size == info["bytes"]:
             return info
-    ips, elf = recorded_path()
-    image = Image()
-    image.add_elf(str(elf))
-    fe = FlowEncoder(image.read, timing=True, cyc=True, psb_period=4096,
-                     mtc_freq=DECODE["mtc_freq"], nom_freq=DECODE["nom_freq"],
-                     cpuid_0x15=tuple(DECODE["cpuid_0x15"]))
-    rng = random.Random(seed)
+    ips, elf, fe = _encoder()
     target = int(size_mb * (1 << 20))
     start = time.perf_counter()
-    tsc = 0x1_0000_0000
     written = passes = 0
     tmp = path_out.with_name(path_out.name + ".tmp")
     with open(tmp, "wb") as fh:
-        while written < target:
-            costs = _cycle_costs(rng, len(ips))
-            tscs = list(accumulate(costs, initial=tsc))[1:]
-            data = fe.encode(ips, tscs=tscs)
+        for data in _passes(fe, ips, random.Random(seed), 0x1_0000_0000):
+            if written >= target:
+                break
             fh.write(data)
             written += len(data)
             passes += 1
-            tsc = tscs[-1] + rng.randrange(10_000, 1_000_000)   # time between windows
     os.replace(tmp, path_out)
     info = {**want, "bytes": written, "passes": passes, "instructions": passes * len(ips),
             "build_s": round(time.perf_counter() - start, 2), "decode": DECODE,
@@ -110,18 +121,10 @@ def _segment(job: tuple) -> str:
     """One segment of large_stream: realistic_stream's passes from its own seed, its clock
     starting at `tsc` (written to `path`; returns it)."""
     path, passes, seed, tsc = job
-    ips, elf = recorded_path()
-    image = Image()
-    image.add_elf(str(elf))
-    fe = FlowEncoder(image.read, timing=True, cyc=True, psb_period=4096,
-                     mtc_freq=DECODE["mtc_freq"], nom_freq=DECODE["nom_freq"],
-                     cpuid_0x15=tuple(DECODE["cpuid_0x15"]))
-    rng = random.Random(seed)
+    ips, _elf, fe = _encoder()
     with open(path, "wb") as fh:
-        for _ in range(passes):
-            tscs = list(accumulate(_cycle_costs(rng, len(ips)), initial=tsc))[1:]
-            fh.write(fe.encode(ips, tscs=tscs))
-            tsc = tscs[-1] + rng.randrange(10_000, 1_000_000)
+        for _, data in zip(range(passes), _passes(fe, ips, random.Random(seed), tsc)):
+            fh.write(data)
     return path
 
 

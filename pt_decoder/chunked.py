@@ -90,12 +90,13 @@ class StreamIndex:
 
     # -- building ---------------------------------------------------------------------------
     @classmethod
-    def build(cls, data, image, chunk_bytes: int = CHUNK_BYTES, workers: int | None = None,
+    def build(cls, data, image, chunk_bytes: int | None = None, workers: int | None = None,
               progress=None, **options) -> StreamIndex:
         """Index `data` (a stream's bytes) decoded over `image` with InsnDecoder `options`:
         one pass keeping nothing per instruction, on `workers` processes (default: every
         core). progress(fraction) is told as chunks are done. Raises PtError for a stream
         without a PSB."""
+        chunk_bytes = chunk_bytes or CHUNK_BYTES
         psbs = psb_offsets(data)
         if not psbs:
             raise PtError(ErrorCode.NOSYNC, None, "the stream holds no PSB: it cannot be indexed")
@@ -200,7 +201,7 @@ class ChunkedHistory:
         return self.index.instructions
 
     # -- decoding ---------------------------------------------------------------------------
-    def _decode(self, first: int, last: int):
+    def decode_chunks(self, first: int, last: int):
         """The FlowResult of chunks first..last, as the whole-stream decode has them: the
         RESUMED flag of a sync at the cut cleared as parallel.stitch_pieces does, the
         cycles counted on from the chunks before."""
@@ -230,7 +231,7 @@ class ChunkedHistory:
         if flow is not None:
             self._flows.move_to_end(k)
             return flow
-        flow = self._flows[k] = self._decode(k, k)
+        flow = self._flows[k] = self.decode_chunks(k, k)
         while len(self._flows) > self.cache_chunks:
             self._flows.popitem(last=False)
         return flow
@@ -247,7 +248,7 @@ class ChunkedHistory:
             self._windows.move_to_end((first, last))
             return found
         flow = self._flows.get(first) if first == last else None
-        found = (flow or self._decode(first, last)).to_history(
+        found = (flow or self.decode_chunks(first, last)).to_history(
             {"chunks": (first, last), "start": self.index.starts[first]})
         self._windows[(first, last)] = found
         while len(self._windows) > 2:

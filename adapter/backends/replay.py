@@ -176,6 +176,8 @@ class ReplayBackend(Backend):
     def launch(self, request: Request, config) -> None:
         self.hooks.backend_recording(self.replayed)
         request.respond({})
+        for note in self.replayed.trace.notes:  # what of the recording is not loaded
+            self._event("output", {"category": "console", "output": f"ptdebug: {note}\n"})
         self._event("initialized", {})
 
     def attach(self, request: Request, config) -> None:

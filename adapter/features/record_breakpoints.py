@@ -673,6 +673,9 @@ class RecordBreakpoints:
                 trace = Recording.open(output, progress)
         except TraceError as exc:
             raise AdapterError(str(exc)) from None
+        for note in trace.notes:  # a window too long to decode whole: its end is loaded
+            self.session.client.send_event("output", {"category": "console", "output":
+                                                      f"ptdebug: capture {number}: {note}\n"})
         if not trace.threads or not len(trace.threads[0].history):
             why = result.get("partial_reason") or result.get("end_reason") or "no reason given"
             raise AdapterError(f"the window recorded no instructions (it ended at once: {why})")

@@ -55,6 +55,8 @@ class HotPathServer(LanguageServer):
         try:
             decoded = Recording.open(path)
             hot = HotLines.from_decoded(decoded)
+            for note in decoded.notes:
+                self._tell(types.MessageType.Warning, f"ptdebug: {note}")
         except TraceError as exc:
             self._tell(types.MessageType.Error, f"ptdebug: cannot show the capture: {exc}")
             return None

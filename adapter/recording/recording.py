@@ -74,6 +74,76 @@ def decode_budget() -> int:
     return max(10**6, available * 3 // 4 // DECODED_BYTES_PER_INSTRUCTION)
 
 
+MAX_WHOLE_INSTRUCTIONS = 100_000_000
+"""A stream longer than this is not decoded whole (some 3.6 GB while decoding, 0.9 GB held
+after); its last TAIL_INSTRUCTIONS are (_decode_tail)."""
+WHOLE_DECODE_LIMIT_ENV = "PTDEBUG_WHOLE_DECODE_LIMIT"
+"""Environment variable: instructions a stream may have and still be decoded whole, in
+place of MAX_WHOLE_INSTRUCTIONS (a smaller machine, a quicker open)."""
+
+
+def whole_decode_limit() -> int:
+    """MAX_WHOLE_INSTRUCTIONS, or the environment's PTDEBUG_WHOLE_DECODE_LIMIT. Raises
+    TraceError for a value that is no positive whole number."""
+    text = os.environ.get(WHOLE_DECODE_LIMIT_ENV)
+    if not text:
+        return MAX_WHOLE_INSTRUCTIONS
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise TraceError(f"{WHOLE_DECODE_LIMIT_ENV}={text!r}: not a positive number of "
+                         "instructions")
+    return value
+
+
+TAIL_INSTRUCTIONS = 20_000_000
+"""How much of a stream too long to decode whole is loaded, from its end: where the
+recording stopped, which is where an incident usually is."""
+TAIL_AT_BYTES = 64 << 20
+"""A stream of more trace bytes than this is loaded from its end without a whole decode."""
+MIN_TAIL_INSTRUCTIONS = 100_000
+"""Below this much memory for a tail, opening refuses instead."""
+
+
+def _decode_tail(root: str, stream: dict, data, code: Image, options: dict, most: int,
+                 progress: Progress | None) -> tuple[object, int, int]:
+    """(FlowResult, position of its first instruction in the stream, instructions in the
+    stream) of the last chunks of a long stream holding at most `most` instructions (at least
+    the last chunk). The stream's PSB index (pt_decoder.chunked) is built once and kept in the
+    bundle's index/ folder where it can be written."""
+    from pt_decoder.chunked import ChunkedHistory, StreamIndex
+    name = os.path.basename(str(stream.get("file") or "stream"))
+    kept = os.path.join(root, "index", name + ".chunks.json")
+    key = {"file": stream.get("file"), "size": len(data), "options": options}
+    index = StreamIndex.load(kept, key)
+    try:
+        if index is None:
+            if progress is not None:
+                progress(f"indexing {name} (too long to decode whole)", 0.0)
+            report = None if progress is None else (
+                lambda done: progress(f"indexing {name}", done * 0.8))
+            index = StreamIndex.build(data, code, progress=report, **options)
+            try:
+                os.makedirs(os.path.dirname(kept), exist_ok=True)
+                index.save(kept, key)
+            except OSError:
+                pass  # a read-only bundle: the index is built again next time
+        starts = index.starts
+        total = starts[-1]
+        first = len(index.chunks) - 1
+        while first > 0 and total - starts[first - 1] <= most:
+            first -= 1
+        if progress is not None:
+            progress(f"decoding the last {total - starts[first]:,} instructions of {name}", 0.8)
+        flow = ChunkedHistory(data, code, index, **options).decode_chunks(
+            first, len(index.chunks) - 1)
+    except (PtError, MemoryError) as exc:
+        raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
+    return flow, starts[first], total
+
+
 class TraceError(Exception):
     """A bundle cannot be read or decoded; the text names the bundle and the reason."""
 
@@ -89,6 +159,11 @@ class ThreadTrace:
     """(position, value) of the stream's PTWRITE packets, placed on the instruction the
     recorder meant (FlowResult.ptwrites: the goroutine ids of a Go recording, the Python
     frame samples of a Python one), kept so that no view decodes the stream again."""
+    loaded_from: int = 0
+    """Position in the recorded stream of the history's first instruction: 0, or where the
+    tail of a stream too long to decode whole begins (Recording.open)."""
+    recorded: int | None = None
+    """Instructions in the recorded stream when only its tail is loaded, else None."""
     _weights: array | None = field(default=None, repr=False)
     _ns: array | None = field(default=None, repr=False)
 
@@ -152,6 +227,9 @@ class Recording:
         self._python_frames: dict[int, object] = {}
         self._goroutines: tuple | None = None
         self._samples_lock = threading.Lock()
+        self.notes: list[str] = []
+        """What of the recording is not loaded, one sentence a thread, for the user (a
+        stream too long to decode whole is loaded from its end: ThreadTrace.loaded_from)."""
 
     # -- what the time is ----------------------------------------------------------------
     @property
@@ -188,10 +266,13 @@ class Recording:
         "ptdebug COMMAND: ..." and None comes back (the tool then exits with status 2: the
         bundle given is bad input, adapter/cli.py). `progress` as for open()."""
         try:
-            return cls.open(path, progress)
+            recording = cls.open(path, progress)
         except TraceError as exc:
             print(f"ptdebug {command}: {exc}", file=sys.stderr)
             return None
+        for note in recording.notes:
+            print(f"ptdebug {command}: note: {note}", file=sys.stderr)
+        return recording
 
     @classmethod
     def open(cls, path: str | os.PathLike, progress: Progress | None = None) -> Recording:
@@ -225,6 +306,7 @@ class Recording:
         options = decoder_options(manifest)
         names = {t.get("tid"): t.get("comm") or "" for t in manifest.get("threads", [])}
         threads = []
+        notes: list[str] = []
         streams = bundle.streams
         from pt_decoder.insn import InsnDecoder  # the compiled layer, loaded only when decoding
         for index, stream in enumerate(streams):
@@ -239,26 +321,41 @@ class Recording:
                     report = functools.partial(_report_offset, progress, message, decoder,
                                                max(1, len(data)), index, len(streams))
                 budget = decode_budget() - sum(len(t.history) for t in threads)
-                flow = decoder.decode(max(0, budget) + 1, progress=report)
+                whole = min(max(0, budget), whole_decode_limit())
+                # a stream this long holds far more than `whole` (Intel PT: some 0.15 bytes
+                # an instruction): straight to its tail, without decoding `whole` first
+                flow = None if len(data) > TAIL_AT_BYTES else decoder.decode(
+                    whole + 1, progress=report)
             except (PtError, OSError) as exc:
                 raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
             except MemoryError:
                 budget, flow = -1, None
-            if budget < 0 or len(flow.ip) > budget:
-                flow = None  # give the columns back before saying so
-                raise TraceError(
-                    f"{root}: the recording holds more instructions than this machine's "
-                    f"free memory can hold decoded (about {decode_budget():,} instructions, "
-                    f"{DECODED_BYTES_PER_INSTRUCTION} bytes each while decoding): stream "
-                    f"{stream.get('file')} alone is {len(data):,} bytes of trace. Its whole "
-                    "history is not opened; pt_decoder.chunked reads such a stream a chunk at "
-                    "a time (docs/decoding.md)") from None
             tid = int(stream.get("tid") or 0)
+            loaded_from, total = 0, None
+            if flow is None or len(flow.ip) > whole:
+                flow = None  # give the columns back first
+                room = min(TAIL_INSTRUCTIONS, budget)  # what memory allows
+                if room < MIN_TAIL_INSTRUCTIONS:
+                    raise TraceError(
+                        f"{root}: the recording holds more instructions than this machine's "
+                        f"free memory can hold decoded (about {max(0, budget):,} "
+                        f"instructions, {DECODED_BYTES_PER_INSTRUCTION} bytes each while "
+                        f"decoding): stream {stream.get('file')} alone is {len(data):,} "
+                        "bytes of trace") from None
+                flow, loaded_from, total = _decode_tail(root, stream, data, code, options,
+                                                        min(room, whole), progress)
+                notes.append(f"thread {tid}: {total:,} instructions were recorded, more than "
+                             f"are decoded whole here (at most {whole:,}); its last "
+                             f"{total - loaded_from:,} are loaded (from instruction "
+                             f"{loaded_from:,}), not the history before them")
             history = flow.to_history({"tid": tid, "bundle": root})
-            threads.append(ThreadTrace(tid, history, names.get(tid, ""), flow.ptwrites()))
+            threads.append(ThreadTrace(tid, history, names.get(tid, ""), flow.ptwrites(),
+                                       loaded_from=loaded_from, recorded=total))
         if progress is not None:
             progress("decoded", 1.0)
-        return cls(root, manifest, threads, code, symbols)
+        recording = cls(root, manifest, threads, code, symbols)
+        recording.notes = notes
+        return recording
 
     # -- what the recorder wrote (PTWRITE samples) ----------------------------------------
     @property

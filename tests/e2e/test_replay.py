@@ -378,3 +378,35 @@ def test_go_recording_replays_its_goroutines(start_adapter, go_bundle):
     stop = step(client, "stepBack", worker, "line")
     assert f"goroutine {worker}" in stop["description"], stop
     end_session(run)
+
+
+def test_a_stream_too_long_to_decode_whole_replays_its_end_and_says_so(start_adapter,
+                                                                      tmp_path, monkeypatch):
+    """A recording longer than the adapter decodes whole (PTDEBUG_WHOLE_DECODE_LIMIT here, in
+    place of the 10^8 default) replays from its end: the user is told what is loaded, and
+    stepping back walks the recorded path's last instructions."""
+    work = tmp_path / "long"
+    work.mkdir()
+    program = work / "hotpath"
+    subprocess.run(["gcc", "-O0", "-g", "-no-pie", "-o", str(program), str(HOTPATH)], check=True)
+    bundle = work / "long.bundle"
+    ptdebug("record", "--backend", "stepper", "--count", "60000", "-o", str(bundle), "--",
+            str(program), "2")
+    ips = decoded_ips(bundle)
+    assert len(ips) == 60000
+    monkeypatch.setenv("PTDEBUG_WHOLE_DECODE_LIMIT", "20000")
+    run = start_adapter()
+    client = run.client
+    stopped = start_replay(run, bundle)
+    note = client.expect_event("output", pred=lambda e: "instructions were recorded" in
+                               e["body"]["output"])["body"]["output"]
+    loaded_from = int(re.search(r"from instruction ([\d,]+)", note).group(1).replace(",", ""))
+    assert "60,000 instructions were recorded" in note and 40000 <= loaded_from < 60000
+    thread_id = stopped["threadId"]
+    assert ip_of(client, thread_id) == ips[-1]  # the replay starts where the recording ended
+    back = []
+    for _ in range(30):
+        step(client, "stepBack", thread_id)
+        back.append(ip_of(client, thread_id))
+    assert back == ips[-31:-1][::-1]
+    end_session(run)

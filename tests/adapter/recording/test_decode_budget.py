@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
-from recorded_bundles import c_bundle, c_program  # noqa: F401
+from recorded_bundles import REQUESTS, c_bundle, c_program, ptdebug  # noqa: F401
 
 from adapter.recording import recording as recording_module
 from adapter.recording.recording import Recording, TraceError
@@ -34,3 +34,55 @@ def test_the_budget_follows_the_memory_available():
                          if line.startswith("MemAvailable:"))
     per = recording_module.DECODED_BYTES_PER_INSTRUCTION
     assert budget == pytest.approx(available * 3 // 4 // per, rel=0.2)
+
+
+@pytest.fixture(scope="module")
+def long_bundle(c_program, tmp_path_factory):
+    """A stepper recording of the C program's first 100,000 instructions (the dynamic loader
+    and its requests): a stream of many PSBs (the stepper writes one every 4 KiB)."""
+    bundle = tmp_path_factory.mktemp("long") / "bundle"
+    ptdebug("record", "--backend", "stepper", "--count", "100000", "-o", str(bundle), "--",
+            str(c_program), str(REQUESTS))
+    return bundle
+
+
+def test_a_stream_too_long_to_decode_whole_is_loaded_from_its_end(long_bundle, tmp_path,
+                                                                  monkeypatch, capsys):
+    """The last part of a long stream is loaded (its PSB index built once and kept in the
+    bundle), marked as such, and equal to the same instructions of the whole decode."""
+    import shutil
+
+    from pt_decoder import chunked
+    bundle = tmp_path / "bundle"
+    shutil.copytree(long_bundle, bundle)
+    whole = Recording.open(bundle).threads[0]
+    total = len(whole.history)
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(recording_module, "MAX_WHOLE_INSTRUCTIONS", total // 2)
+    monkeypatch.setattr(recording_module, "TAIL_INSTRUCTIONS", total // 3)
+    monkeypatch.setattr(recording_module, "MIN_TAIL_INSTRUCTIONS", 10)
+    opened = Recording.open_for_command(bundle, "export")
+    (thread,) = opened.threads
+    first = thread.loaded_from
+    assert 0 < first and total - first <= total // 3 and thread.recorded == total
+    assert list(thread.history.ips()) == list(whole.history.ips(first))
+    assert list(thread.history.times()) == list(whole.history.times(first))
+    (note,) = opened.notes
+    assert f"{total:,} instructions were recorded" in note
+    assert f"from instruction {first:,}" in note
+    assert f"ptdebug export: note: {note}" in capsys.readouterr().err
+    assert list((bundle / "index").glob("*.chunks.json"))  # kept for the next open
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the kept index was built again")
+    monkeypatch.setattr(chunked.StreamIndex, "build", not_again)
+    again = Recording.open(bundle).threads[0]
+    assert again.loaded_from == first and len(again.history) == len(thread.history)
+
+
+@pytest.mark.parametrize("value", ["many", "0", "-5"])
+def test_a_bad_whole_decode_limit_is_named(c_bundle, monkeypatch, value):
+    monkeypatch.setenv("PTDEBUG_WHOLE_DECODE_LIMIT", value)
+    with pytest.raises(TraceError, match=rf"PTDEBUG_WHOLE_DECODE_LIMIT='{value}': not a "
+                                         r"positive number of instructions"):
+        Recording.open(c_bundle)

@@ -74,9 +74,10 @@ def decode_budget() -> int:
     return max(10**6, available * 3 // 4 // DECODED_BYTES_PER_INSTRUCTION)
 
 
-MAX_WHOLE_INSTRUCTIONS = 100_000_000
-"""A stream longer than this is not decoded whole (some 3.6 GB while decoding, 0.9 GB held
-after); its last TAIL_INSTRUCTIONS are (_decode_tail)."""
+MAX_WHOLE_INSTRUCTIONS = 20_000_000
+"""A stream longer than this is not decoded whole (that takes some 4 s and 720 MB while
+decoding, 180 MB held after, on the development VMs); its last TAIL_INSTRUCTIONS are
+(_decode_tail)."""
 WHOLE_DECODE_LIMIT_ENV = "PTDEBUG_WHOLE_DECODE_LIMIT"
 """Environment variable: instructions a stream may have and still be decoded whole, in
 place of MAX_WHOLE_INSTRUCTIONS (a smaller machine, a quicker open)."""
@@ -98,48 +99,56 @@ def whole_decode_limit() -> int:
     return value
 
 
-TAIL_INSTRUCTIONS = 20_000_000
+TAIL_INSTRUCTIONS = 10_000_000
 """How much of a stream too long to decode whole is loaded, from its end: where the
 recording stopped, which is where an incident usually is."""
-TAIL_AT_BYTES = 64 << 20
-"""A stream of more trace bytes than this is loaded from its end without a whole decode."""
+INDEX_AT_BYTES = 1 << 20
+"""A stream of more trace bytes than this is counted first (its PSB index, kept in the
+bundle: a pass that keeps nothing per instruction, some 5 times quicker than the decode), so
+that one too long to decode whole is never decoded whole."""
 MIN_TAIL_INSTRUCTIONS = 100_000
 """Below this much memory for a tail, opening refuses instead."""
 
 
-def _decode_tail(root: str, stream: dict, data, code: Image, options: dict, most: int,
-                 progress: Progress | None) -> tuple[object, int, int]:
-    """(FlowResult, position of its first instruction in the stream, instructions in the
-    stream) of the last chunks of a long stream holding at most `most` instructions (at least
-    the last chunk). The stream's PSB index (pt_decoder.chunked) is built once and kept in the
-    bundle's index/ folder where it can be written."""
-    from pt_decoder.chunked import ChunkedHistory, StreamIndex
+def _stream_index(root: str, stream: dict, data, code: Image, options: dict,
+                  progress: Progress | None):
+    """The stream's PSB index (pt_decoder.chunked.StreamIndex): kept in the bundle's index/
+    folder once built (where it can be written), so that a long stream is counted once.
+    Raises PtError, OSError as the decode does."""
+    from pt_decoder.chunked import StreamIndex
     name = os.path.basename(str(stream.get("file") or "stream"))
     kept = os.path.join(root, "index", name + ".chunks.json")
     key = {"file": stream.get("file"), "size": len(data), "options": options}
     index = StreamIndex.load(kept, key)
+    if index is None:
+        report = None if progress is None else (
+            lambda done: progress(f"counting the instructions of {name}", done))
+        index = StreamIndex.build(data, code, progress=report, **options)
+        try:
+            os.makedirs(os.path.dirname(kept), exist_ok=True)
+            index.save(kept, key)
+        except OSError:
+            pass  # a read-only bundle: counted again next time
+    return index
+
+
+def _decode_tail(root: str, stream: dict, index, data, code: Image, options: dict, most: int,
+                 progress: Progress | None) -> tuple[object, int, int]:
+    """(FlowResult, position of its first instruction in the stream, instructions in the
+    stream) of the last chunks of the indexed stream holding at most `most` instructions (at
+    least the last chunk)."""
+    from pt_decoder.chunked import ChunkedHistory
+    starts = index.starts
+    total = starts[-1]
+    first = len(index.chunks) - 1
+    while first > 0 and total - starts[first - 1] <= most:
+        first -= 1
+    if progress is not None:
+        progress(f"decoding the last {total - starts[first]:,} of {total:,} instructions", 0.9)
     try:
-        if index is None:
-            if progress is not None:
-                progress(f"indexing {name} (too long to decode whole)", 0.0)
-            report = None if progress is None else (
-                lambda done: progress(f"indexing {name}", done * 0.8))
-            index = StreamIndex.build(data, code, progress=report, **options)
-            try:
-                os.makedirs(os.path.dirname(kept), exist_ok=True)
-                index.save(kept, key)
-            except OSError:
-                pass  # a read-only bundle: the index is built again next time
-        starts = index.starts
-        total = starts[-1]
-        first = len(index.chunks) - 1
-        while first > 0 and total - starts[first - 1] <= most:
-            first -= 1
-        if progress is not None:
-            progress(f"decoding the last {total - starts[first]:,} instructions of {name}", 0.8)
         flow = ChunkedHistory(data, code, index, **options).decode_chunks(
             first, len(index.chunks) - 1)
-    except (PtError, MemoryError) as exc:
+    except PtError as exc:
         raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
     return flow, starts[first], total
 
@@ -309,30 +318,34 @@ class Recording:
         notes: list[str] = []
         streams = bundle.streams
         from pt_decoder.insn import InsnDecoder  # the compiled layer, loaded only when decoding
-        for index, stream in enumerate(streams):
+        for number, stream in enumerate(streams):
             report = None
             if progress is not None:
                 message = f"decoding thread {stream.get('tid')}"
-                progress(message, index / max(1, len(streams)))
+                progress(message, number / max(1, len(streams)))
+            tid = int(stream.get("tid") or 0)
+            index = None
             try:
                 data = bundle.stream_bytes(stream)
-                decoder = InsnDecoder(data, code, **options)
-                if progress is not None:
-                    report = functools.partial(_report_offset, progress, message, decoder,
-                                               max(1, len(data)), index, len(streams))
                 budget = decode_budget() - sum(len(t.history) for t in threads)
                 whole = min(max(0, budget), whole_decode_limit())
-                # a stream this long holds far more than `whole` (Intel PT: some 0.15 bytes
-                # an instruction): straight to its tail, without decoding `whole` first
-                flow = None if len(data) > TAIL_AT_BYTES else decoder.decode(
-                    whole + 1, progress=report)
+                if len(data) > INDEX_AT_BYTES:  # count first: decode whole, or its end only
+                    index = _stream_index(root, stream, data, code, options, progress)
+                if index is None or index.instructions <= whole:
+                    decoder = InsnDecoder(data, code, **options)
+                    if progress is not None:
+                        report = functools.partial(_report_offset, progress, message, decoder,
+                                                   max(1, len(data)), number, len(streams))
+                    flow = decoder.decode(whole + 1, progress=report)
+                    over = len(flow.ip) > whole
+                else:
+                    flow, over = None, True
             except (PtError, OSError) as exc:
                 raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
             except MemoryError:
-                budget, flow = -1, None
-            tid = int(stream.get("tid") or 0)
+                budget, flow, over = -1, None, True
             loaded_from, total = 0, None
-            if flow is None or len(flow.ip) > whole:
+            if over:
                 flow = None  # give the columns back first
                 room = min(TAIL_INSTRUCTIONS, budget)  # what memory allows
                 if room < MIN_TAIL_INSTRUCTIONS:
@@ -342,12 +355,15 @@ class Recording:
                         f"instructions, {DECODED_BYTES_PER_INSTRUCTION} bytes each while "
                         f"decoding): stream {stream.get('file')} alone is {len(data):,} "
                         "bytes of trace") from None
-                flow, loaded_from, total = _decode_tail(root, stream, data, code, options,
-                                                        min(room, whole), progress)
-                notes.append(f"thread {tid}: {total:,} instructions were recorded, more than "
-                             f"are decoded whole here (at most {whole:,}); its last "
-                             f"{total - loaded_from:,} are loaded (from instruction "
-                             f"{loaded_from:,}), not the history before them")
+                if index is None:
+                    index = _stream_index(root, stream, data, code, options, progress)
+                flow, loaded_from, total = _decode_tail(root, stream, index, data, code,
+                                                        options, min(room, whole), progress)
+                if loaded_from:
+                    notes.append(f"thread {tid}: {total:,} instructions were recorded, more "
+                                 f"than are decoded whole here (at most {whole:,}); its last "
+                                 f"{total - loaded_from:,} are loaded (from instruction "
+                                 f"{loaded_from:,}), not the history before them")
             history = flow.to_history({"tid": tid, "bundle": root})
             threads.append(ThreadTrace(tid, history, names.get(tid, ""), flow.ptwrites(),
                                        loaded_from=loaded_from, recorded=total))

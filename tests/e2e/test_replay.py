@@ -383,7 +383,7 @@ def test_go_recording_replays_its_goroutines(start_adapter, go_bundle):
 def test_a_stream_too_long_to_decode_whole_replays_its_end_and_says_so(start_adapter,
                                                                       tmp_path, monkeypatch):
     """A recording longer than the adapter decodes whole (PTDEBUG_WHOLE_DECODE_LIMIT here, in
-    place of the 10^8 default) replays from its end: the user is told what is loaded, and
+    place of the 2 x 10^7 default) replays from its end: the user is told what is loaded, and
     stepping back walks the recorded path's last instructions."""
     work = tmp_path / "long"
     work.mkdir()

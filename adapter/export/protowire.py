@@ -11,9 +11,14 @@ VARINT = 0
 LEN = 2
 
 
+_ONE_BYTE = [bytes([n]) for n in range(0x80)]
+
+
 def varint(value: int) -> bytes:
     """Base-128 varint of an unsigned value; a negative int64 is its two's complement
     (10 bytes), as protobuf encodes int64 fields."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()
@@ -27,8 +32,15 @@ def varint(value: int) -> bytes:
             return bytes(out)
 
 
+_KEYS: dict[int, bytes] = {}
+
+
 def key(field: int, wire_type: int) -> bytes:
-    return varint(field << 3 | wire_type)
+    tag = field << 3 | wire_type
+    found = _KEYS.get(tag)
+    if found is None:
+        found = _KEYS[tag] = varint(tag)
+    return found
 
 
 class Message:
@@ -44,7 +56,7 @@ class Message:
         return self
 
     def bytes_field(self, field: int, data: bytes) -> Message:
-        self._parts.append(key(field, LEN) + varint(len(data)) + data)
+        self._parts += (key(field, LEN), varint(len(data)), data)  # joined once, in bytes()
         return self
 
     def string(self, field: int, text: str) -> Message:
@@ -55,9 +67,9 @@ class Message:
 
     def packed(self, field: int, values) -> Message:
         """A packed repeated varint field (omitted when empty)."""
-        values = list(values)
-        if values:
-            self.bytes_field(field, b"".join(varint(int(v)) for v in values))
+        data = b"".join(map(varint, map(int, values)))
+        if data:
+            self.bytes_field(field, data)
         return self
 
     def bytes(self) -> bytes:

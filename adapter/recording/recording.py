@@ -518,17 +518,31 @@ def _report_offset(progress: Progress, message: str, decoder, size: int, index: 
     progress(message, (index + decoder.offset / size) / streams)
 
 
+_own_lines: dict[tuple, bool] = {}
+
+
 def has_own_lines(path: str,
                   sections: tuple[str, ...] = (".debug_line", ".zdebug_line", ".gopclntab")) -> bool:
-    """Whether the ELF file at `path` holds one of `sections` (its own line information)."""
+    """Whether the ELF file at `path` holds one of `sections` (its own line information);
+    remembered per file (path, size, mtime): a Python capture maps a hundred extension
+    modules, and every view asks of each."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            return any(elf.get_section_by_name(name) is not None for name in sections)
-    except (OSError, ELFError):
+        st = os.stat(path)
+    except OSError:
         return False
+    key = (path, st.st_size, st.st_mtime_ns, sections)
+    found = _own_lines.get(key)
+    if found is None:
+        try:
+            with open(path, "rb") as f:
+                elf = ELFFile(f)
+                found = any(elf.get_section_by_name(name) is not None for name in sections)
+        except (OSError, ELFError):
+            found = False
+        _own_lines[key] = found
+    return found
 
 
 def _module_label(manifest: dict, ip: int) -> str:

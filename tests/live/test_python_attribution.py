@@ -222,3 +222,39 @@ def test_python_on_at_exec_of_a_shared_libpython_says_where_to_start(tmp_path):
                              capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     assert "Python attribution: CPython" in started.stderr
+
+
+SKLEARN_FIXTURE = PROGRAMS / "py_sklearn_predict.py"
+
+
+def test_sklearn_predict_names_its_python_functions_over_numpys_c(tmp_path):
+    """Third-party code end to end, as a user runs it: `ptdebug record --python on` of a
+    scikit-learn predict (some 10^6 instructions), then `ptdebug export pprof`. The profile
+    names scikit-learn's Python functions, each with the instructions under it, and numpy's C
+    functions (the ufunc and array machinery of the matrix product) ran under
+    decision_function: the two levels in one profile (issue 13). Under debugpy the same
+    predict runs over 10^6 instructions of input checks before numpy's C does any work
+    (tests/e2e/test_dap_python_window_sklearn.py); here the program runs alone."""
+    pytest.importorskip("sklearn", reason="scikit-learn is a test extra (pip install -e .[test])")
+    from go_toolchain import pprof_top
+    bundle = tmp_path / "predict.bundle"
+    recorded = subprocess.run(PTDEBUG + ["record", "--backend", "stepper", "--python", "on",
+                                         "--from", "getppid", "--until", "getpgrp", "-o",
+                                         str(bundle), "--", sys.executable, str(SKLEARN_FIXTURE)],
+                              capture_output=True, text=True, timeout=280)
+    assert recorded.returncode == 0, recorded.stderr
+    assert "Python attribution: CPython" in recorded.stderr
+    profile = tmp_path / "predict.pb.gz"
+    subprocess.run(PTDEBUG + ["export", "pprof", str(bundle), "-o", str(profile)], check=True,
+                   capture_output=True, timeout=240)
+    top = {name: cum for name, (_, cum) in
+           pprof_top(profile, "-cum", "-sample_index=instructions").items()}
+    assert top["LinearClassifierMixin.predict"] > \
+        top["LinearClassifierMixin.decision_function"] > 0, top
+    under = {name: cum for name, (_, cum) in pprof_top(
+        profile, "-cum", "-sample_index=instructions",
+        "-focus=^LinearClassifierMixin\\.decision_function$").items()}
+    numpy_c = {name: cum for name, cum in under.items()
+               if name.startswith(("PyArray_", "PyUFunc_", "ufunc_"))}
+    assert len(numpy_c) >= 3 and all(cum > 0 for cum in numpy_c.values()), sorted(under)
+    assert under["LinearClassifierMixin.decision_function"] >= max(numpy_c.values())

@@ -4,7 +4,9 @@ Layer: adapter.commands (command line over adapter.capture.perfdata). Exit statu
 the bundle is complete, 1 when it is partial (perf lost data, a file was not
 the one recorded) or cannot be written, 2 for bad arguments or an input that
 is not a readable perf.data file with Intel PT data. An existing BUNDLE is
-replaced only with --force; --json prints the result as one JSON object.
+replaced only with --force; --json prints the result as one JSON object. A stream of more
+than 1 MiB is counted before the command ends (its PSB index kept in the bundle: adapter.
+recording.index_streams), so that opening the bundle does not count it.
 """
 from __future__ import annotations
 
@@ -44,6 +46,14 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 1
     streams = manifest["streams"]
+    from adapter.recording.recording import TraceError, index_streams
+    try:  # a long stream is counted now, not at the bundle's first opening
+        for file, instructions in index_streams(args.output):
+            print(f"ptdebug import: {file}: {instructions:,} instructions (indexed)",
+                  file=sys.stderr)
+    except TraceError as exc:
+        print(f"ptdebug import: not indexed (it will be when first opened): {exc}",
+              file=sys.stderr)
     if args.json:
         print(json.dumps({"status": manifest["status"], "bundle": os.path.abspath(args.output),
                           "streams": len(streams),

@@ -110,6 +110,31 @@ MIN_TAIL_INSTRUCTIONS = 100_000
 """Below this much memory for a tail, opening refuses instead."""
 
 
+def index_streams(path: str | os.PathLike, at_bytes: int | None = None) -> list[tuple[str, int]]:
+    """Count the bundle's long streams now (those of more than `at_bytes`, INDEX_AT_BYTES by
+    default) and keep their PSB indexes in its index/ folder, so that the first open of the
+    bundle does not count them: what `ptdebug import` does for a large Intel PT recording.
+    Returns (stream file, instructions) of each stream indexed. Raises TraceError."""
+    root = os.fspath(path)
+    limit = INDEX_AT_BYTES if at_bytes is None else at_bytes
+    try:
+        bundle = Bundle.open(root)
+        code = Image()
+        for entry in bundle.images:
+            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
+                         entry.get("offset", 0), entry.get("size"))
+        options = decoder_options(bundle.manifest)
+        counted = []
+        for stream in bundle.streams:
+            if int(stream.get("size") or 0) > limit:
+                data = bundle.stream_bytes(stream)
+                index = _stream_index(root, stream, data, code, options, None)
+                counted.append((str(stream.get("file")), index.instructions))
+    except (BundleError, PtError, OSError, KeyError) as exc:
+        raise TraceError(f"{root}: cannot count its streams: {exc}") from None
+    return counted
+
+
 def _stream_index(root: str, stream: dict, data, code: Image, options: dict,
                   progress: Progress | None):
     """The stream's PSB index (pt_decoder.chunked.StreamIndex): kept in the bundle's index/

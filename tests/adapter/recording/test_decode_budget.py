@@ -86,3 +86,29 @@ def test_a_bad_whole_decode_limit_is_named(c_bundle, monkeypatch, value):
     with pytest.raises(TraceError, match=rf"PTDEBUG_WHOLE_DECODE_LIMIT='{value}': not a "
                                          r"positive number of instructions"):
         Recording.open(c_bundle)
+
+
+def test_streams_counted_ahead_are_not_counted_at_open(long_bundle, tmp_path, monkeypatch):
+    """index_streams (what `ptdebug import` runs for a long stream) keeps the index that a
+    later open of a stream too long to decode whole uses."""
+    import shutil
+
+    from pt_decoder import chunked
+    bundle = tmp_path / "bundle"
+    shutil.copytree(long_bundle, bundle)
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 4096)
+    (counted,) = recording_module.index_streams(bundle, at_bytes=0)
+    whole = Recording.open(bundle).threads[0]
+    assert counted[1] == len(whole.history)
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the stream was counted again")
+    monkeypatch.setattr(chunked.StreamIndex, "build", not_again)
+    monkeypatch.setattr(recording_module, "MAX_WHOLE_INSTRUCTIONS", counted[1] // 2)
+    opened = Recording.open(bundle)
+    assert 0 < opened.threads[0].loaded_from and opened.threads[0].recorded == counted[1]
+
+
+def test_counting_a_bundle_that_is_not_there_says_so(tmp_path):
+    with pytest.raises(TraceError, match="cannot count its streams"):
+        recording_module.index_streams(tmp_path / "nothing")

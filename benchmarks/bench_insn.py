@@ -33,7 +33,8 @@ from benchmarks.corpus import DECODE, cached_stream
 
 HERE = pathlib.Path(__file__).resolve().parent
 DRIVER = HERE / "c" / "insn_driver.c"
-TARGET = 2.0            # ptdebug single core vs libipt's block decoder
+TARGET = 4.0            # ptdebug single core vs libipt's block decoder (issue 15 (c); was 2x)
+TARGET_PARALLEL = 1.8   # two cores vs one (issue 15 (c))
 
 
 def build_driver(out_dir: pathlib.Path) -> pathlib.Path:
@@ -125,8 +126,13 @@ def run(quick: bool = False) -> dict:
             ("ptdebug", lambda: _best(lambda: InsnDecoder(data, image, **opts).count()[0], 4)),
         ]
         if cores > 1:
+            # processes (fork), one piece a core; threads (the decoder releases the GIL), four
+            # pieces a core so that a piece that decodes slower does not leave a core idle
             measures.append((f"ptdebug_{cores}", lambda: _best(
                 lambda: decode_parallel(data, image, workers=cores, count_only=True, **opts), 3)))
+            measures.append((f"ptdebug_{cores}_threads", lambda: _best(
+                lambda: decode_parallel(data, image, workers=cores, mode="thread",
+                                        pieces=4 * cores, count_only=True, **opts), 3)))
         for _ in range(rounds):
             for name, measure in measures:
                 seconds, n = measure()
@@ -146,9 +152,15 @@ def run(quick: bool = False) -> dict:
         "history": history_bytes_per_insn(data, image),
         "machine": _machine(),
     }
+    result["target_met"] = result["ptdebug_vs_libipt_block"] >= TARGET
     if cores > 1:
         result[f"parallel_speedup_{cores}_cores"] = round(best["ptdebug"] / best[f"ptdebug_{cores}"], 2)
-    result["target_met"] = result["ptdebug_vs_libipt_block"] >= TARGET
+        result[f"parallel_speedup_{cores}_cores_threads"] = round(
+            best["ptdebug"] / best[f"ptdebug_{cores}_threads"], 2)
+        result["target_parallel"] = TARGET_PARALLEL
+        result["target_parallel_met"] = max(result[f"parallel_speedup_{cores}_cores"],
+                                             result[f"parallel_speedup_{cores}_cores_threads"]
+                                             ) >= TARGET_PARALLEL
     return result
 
 

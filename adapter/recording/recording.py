@@ -148,7 +148,10 @@ def _stream_index(root: str, stream: dict, data, code: Image, options: dict,
     if index is None:
         report = None if progress is None else (
             lambda done: progress(f"counting the instructions of {name}", done))
-        index = StreamIndex.build(data, code, progress=report, **options)
+        # forked workers only where no other thread runs (the command line); in the DAP
+        # adapter, threads (StreamIndex.build says why)
+        mode = "process" if threading.active_count() == 1 else "thread"
+        index = StreamIndex.build(data, code, progress=report, mode=mode, **options)
         try:
             os.makedirs(os.path.dirname(kept), exist_ok=True)
             index.save(kept, key)

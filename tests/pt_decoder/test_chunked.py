@@ -53,11 +53,12 @@ def _same_everywhere(chunked: ChunkedHistory, whole) -> None:
     assert len(chunked._windows) <= 2
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_every_position_is_the_whole_decodes(stream, workers):
+@pytest.mark.parametrize(("workers", "mode"), [(1, "thread"), (2, "thread"), (2, "process")])
+def test_every_position_is_the_whole_decodes(stream, workers, mode):
     data, image, info = stream
     whole = _whole(data, image)
-    index = StreamIndex.build(data, image, chunk_bytes=CHUNK, workers=workers, **OPTS)
+    index = StreamIndex.build(data, image, chunk_bytes=CHUNK, workers=workers, mode=mode,
+                              **OPTS)
     assert len(index.chunks) >= 12
     assert index.instructions == info["instructions"] == len(whole)
     chunked = ChunkedHistory(data, image, index, cache_chunks=3, **OPTS)

@@ -349,6 +349,9 @@ def _answer_goroutine_history(request: Request, arguments, captures: list) -> No
         request.fail(exc)
     except GoroutineHistoryError as exc:
         request.fail(InvalidRequest(str(exc)))
+    except Exception as exc:  # this thread has the request: it is answered, never dropped
+        log.exception("ptdebug/goroutineHistory failed")
+        request.fail(AdapterError(f"the goroutine history could not be built: {exc}"))
 
 
 def _held_recording(captures: list, bundle: str):

@@ -352,7 +352,7 @@ class Recording:
                 message = f"decoding thread {stream.get('tid')}"
                 progress(message, number / max(1, len(streams)))
             tid = int(stream.get("tid") or 0)
-            index = None
+            index, data = None, b""
             try:
                 data = bundle.stream_bytes(stream)
                 budget = decode_budget() - sum(len(t.history) for t in threads)

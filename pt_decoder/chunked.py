@@ -26,6 +26,7 @@ taken from the index.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import multiprocessing
 import os
@@ -45,7 +46,9 @@ MAX_WINDOW_CHUNKS = 4
 """Most chunks a line step joins into one History to see the frames it passes (prev_line)."""
 INDEX_VERSION = 1
 
-_JOB: dict = {}
+_FORKED_JOB: list = []
+"""The job of the StreamIndex.build forking now (a command-line process forks one at a time:
+builds that may run side by side, in the adapter, use threads and pass their job along)."""
 
 
 @dataclass(frozen=True)
@@ -110,27 +113,32 @@ class StreamIndex:
                 cuts.append(offset)
         where = {p: i for i, p in enumerate(psbs)}
         warm = [None] + [psbs[max(0, where[c] - 2)] for c in cuts[1:]]
-        _JOB.update(data=data, image=image, options=options, cuts=cuts, warm=warm)
+        job = (data, image, options, cuts, warm)
         workers = max(1, min(workers or os.cpu_count() or 1, len(cuts)))
-        try:
-            if workers == 1:
-                parts = []
-                for k in range(len(cuts)):
-                    parts.append(_count_chunk(k))
+        parts = []
+        if workers == 1:
+            for k in range(len(cuts)):
+                parts.append(_count_chunk(job, k))
+                if progress is not None:
+                    progress((k + 1) / len(cuts))
+        elif mode == "thread":  # the job travels with each call: builds may run side by side
+            with ThreadPoolExecutor(workers) as pool:
+                for part in pool.map(functools.partial(_count_chunk, job), range(len(cuts))):
+                    parts.append(part)
                     if progress is not None:
-                        progress((k + 1) / len(cuts))
-            else:
-                pool = ThreadPoolExecutor(workers) if mode == "thread" else ProcessPoolExecutor(
-                    workers, mp_context=multiprocessing.get_context("fork"))  # image inherited
-                with pool:
-                    parts = []
-                    for part in pool.map(_count_chunk, range(len(cuts)),
+                        progress(len(parts) / len(cuts))
+        else:
+            _FORKED_JOB.append(job)  # inherited by the forked workers, not pickled
+            try:
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(
+                        "fork")) as pool:
+                    for part in pool.map(_count_forked_chunk, range(len(cuts)),
                                          chunksize=max(1, len(cuts) // (8 * workers))):
                         parts.append(part)
                         if progress is not None:
                             progress(len(parts) / len(cuts))
-        finally:
-            _JOB.clear()
+            finally:
+                _FORKED_JOB.clear()
         chunks = [Chunk(cut, warm[k], *parts[k]) for k, cut in enumerate(cuts)]
         return cls(chunks, len(data), chunk_bytes)
 
@@ -155,15 +163,20 @@ class StreamIndex:
                 return None
             return cls([Chunk(**c) for c in body["chunks"]], int(body["size"]),
                        int(body["chunk_bytes"]))
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # AttributeError: valid JSON that is no object
 
 
-def _count_chunk(k: int) -> tuple:
-    """(instructions, cycles, first TSC, ends in error, enabled at start) of chunk k."""
+def _count_forked_chunk(k: int) -> tuple:
+    """_count_chunk in a forked worker, of the job its parent left in _FORKED_JOB."""
+    return _count_chunk(_FORKED_JOB[-1], k)
+
+
+def _count_chunk(job: tuple, k: int) -> tuple:
+    """(instructions, cycles, first TSC, ends in error, enabled at start) of chunk k of
+    job (data, image, decoder options, chunk offsets, warm-up offsets)."""
     from pt_decoder.insn import InsnDecoder
-    data, image, options, cuts, warm = (_JOB[n] for n in ("data", "image", "options", "cuts",
-                                                           "warm"))
+    data, image, options, cuts, warm = job
     stop = cuts[k + 1] if k + 1 < len(cuts) else None
     decoder = InsnDecoder(data, image, start=cuts[k], stop=stop, warm_from=warm[k], **options)
     count = 0

@@ -123,8 +123,9 @@ def test_the_index_is_kept_beside_the_stream_and_refused_for_another(stream, tmp
     assert again is not None and again.chunks == index.chunks
     assert again.starts == index.starts and again.cycles_before == index.cycles_before
     assert StreamIndex.load(path, {**key, "size": 1}) is None
-    path.write_text("{")
-    assert StreamIndex.load(path, key) is None
+    for damaged in ("{", "[1, 2]", '{"version": 1, "key": 5}'):
+        path.write_text(damaged)
+        assert StreamIndex.load(path, key) is None, damaged
 
 
 def test_a_stream_without_a_psb_is_refused_plainly(stream):
@@ -140,3 +141,24 @@ def test_a_position_outside_is_an_index_error(stream):
     chunked = ChunkedHistory(data, image, index, **OPTS)
     with pytest.raises(IndexError, match="outside the history"):
         chunked.ip(len(chunked))
+
+
+def test_builds_on_threads_side_by_side_keep_their_own_streams(stream):
+    """The adapter may count two streams at once (a replay and a capture): each build on
+    threads keeps its own job."""
+    import threading
+    data, image, _ = stream
+    halves = (data, data[: len(data) // 2])
+    alone = [StreamIndex.build(d, image, chunk_bytes=CHUNK, workers=1, **OPTS) for d in halves]
+    found: dict[int, StreamIndex] = {}
+
+    def build(n: int) -> None:
+        found[n] = StreamIndex.build(halves[n], image, chunk_bytes=CHUNK, workers=2,
+                                     mode="thread", **OPTS)
+    builders = [threading.Thread(target=build, args=(n,)) for n in (0, 1)]
+    for builder in builders:
+        builder.start()
+    for builder in builders:
+        builder.join(120)
+    assert [found[n].chunks for n in (0, 1)] == [index.chunks for index in alone]
+    assert found[0].instructions > found[1].instructions

@@ -265,9 +265,8 @@ class ChunkedHistory:
         if found is not None:
             self._windows.move_to_end((first, last))
             return found
-        flow = self._flows.get(first) if first == last else None
-        found = (flow or self.decode_chunks(first, last)).to_history(
-            {"chunks": (first, last), "start": self.index.starts[first]})
+        flow = self.flow(first) if first == last else self.decode_chunks(first, last)
+        found = flow.to_history({"chunks": (first, last), "start": self.index.starts[first]})
         self._windows[(first, last)] = found
         while len(self._windows) > 2:
             self._windows.popitem(last=False)
@@ -281,21 +280,21 @@ class ChunkedHistory:
         return k, pos - self.index.starts[k]
 
     # -- one instruction --------------------------------------------------------------------
-    def ip(self, pos: int) -> int:
+    def _column(self, pos: int, name: str) -> int:
         k, at = self.locate(pos)
-        return self.flow(k).ip[at]
+        return getattr(self.flow(k), name)[at]
+
+    def ip(self, pos: int) -> int:
+        return self._column(pos, "ip")
 
     def time(self, pos: int) -> int:
-        k, at = self.locate(pos)
-        return self.flow(k).tsc[at]
+        return self._column(pos, "tsc")
 
     def cycles(self, pos: int) -> int:
-        k, at = self.locate(pos)
-        return self.flow(k).cycles[at]
+        return self._column(pos, "cycles")
 
     def flags(self, pos: int) -> int:
-        k, at = self.locate(pos)
-        return self.flow(k).flags[at]
+        return self._column(pos, "flags")
 
     # -- moving -----------------------------------------------------------------------------
     def prev_line(self, pos: int, lines, over_calls: bool = True):

@@ -119,10 +119,7 @@ def index_streams(path: str | os.PathLike, at_bytes: int | None = None) -> list[
     limit = INDEX_AT_BYTES if at_bytes is None else at_bytes
     try:
         bundle = Bundle.open(root)
-        code = Image()
-        for entry in bundle.images:
-            code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
-                         entry.get("offset", 0), entry.get("size"))
+        code = _code_image(bundle)
         options = decoder_options(bundle.manifest)
         counted = []
         for stream in bundle.streams:
@@ -133,6 +130,16 @@ def index_streams(path: str | os.PathLike, at_bytes: int | None = None) -> list[
     except (BundleError, PtError, OSError, KeyError) as exc:
         raise TraceError(f"{root}: cannot count its streams: {exc}") from None
     return counted
+
+
+def _code_image(bundle: Bundle) -> Image:
+    """The code bytes a bundle's streams are decoded against: each image mapped raw at its
+    load address. Raises PtError, OSError (BundleFileError), KeyError."""
+    code = Image()
+    for entry in bundle.images:
+        code.add_raw(str(bundle.image_path(entry)), entry["load_address"],
+                     entry.get("offset", 0), entry.get("size"))
+    return code
 
 
 def _stream_index(root: str, stream: dict, data, code: Image, options: dict,
@@ -324,13 +331,12 @@ class Recording:
         except BundleError as exc:
             raise TraceError(str(exc)) from None
         manifest = bundle.manifest
-        code = Image()
         symbols = Image()
         seen: set[tuple[str, int]] = set()
         try:
+            code = _code_image(bundle)
             for entry in bundle.images:
                 file = str(bundle.image_path(entry))
-                code.add_raw(file, entry["load_address"], entry.get("offset", 0), entry.get("size"))
                 if entry.get("kind") == "elf":
                     bias = elf_load_bias(file, entry["load_address"], entry.get("offset", 0))
                     if bias is not None and (file, bias) not in seen:

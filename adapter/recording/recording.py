@@ -119,20 +119,20 @@ def index_streams(path: str | os.PathLike, at_bytes: int | None = None) -> list[
     limit = INDEX_AT_BYTES if at_bytes is None else at_bytes
     try:
         bundle = Bundle.open(root)
-        code = _code_image(bundle)
+        code = code_image(bundle)
         options = decoder_options(bundle.manifest)
         counted = []
         for stream in bundle.streams:
             if int(stream.get("size") or 0) > limit:
                 data = bundle.stream_bytes(stream)
-                index = _stream_index(root, stream, data, code, options, None)
+                index = stream_index(root, stream, data, code, options, None)
                 counted.append((str(stream.get("file")), index.instructions))
     except (BundleError, PtError, OSError, KeyError) as exc:
         raise TraceError(f"{root}: cannot count its streams: {exc}") from None
     return counted
 
 
-def _code_image(bundle: Bundle) -> Image:
+def code_image(bundle: Bundle) -> Image:
     """The code bytes a bundle's streams are decoded against: each image mapped raw at its
     load address. Raises PtError, OSError (BundleFileError), KeyError."""
     code = Image()
@@ -142,7 +142,7 @@ def _code_image(bundle: Bundle) -> Image:
     return code
 
 
-def _stream_index(root: str, stream: dict, data, code: Image, options: dict,
+def stream_index(root: str, stream: dict, data, code: Image, options: dict,
                   progress: Progress | None):
     """The stream's PSB index (pt_decoder.chunked.StreamIndex): kept in the bundle's index/
     folder once built (where it can be written), so that a long stream is counted once.
@@ -334,7 +334,7 @@ class Recording:
         symbols = Image()
         seen: set[tuple[str, int]] = set()
         try:
-            code = _code_image(bundle)
+            code = code_image(bundle)
             for entry in bundle.images:
                 file = str(bundle.image_path(entry))
                 if entry.get("kind") == "elf":
@@ -364,7 +364,7 @@ class Recording:
                 budget = decode_budget() - sum(len(t.history) for t in threads)
                 whole = min(max(0, budget), whole_decode_limit())
                 if len(data) > INDEX_AT_BYTES:  # count first: decode whole, or its end only
-                    index = _stream_index(root, stream, data, code, options, progress)
+                    index = stream_index(root, stream, data, code, options, progress)
                 if index is None or index.instructions <= whole:
                     decoder = InsnDecoder(data, code, **options)
                     if progress is not None:
@@ -390,7 +390,7 @@ class Recording:
                         f"decoding): stream {stream.get('file')} alone is {len(data):,} "
                         "bytes of trace") from None
                 if index is None:
-                    index = _stream_index(root, stream, data, code, options, progress)
+                    index = stream_index(root, stream, data, code, options, progress)
                 flow, loaded_from, total = _decode_tail(root, stream, index, data, code,
                                                         options, min(room, whole), progress)
                 if loaded_from:

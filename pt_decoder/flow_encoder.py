@@ -34,6 +34,12 @@ Tracing", "Packet Generation" and the packet tables):
               TIP.PGD with discontinuity="fup_tip" -- then MODE.Exec + TIP.PGE(new IP).
               For an indirect branch or a ret without a stack entry the target is unknown,
               so TIP.PGD(suppressed) binds to that branch instead.
+  untraced callee (untraced={k: target}: the indirect call k went to `target`, which ran
+              untraced and returned to the next instruction of the path, as a PT address
+              filter leaves it): TIP.PGD(target), then [TSC, TMA], MODE.Exec,
+              TIP.PGE(return address). A decoder binds the TIP.PGD to the call (libipt's
+              rule, and insn.pyx's): the call opens no frame (no CALL bit, nothing pushed
+              for return compression), so depths and stacks read on in the caller.
   rep string instructions          a repeated IP of a non-branch is the same instruction
               iterating (single-stepping sees each iteration): no packets.
   PTWRITE     values attached to instruction k: PTW(value, 8 bytes, IP=1) + FUP(IP of k),
@@ -169,7 +175,8 @@ class FlowEncoder:
                cycles: Sequence[int] | None = None,
                ptwrites: Mapping[int, int] | None = None,
                end_ip: int | None = None, tsc_start: int = 1 << 40,
-               cycles_per_insn: int = 1) -> bytes:
+               cycles_per_insn: int = 1,
+               untraced: Mapping[int, int] | None = None) -> bytes:
         """The PT stream of the path `ips` (one address per retired instruction).
 
         tscs: the TSC of each instruction (monotonic); without it, with timing on, the
@@ -178,7 +185,10 @@ class FlowEncoder:
         it core cycles are TSC ticks.
         ptwrites: instruction index -> the 64-bit value to report as a PTWRITE there (one
         per instruction, as one PTWRITE instruction writes one packet).
-        end_ip: where execution went after the last instruction, if known."""
+        end_ip: where execution went after the last instruction, if known.
+        untraced: instruction index -> the target of the indirect call there, whose callee
+        ran untraced and returned to the next instruction of the path (or had not returned
+        when the path ends there: end_ip is then ignored)."""
         if tscs is not None and len(tscs) != len(ips):
             raise ValueError(f"tscs has {len(tscs)} stamps for {len(ips)} instructions")
         if cycles is not None and len(cycles) != len(ips):
@@ -189,7 +199,15 @@ class FlowEncoder:
                                  f"(0..{len(ips) - 1})")
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
                 raise ValueError(f"ptwrites[{index}] must be one 64-bit value, got {value!r}")
-        run = _Run(self, tscs, cycles, tsc_start, cycles_per_insn, ptwrites or {})
+        for index, target in (untraced or {}).items():
+            if not 0 <= index < len(ips) or self.classify(ips[index])[0] != ICALL or (
+                    index + 1 < len(ips) and self.classify(ips[index])[1] != ips[index + 1]):
+                raise ValueError(f"untraced[{index}]: not an indirect call followed in the "
+                                 f"path by its return address")
+            if not isinstance(target, int) or not 0 <= target < 2**64:
+                raise ValueError(f"untraced[{index}] must be an address, got {target!r}")
+        run = _Run(self, tscs, cycles, tsc_start, cycles_per_insn, ptwrites or {},
+                   untraced or {})
         return run.encode(ips, end_ip)
 
     def stats(self) -> dict:
@@ -199,8 +217,10 @@ class FlowEncoder:
 class _Run:
     """State of one encode() call: the encoder, pending TNT bits, return stack, clocks."""
 
-    def __init__(self, fe: FlowEncoder, tscs, cycles, tsc_start, cycles_per_insn, ptwrites):
+    def __init__(self, fe: FlowEncoder, tscs, cycles, tsc_start, cycles_per_insn, ptwrites,
+                 untraced):
         self.fe = fe
+        self.untraced = untraced
         self.enc = Encoder()
         self.out = self.enc._out                  # TNT-8 bytes go straight in (hot path)
         self.bits = 0
@@ -419,6 +439,11 @@ class _Run:
                 info = classify(ip)
             cls, fall, target = info
             if nxt is None:
+                if self.untraced and k in self.untraced:
+                    self.flush()
+                    self._cyc()
+                    enc.tip_pgd(self.untraced[k])        # ended in the untraced callee
+                    break
                 self._finish(cls, fall, target, end_ip)
                 break
             if cls == OTHER:
@@ -452,6 +477,11 @@ class _Run:
             elif cls == IJMP or cls == ICALL:
                 self.flush()
                 self._cyc()
+                if self.untraced and k in self.untraced:
+                    enc.tip_pgd(self.untraced[k])        # into the untraced callee
+                    stack.clear()
+                    self._enable(nxt)                    # back at its return address
+                    continue
                 enc.tip(nxt)
                 if cls == ICALL:
                     self._push(fall)

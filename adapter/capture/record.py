@@ -170,7 +170,8 @@ def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
     fe = FlowEncoder(read_code, psb_period=4096, timing=True, cyc=True,
                      mtc_freq=TIMING["mtc_freq"], nom_freq=TIMING["nom_freq"],
                      cpuid_0x15=(TIMING["cpuid_0x15_eax"], TIMING["cpuid_0x15_ebx"]))
-    return fe.encode(rec.ips, tscs=tscs, ptwrites=ptw, end_ip=rec.end_ip)
+    return fe.encode(rec.ips, tscs=tscs, ptwrites=ptw, end_ip=rec.end_ip,
+                     untraced={i: t for i, t in rec.untraced.items() if i < n})
 
 
 def record_stepper(output: str, *, command: list[str] | None = None, pid: int | None = None,
@@ -299,6 +300,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             from adapter.golang.recording import GoWindow
             go_window = ptw_probe = GoWindow.for_process(target.pid)
         hold = getattr(ptw_probe, "hold", None)  # a Go goroutine locked to the thread
+        debugger_code = None
+        if python_probe is not None:  # the debugger's tracer runs unrecorded (debugger_code.py)
+            from adapter.python.debugger_code import DebuggerCode
+            debugger_code = DebuggerCode.of_process(target.pid, python_probe)
         recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
@@ -307,7 +312,7 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                                               max_instructions=max_instructions,
                                               withheld_signals=getattr(
                                                   ptw_probe, "withheld_signals", frozenset()),
-                                              hold=hold)
+                                              hold=hold, untraced_calls=debugger_code)
         log(f"recording thread {rec_tid}")
         stage("recorder set up")
         began = True
@@ -385,6 +390,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             "end_reason": rec.reason,
             "end_ip": rec.end_ip,
         }
+        if rec.untraced:
+            # calls into the debugger's tracer, run unrecorded: tracing off at their target,
+            # on again at their return address (adapter/python/debugger_code.py)
+            writer.manifest["stats"]["untraced_calls"] = len(rec.untraced)
         if interrupt is not None:
             raise interrupt
     except TargetError as exc:

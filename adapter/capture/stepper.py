@@ -97,6 +97,9 @@ class Recording:
     async_events: list = dataclasses.field(default_factory=list)
     stamps: list = dataclasses.field(default_factory=list)   # (index, monotonic ns)
     ptw: list = dataclasses.field(default_factory=list)      # (index, value)
+    # index into ips of an indirect call whose callee ran unrecorded (the debugger's tracer)
+    # -> the callee's address; the next instruction recorded is the call's return address
+    untraced: dict = dataclasses.field(default_factory=dict)
     stops: int = 0
     single_steps: int = 0
     threads_created: list = dataclasses.field(default_factory=list)
@@ -175,6 +178,14 @@ class _DebugRegisters:
             self.usable = 0  # taken by another tool after all: step from here on
             self._order = []
             raise NoFreeSlot(str(exc)) from None
+
+    def arm_only(self, addr: int) -> None:
+        """Arm `addr` and move the other slots the recorder uses to PROBE_ADDRESS (never
+        executed), so that code run unrecorded stops only there. Raises NoFreeSlot."""
+        self.arm(addr)
+        for slot in self._order:
+            if self.slots[slot] not in (addr, PROBE_ADDRESS):
+                self._write_slot(slot, PROBE_ADDRESS)
 
     def hit(self, regs) -> int | None:
         """The armed address this SIGTRAP stop came from (an instruction
@@ -406,7 +417,7 @@ class ThreadRecorder:
                  predict_returns: bool = True, ptw_probe=None, max_instructions: int = 50_000_000,
                  entry_rsp: int | None = None, return_address: int | None = None,
                  breakpoints: str = "dr", withheld_signals: frozenset = frozenset(),
-                 held_slots: int | None = None, hold=None):
+                 held_slots: int | None = None, hold=None, untraced_calls=None):
         """`breakpoints`: "dr" (debug registers; any process) or "int3" (planted
         bytes; faster, only for a process whose one thread is this one, traced
         with PTRACE_O_TRACECLONE so that a new thread is noticed).
@@ -418,7 +429,11 @@ class ThreadRecorder:
         once, before the instruction there runs), asked how far its stack moved
         (`stack_moved()`, for --until-return), and given back when the window ends where
         `home(regs)` holds (`release(regs)`; the thread is stepped, unrecorded, until it does,
-        at most HOME_GRACE_S, else `abandon(why)`)."""
+        at most HOME_GRACE_S, else `abandon(why)`).
+        `untraced_calls(target, regs) -> bool`: whether the callee an indirect call just
+        reached at `target` runs unrecorded, to its return (a debugger's tracer in a Python
+        window: adapter/python/debugger_code.py). The call is kept in `Recording.untraced`;
+        with debug registers only (none free: the callee is recorded)."""
         if breakpoints not in ("dr", "int3"):
             raise ValueError(f"breakpoints must be 'dr' or 'int3', not {breakpoints!r}")
         self.tid = tid
@@ -434,6 +449,7 @@ class ThreadRecorder:
         self.walker = blocks.Walker(self.code, predict_returns)
         self.ptw_probe = ptw_probe
         self.hold = hold
+        self.untraced_calls = untraced_calls
         self.withheld_signals = withheld_signals
         self.withheld = 0
         """How many withheld signals reached the thread (and were not delivered)."""
@@ -661,6 +677,14 @@ class ThreadRecorder:
                                                 (top.slot is None and top.ret == new)):
                             shadow.pop()
                     elif kind == Kind.CALL_INDIRECT:
+                        if self.untraced_calls is not None and self.mode == "dr" \
+                                and self.untraced_calls(new, regs):
+                            ran = self._run_untraced(regs, deadline)
+                            if ran == "gone":
+                                return
+                            if ran:
+                                pos = regs.rip  # the return address: the loop goes on there
+                                continue
                         shadow.append(blocks.ShadowEntry(ins.next, regs.rsp))
                     regs.eflags &= ~RF  # an armed address at the target must fire
                     pos = start = new
@@ -720,6 +744,72 @@ class ThreadRecorder:
                             restart_at) is not None:
                 return
             pos = regs.rip
+
+    def _run_untraced(self, regs, deadline):
+        """Run the callee an indirect call just reached (regs at its first instruction, the
+        return address on the stack) unrecorded, until it returns to its caller. Returns True
+        with regs at the return address, False when no debug register can be armed (nothing
+        ran: the callee is recorded instead), or "gone" when the recording ended in the
+        callee (asked to close, its duration spent, the thread gone)."""
+        tid = self.tid
+        target = regs.rip
+        ret = self._read_u64(regs.rsp)
+        back_rsp = regs.rsp + 8
+        if self._no_slot():
+            return False
+        try:
+            self.bp.arm_only(ret)
+        except NoFreeSlot:
+            return False
+        rec = self.rec
+        call = len(rec.ips) - 1
+        rec.untraced[call] = target
+        self._setregs(regs)
+        self._cont()
+        while True:
+            try:
+                status = self._wait(tick=True)
+            except _Watchdog.Tick:
+                # the callee runs long (a debugger suspending the thread in its tracer, say):
+                # look whether the window must close meanwhile
+                pt.interrupt(tid)
+                status = self._wait_for_interrupt()
+                if status.gone:
+                    return self._gone(status)
+                pt.getregs(tid, regs)
+                request = self.end.request
+                reason = request.reason if request is not None else None
+                if reason is None and deadline is not None and time.monotonic_ns() >= deadline:
+                    reason = f"recorded for {self.end.duration_ms:g} ms"
+                if reason is not None:
+                    self._finish(reason, target)  # the last instruction: the call into it
+                    return "gone"
+                self._cont()
+                continue
+            if status.gone:
+                return self._gone(status)
+            if status.event == pt.EVENT_CLONE:
+                self._on_clone()
+                self._cont()
+                continue
+            if status.event:
+                self._cont()  # a group-stop, or an interrupt of ours reported late
+                continue
+            pt.getregs(tid, regs)
+            sig = status.stop_signal
+            hit = self.bp.hit(regs) if sig == SIGTRAP else None
+            if hit == ret and regs.rsp == back_rsp:
+                return True
+            if hit is not None:
+                # the return address reached by a deeper call, or another armed address: on
+                regs.eflags |= RF
+                self._setregs(regs)
+                self._cont()
+                continue
+            if sig in self.withheld_signals:
+                self.withheld += 1
+                sig = 0
+            self._cont(sig)  # a signal for the callee: delivered as without ptdebug
 
     def _stack_moved(self) -> int:
         """How far the hold's stack moved since the window began (a Go stack grown by copying:

@@ -259,6 +259,25 @@ class PythonFrameProbe:
                 stops.passed.add(where)
         return None
 
+    def at_close_line(self, regs) -> bool:
+        """Whether the thread stands on a line of `stops.close` now (read afresh): the
+        debugger's tracer, called there, may evaluate the breakpoint or suspend the thread,
+        which the window must see (adapter/python/debugger_code.py). True when unreadable."""
+        stops = self.stops
+        if stops is None or not stops.close:
+            return False
+        try:
+            tstate = self.tstate_of(regs.fs_base)
+            if tstate is None:
+                return True
+            frame, data = self._python_frame(self.current_frame(tstate))
+            if not frame:
+                return False
+            code, index, _ = self._parse(data)
+            return self._line_of(code, index) in stops.close
+        except (OSError, IndexError, ValueError):
+            return True
+
     def _line_of(self, code: int, index: int) -> tuple[str, int] | None:
         """(path, line) of code unit `index` of code object `code`, None when its file has
         no watched line."""

@@ -128,3 +128,62 @@ def test_a_go_program_switching_goroutines_round_trips(tmp_path, monkeypatch):
     flow = InsnDecoder(data, image, **TIMING).decode()
     assert flow.errors() == []
     assert list(flow.ip) == want
+
+
+def test_a_callee_run_untraced_is_no_call_in_the_history(recorded):
+    """The stepper runs a debugger's tracer unrecorded (adapter/capture/stepper.py): the
+    indirect call into it is the last instruction before tracing stops (TIP.PGD at the
+    callee), its return address the first after tracing is enabled again. Here every callee
+    of the fixture's indirect calls is cut from the real path and encoded so. The decode gives
+    the cut path back (as libipt does); the TIP.PGD binds to each such call, which then opens
+    no frame (no CALL bit): the history's depth after each is the caller's, and the other
+    calls and returns still balance. A call whose next instruction is not its return address
+    is refused."""
+    path, image, _, end = recorded
+    want = _collapse_rep(path, image)
+    whole = InsnDecoder(FlowEncoder(image.read, psb_period=0).encode(want, end_ip=end),
+                        image).decode().to_history()
+    cut, kept, untraced = [], [], {}
+    i = 0
+    while i < len(want):
+        cut.append(want[i])
+        kept.append(i)
+        if whole.flags(i) & F.CALL and whole.flags(i) & F.INDIRECT:
+            depth = whole.depth(i)
+            j = i + 1
+            while j < len(want) and whole.depth(j) != depth:
+                j += 1
+            if j < len(want):
+                untraced[len(cut) - 1] = want[i + 1]
+                i = j
+                continue
+        i += 1
+    assert len(untraced) >= 3, "the window makes indirect calls through the table"
+    data = FlowEncoder(image.read, timing=True, cyc=True, psb_period=256, mtc_freq=3,
+                       nom_freq=36, cpuid_0x15=(2, 300)).encode(cut, end_ip=end,
+                                                                untraced=untraced)
+    flow = InsnDecoder(data, image, **TIMING).decode()
+    assert flow.errors() == []
+    assert list(flow.ip) == cut
+    from oracle import libipt
+    sections = [libipt.Section(bytes(s.data), s.vaddr) for s in image.sections]
+    assert [r["ip"] for r in libipt.libipt_insns(data, sections, mtc_freq=3, nom_freq=36,
+                                                  cpuid_0x15=(2, 300))
+            if r["type"] == "insn"] == cut
+    history = flow.to_history()
+    for k in untraced:
+        assert not history.flags(k) & F.CALL
+        assert history.flags(k + 1) & F.RESUMED
+        assert history.depth(k + 1) == history.depth(k)
+    # every other call of the path kept is still one, and the depth at the end is the whole's
+    assert sum(1 for f in flow.flags if f & F.CALL) == \
+        sum(1 for i in kept if whole.flags(i) & F.CALL) - len(untraced)
+    assert history.depth(len(cut) - 1) == whole.depth(len(want) - 1)
+    bad = next(k for k in untraced if cut[k + 1] != cut[k + 2])
+    with pytest.raises(ValueError, match=r"untraced\[\d+\]"):
+        FlowEncoder(image.read).encode(cut[:bad + 1] + cut[bad + 2:], untraced={bad: 1})
+    # a path that ends in an untraced callee (the window closed there) ends at the call
+    last = max(untraced)
+    data = FlowEncoder(image.read).encode(cut[:last + 1], untraced={last: untraced[last]})
+    flow = InsnDecoder(data, image).decode()
+    assert flow.errors() == [] and list(flow.ip) == cut[:last + 1]

@@ -8,4 +8,7 @@ export PATH="$(go env GOPATH 2>/dev/null || echo /nonexistent)/bin:$PATH"
 # Lint first (a second, the rules are [tool.ruff.lint] in pyproject.toml): a failure stops here.
 echo "test: ruff check"
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+# Two workers (PTDEBUG_TEST_WORKERS; 0 runs in this process): a test waits on its debuggers and
+# programs most of the time, so two share these two cores well; the tests of one file run on
+# one worker (--dist loadfile), so that a file's fixtures are built once.
+exec .venv/bin/python -m pytest -n "${PTDEBUG_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -176,7 +176,10 @@ class HangBackstop:
         os._exit(3)
 
     def pytest_sessionfinish(self, session):
-        if not self.output_targets:
+        if not self.output_targets or hasattr(self.config, "workerinput"):
+            # an xdist worker: the run's output is its controller's, which does this sweep
+            # when every worker is done (a worker's sweep would take the other worker, started
+            # after it and writing to the same output, for a leak)
             return
         left = _writing_to(self.output_targets)
         if left:

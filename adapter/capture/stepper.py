@@ -184,7 +184,7 @@ class _DebugRegisters:
         executed), so that code run unrecorded stops only there. Raises NoFreeSlot."""
         self.arm(addr)
         for slot in self._order:
-            if self.slots[slot] not in (addr, PROBE_ADDRESS):
+            if self.slots[slot] not in (0, addr, PROBE_ADDRESS):  # 0: never opened, stays so
                 self._write_slot(slot, PROBE_ADDRESS)
 
     def hit(self, regs) -> int | None:

@@ -26,15 +26,20 @@ address 0 and no mapping.
 """
 from __future__ import annotations
 
+import bisect
 import datetime
 import gzip
 import os
 
+import numpy as np
+
 from adapter.recording.recording import STEPPER_CYCLES_NAME, Recording
 from pt_decoder import insn_flags
 
-from .protowire import Message, varint
+from .protowire import LEN, Message, key, varint
 
+SAMPLE_LOCATIONS, SAMPLE_VALUES, SAMPLE_LABEL = key(1, LEN), key(2, LEN), key(3, LEN)
+"""The keys of profile.proto's Sample fields location_id, value (both packed) and label."""
 SAMPLE_TYPES = (("cycles", "count"), ("instructions", "count"))
 STEPPER_SAMPLE_TYPES = (("instructions", "count"), (STEPPER_CYCLES_NAME, "nanoseconds"))
 """A stepper recording's: the exact measure first (trace.py says why)."""
@@ -88,16 +93,23 @@ class PythonLocations:
             self.frames.append(key)
         return -(ident + 1)
 
-    def per_instruction(self, thread, length: int) -> list[tuple[int, ...]]:
-        """The Python part of every instruction's stack, innermost first (() for none)."""
+    def per_instruction(self, thread, length: int) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+        """The Python part of every instruction's stack, innermost first: (an id per
+        instruction, int64; the stack of each id, () for none)."""
         frames = self.decoded.python_frames(thread)
-        out: list[tuple[int, ...]] = [()] * length
+        out = np.zeros(length, dtype=np.int64)
+        stacks: list[tuple[int, ...]] = [()]
+        ids: dict[tuple[int, ...], int] = {(): 0}
         segments = list(frames.stacks())
         for k, (start, stack) in enumerate(segments):
             stop = segments[k + 1][0] if k + 1 < len(segments) else length
             elements = tuple(self._element(code, index) for code, index in reversed(stack))
-            out[start:stop] = [elements] * (stop - start)
-        return out
+            ident = ids.get(elements)
+            if ident is None:
+                ident = ids[elements] = len(stacks)
+                stacks.append(elements)
+            out[start:stop] = ident
+        return out, stacks
 
     def function_key(self, element: int) -> tuple[str, str, int, int]:
         """(name, file, first line, line) of stack element `element` (< 0)."""
@@ -115,54 +127,95 @@ def stack_samples(decoded: Recording,
     Call sites are the addresses of the call instructions, innermost first. With `python`
     (a Python capture), the Python frames of each instruction end its stack (negative
     numbers, innermost first: PythonLocations).
+
+    The call stack is a trie of nodes (node id -> parent id, call-site ip; 0 is the root),
+    walked in Python at the calls and returns only; each instruction's node, and the sums per
+    (node, ip, Python stack), are numpy's: 10^7 instructions took minutes one by one.
     """
     samples: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for thread in decoded.threads:
-        py = python.per_instruction(thread, len(thread.history)) if python else None
         history = thread.history
-        ips = history.ips()
-        flags = history.flags_range()
-        weights = thread.cycle_weights()
-        gap_positions = {g.position for g in history.gaps}
-        # The call stack as a trie of nodes: node id -> (parent id, call-site ip); 0 is the
-        # root. Stacks only change at calls and returns, so each instruction costs a dict add.
+        n = len(history)
+        if not n:
+            continue
+        ips = np.frombuffer(history.ips(), dtype=np.uint64)
+        flags = np.frombuffer(history.flags_range(), dtype=np.uint8)
+        weights = np.frombuffer(thread.cycle_weights(), dtype=np.uint64)
         parents: list[tuple[int, int]] = [(0, 0)]
         children: dict[tuple[int, int], int] = {}
+        # where the node changes: (first position it holds for, node)
+        starts, nodes = [0], [0]
+        gaps = {g.position for g in history.gaps if 0 < g.position < n}
+        transfers = ((flags & (insn_flags.CALL | insn_flags.RETURN)) != 0) & \
+            ((flags & insn_flags.FAR) == 0)
+        positions = sorted(gaps.union(np.flatnonzero(transfers).tolist()))
         node = 0
-        per_node: dict[tuple[int, int], list[int]] = {}
-        for i in range(len(ips)):
-            if i in gap_positions:
+        for p in positions:
+            if p in gaps:
                 node = 0  # what ran across a gap is unknown: the stack starts again
-            ip = ips[i]
-            key = (node, ip) if py is None else (node, ip, py[i])
-            cell = per_node.get(key)
-            if cell is None:
-                cell = per_node[key] = [0, 0]
-            cell[0] += weights[i]
-            cell[1] += 1
-            f = flags[i]
-            if f & insn_flags.FAR:
+                starts.append(p)
+                nodes.append(0)
+            f = int(flags[p])
+            if not f & (insn_flags.CALL | insn_flags.RETURN) or f & insn_flags.FAR:
                 continue
             if f & insn_flags.CALL:
+                ip = int(ips[p])
                 child = children.get((node, ip))
                 if child is None:
                     child = children[(node, ip)] = len(parents)
                     parents.append((node, ip))
                 node = child
-            elif f & insn_flags.RETURN and node:
+            elif node:  # a return
                 node = parents[node][0]
-        for (leaf_node, ip, *py_frame), (cycles, count) in per_node.items():
-            stack = [ip]
-            n = leaf_node
-            while n:
-                n, call_site = parents[n]
-                stack.append(call_site)
-            if py_frame:
-                stack.extend(py_frame[0])
-            cell = samples.setdefault((thread.tid, tuple(stack)), [0, 0])
-            cell[0] += cycles
+            else:
+                continue
+            starts.append(p + 1)  # the call or return itself ran in the node before
+            nodes.append(node)
+        node_of = np.asarray(nodes, dtype=np.int64)[
+            np.searchsorted(np.asarray(starts, dtype=np.int64), np.arange(n), side="right") - 1]
+        if python:
+            py_of, py_stacks = python.per_instruction(thread, n)
+            order = np.lexsort((ips, node_of, py_of))
+        else:
+            py_of, py_stacks = None, [()]
+            order = np.lexsort((ips, node_of))
+        keys = [node_of[order], ips[order]] + ([py_of[order]] if py_of is not None else [])
+        change = np.zeros(n, dtype=bool)
+        change[0] = True
+        for column in keys:
+            change[1:] |= column[1:] != column[:-1]
+        first = np.flatnonzero(change)
+        cycles = np.add.reduceat(weights[order], first)
+        counts = np.diff(np.append(first, n))
+        # in the order the stacks first ran (the sort is stable: a group's first element is
+        # its first instruction), as the profile lists them
+        ran = np.argsort(order[first], kind="stable")
+        first, cycles, counts = first[ran], cycles[ran], counts[ran]
+        chains: dict[int, tuple[int, ...]] = {0: ()}
+        leaf_nodes = keys[0][first].tolist()
+        leaf_ips = keys[1][first].tolist()
+        leaf_py = keys[2][first].tolist() if py_of is not None else [0] * len(first)
+        for leaf, ip, py, c, count in zip(leaf_nodes, leaf_ips, leaf_py, cycles.tolist(),
+                                          counts.tolist(), strict=True):
+            stack = (ip, *_call_sites(leaf, parents, chains), *py_stacks[py])
+            cell = samples.setdefault((thread.tid, stack), [0, 0])
+            cell[0] += c
             cell[1] += count
     return samples
+
+
+def _call_sites(leaf: int, parents: list[tuple[int, int]],
+                chains: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """The call sites of trie node `leaf`, innermost first; `chains` keeps them per node."""
+    path = []
+    node = leaf
+    while node not in chains:
+        path.append(node)
+        node = parents[node][0]
+    for missing in reversed(path):  # outermost first: each extends its parent's
+        parent, call_site = parents[missing]
+        chains[missing] = (call_site, *chains[parent])
+    return chains[leaf]
 
 
 def build_profile(decoded: Recording) -> bytes:
@@ -175,6 +228,7 @@ def build_profile(decoded: Recording) -> bytes:
     stepper = decoded.stepper
 
     mappings = _mappings(decoded)
+    starts = [m[0] for m in mappings]
     for mapping_id, (start, limit, offset, path, build_id) in enumerate(mappings, 1):
         profile.message(3, Message().int(1, mapping_id).int(2, start).int(3, limit)
                         .int(4, offset).int(5, strings(path)).int(6, strings(build_id or ""))
@@ -218,7 +272,7 @@ def build_profile(decoded: Recording) -> bytes:
             function_messages.append(Message().int(1, function_id).int(2, strings(name))
                                      .int(3, strings(name)).int(4, strings(file)))
         found = locations[ip] = len(locations) + 1
-        location = Message().int(1, found).int(2, _mapping_of(mappings, ip)).int(3, ip)
+        location = Message().int(1, found).int(2, _mapping_of(mappings, ip, starts)).int(3, ip)
         location.message(4, Message().int(1, function_id).int(2, line[1] if line else 0))
         location_messages.append(location)
         return found
@@ -241,8 +295,13 @@ def build_profile(decoded: Recording) -> bytes:
         label = labels.get(tid)
         if label is None:
             label = labels[tid] = Message().int(1, tid_key).int(3, tid, keep_zero=True).bytes()
-        sample = Message().bytes_field(1, b"".join(map(encoded.__getitem__, stack)))
-        profile.message(2, sample.packed(2, values).bytes_field(3, label))
+        # Sample{location_id: packed, value: packed, label}, written out here: some 800,000
+        # of them a million instructions of a Python capture, a Message each took seconds
+        ids = b"".join(map(encoded.__getitem__, stack))
+        numbers = varint(values[0]) + varint(values[1])
+        profile.bytes_field(2, b"".join((SAMPLE_LOCATIONS, varint(len(ids)), ids,
+                                         SAMPLE_VALUES, varint(len(numbers)), numbers,
+                                         SAMPLE_LABEL, varint(len(label)), label)))
     for location in location_messages:
         profile.message(4, location)
     for function in function_messages:
@@ -285,7 +344,13 @@ def _mappings(decoded: Recording) -> list[tuple[int, int, int, str, str | None]]
     return sorted(out)
 
 
-def _mapping_of(mappings, ip: int) -> int:
+def _mapping_of(mappings, ip: int, starts: list[int] | None = None) -> int:
+    """The id (1-based) of the mapping holding `ip`, 0 for none. `starts`: the mappings'
+    starts, for a binary search (images do not overlap; where they would, the scan decides)."""
+    if starts is not None:
+        k = bisect.bisect_right(starts, ip) - 1
+        if k >= 0 and ip < mappings[k][1]:
+            return k + 1
     for index, (start, limit, _, _, _) in enumerate(mappings, 1):
         if start <= ip < limit:
             return index

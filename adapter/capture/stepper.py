@@ -771,21 +771,9 @@ class ThreadRecorder:
                 status = self._wait(tick=True)
             except _Watchdog.Tick:
                 # the callee runs long (a debugger suspending the thread in its tracer, say):
-                # look whether the window must close meanwhile
+                # stop it, and look whether the window must close meanwhile
                 pt.interrupt(tid)
                 status = self._wait_for_interrupt()
-                if status.gone:
-                    return self._gone(status)
-                pt.getregs(tid, regs)
-                request = self.end.request
-                reason = request.reason if request is not None else None
-                if reason is None and deadline is not None and time.monotonic_ns() >= deadline:
-                    reason = f"recorded for {self.end.duration_ms:g} ms"
-                if reason is not None:
-                    self._finish(reason, target)  # the last instruction: the call into it
-                    return "gone"
-                self._cont()
-                continue
             if status.gone:
                 return self._gone(status)
             if status.event == pt.EVENT_CLONE:
@@ -793,7 +781,16 @@ class ThreadRecorder:
                 self._cont()
                 continue
             if status.event:
-                self._cont()  # a group-stop, or an interrupt of ours reported late
+                # our interrupt (or a group-stop): the window closes here if it must
+                request = self.end.request
+                reason = request.reason if request is not None else None
+                if reason is None and deadline is not None and time.monotonic_ns() >= deadline:
+                    reason = f"recorded for {self.end.duration_ms:g} ms"
+                if reason is not None:
+                    pt.getregs(tid, regs)
+                    self._finish(reason, target)  # the last instruction: the call into it
+                    return "gone"
+                self._cont()
                 continue
             pt.getregs(tid, regs)
             sig = status.stop_signal

@@ -26,6 +26,7 @@ taken from the index.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import json
 import multiprocessing
@@ -122,7 +123,8 @@ class StreamIndex:
                 if progress is not None:
                     progress((k + 1) / len(cuts))
         elif mode == "thread":  # the job travels with each call: builds may run side by side
-            with ThreadPoolExecutor(workers) as pool:
+            pool = ThreadPoolExecutor(workers)
+            with _stopping(pool):
                 for part in pool.map(functools.partial(_count_chunk, job), range(len(cuts))):
                     parts.append(part)
                     if progress is not None:
@@ -130,8 +132,8 @@ class StreamIndex:
         else:
             _FORKED_JOB.append(job)  # inherited by the forked workers, not pickled
             try:
-                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(
-                        "fork")) as pool:
+                pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+                with _stopping(pool):
                     for part in pool.map(_count_forked_chunk, range(len(cuts)),
                                          chunksize=max(1, len(cuts) // (8 * workers))):
                         parts.append(part)
@@ -165,6 +167,19 @@ class StreamIndex:
                        int(body["chunk_bytes"]))
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None  # AttributeError: valid JSON that is no object
+
+
+@contextlib.contextmanager
+def _stopping(pool):
+    """Shut `pool` down at the end; on an exception (a progress report raising Cancelled, the
+    client's cancel) without waiting for the chunks not begun: `with pool` waited for every
+    chunk, so a cancel came back only when the whole index was built."""
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _count_forked_chunk(k: int) -> tuple:

@@ -162,3 +162,37 @@ def test_builds_on_threads_side_by_side_keep_their_own_streams(stream):
         builder.join(120)
     assert [found[n].chunks for n in (0, 1)] == [index.chunks for index in alone]
     assert found[0].instructions > found[1].instructions
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_cancel_during_the_build_ends_it_without_decoding_every_chunk(stream, mode,
+                                                                         monkeypatch):
+    """A progress report that raises (the DAP client's cancel: Cancelled) ends the build with
+    that exception, the chunks not begun left undecoded (counted across the forked workers
+    too). The pool is left without waiting for the chunks queued to it: on processes a
+    cancelled build of 1.3 s came back after 0.51 s before, 0.16 s now (a figure, not tested:
+    benchmarks and timed tests are kept apart here)."""
+    import multiprocessing
+    data, image, _ = stream
+    counted = multiprocessing.Value("i", 0)  # shared with forked workers
+    count_chunk = importlib.import_module("pt_decoder.chunked")._count_chunk
+
+    def counting(job, k):
+        with counted.get_lock():
+            counted.value += 1
+        return count_chunk(job, k)
+
+    chunks = len(StreamIndex.build(data, image, chunk_bytes=1024, workers=1, **OPTS).chunks)
+    assert chunks >= 40  # one a PSB (every 4 KiB)
+    monkeypatch.setattr("pt_decoder.chunked._count_chunk", counting)
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel(_fraction):
+        raise Cancelled()
+
+    with pytest.raises(Cancelled):
+        StreamIndex.build(data, image, chunk_bytes=1024, workers=2, mode=mode, progress=cancel,
+                          **OPTS)
+    assert 0 < counted.value < chunks // 2, f"{counted.value} of {chunks} chunks decoded"

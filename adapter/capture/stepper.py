@@ -767,19 +767,11 @@ class ThreadRecorder:
         self._setregs(regs)
         self._cont()
         while True:
-            try:
-                status = self._wait(tick=True)
-            except _Watchdog.Tick:
-                # the callee runs long (a debugger suspending the thread in its tracer, say):
-                # stop it, and look whether the window must close meanwhile
-                pt.interrupt(tid)
-                status = self._wait_for_interrupt()
+            # a callee that runs long (a debugger suspending the thread in its tracer, say) is
+            # interrupted now and then: the window may have to close meanwhile
+            status = self._next_stop()
             if status.gone:
                 return self._gone(status)
-            if status.event == pt.EVENT_CLONE:
-                self._on_clone()
-                self._cont()
-                continue
             if status.event:
                 # our interrupt (or a group-stop): the window closes here if it must
                 request = self.end.request
@@ -838,6 +830,21 @@ class ThreadRecorder:
             return stops | {end.until}
         return stops
 
+    def _next_stop(self) -> pt.WaitStatus:
+        """The running thread's next stop, a new thread it made let go meanwhile
+        (_on_clone); with no stop for two watchdog ticks, the thread is interrupted to look
+        where it is (the stop of that interrupt, or of what came first)."""
+        while True:
+            try:
+                status = self._wait(tick=True)
+            except _Watchdog.Tick:
+                pt.interrupt(self.tid)
+                status = self._wait_for_interrupt()
+            if status.gone or status.event != pt.EVENT_CLONE:
+                return status
+            self._on_clone()
+            self._cont()
+
     def _run_to(self, walk, origin, saved_shadow, shadow, regs, deadline, restart_at=None):
         """Continue the thread until it stops at walk.stop, handling what comes
         in between. Returns "gone" when recording must end (the reason is set)."""
@@ -845,18 +852,9 @@ class ThreadRecorder:
         tid = self.tid
         self._cont()
         while True:
-            try:
-                status = self._wait(tick=True)
-            except _Watchdog.Tick:
-                # no stop for a while: interrupt the thread and look where it is
-                pt.interrupt(tid)
-                status = self._wait_for_interrupt()
+            status = self._next_stop()
             if status.gone:
                 return self._gone(status)
-            if status.event == pt.EVENT_CLONE:
-                self._on_clone()
-                self._cont()
-                continue
             pt.getregs(tid, regs)
             sig = status.stop_signal
             hit = self.bp.hit(regs) if sig == SIGTRAP and not status.event else None

@@ -15,6 +15,8 @@
 ;;   PTDEBUG_VARIABLE     the name of the local variable to read at the stop
 ;;   PTDEBUG_TRANSCRIPT   where the JSON lines go
 ;;   PTDEBUG_STEP_TIMEOUT seconds to wait for each phase (stop, end)
+;;   PTDEBUG_EMACS_DIR    the private user-emacs-directory (the test's own temporary folder;
+;;                        without it, a new one under the temporary directory)
 ;;   PTDEBUG_QUIT_AT      when set, Emacs quits mid-session as a user closing it would (no
 ;;                        continue, no disconnect, only Emacs's exit): "configuration" just
 ;;                        before dap-mode sends configurationDone, "stop" at the breakpoint
@@ -24,7 +26,9 @@
 
 ;; dap-mode and lsp-mode keep state under the user's Emacs directory; a private one keeps
 ;; the test from reading or writing the real user's breakpoints.
-(setq user-emacs-directory (file-name-as-directory (make-temp-file "ptdebug-emacs-" t)))
+(setq user-emacs-directory
+      (file-name-as-directory (or (getenv "PTDEBUG_EMACS_DIR")
+                                  (make-temp-file "ptdebug-emacs-" t))))
 (require 'dap-mode)
 ;; dap-mode 0.7 fault: `dap--breakpoint-filter-enabled' reads `dap-exception-breakpoints',
 ;; which only dap-ui.el defines ("always called with dap-ui loaded", its comment says); without

@@ -106,13 +106,18 @@ def run_dap_mode(tmp_path: pathlib.Path, source: pathlib.Path, launch: dict, var
                  quit_at: str | None = None) -> list[dict]:
     """One Emacs batch run of dap_mode_session.el; its transcript, after nothing is left over."""
     transcript = tmp_path / "transcript.jsonl"
+    emacs_dir = tmp_path / "emacs-home"
+    emacs_dir.mkdir(exist_ok=True)
     token = uuid.uuid4().hex
     env = dict(os.environ,
                PATH=os.pathsep.join([*go_path_dirs(), os.environ.get("PATH", "")]),
                PTDEBUG_DAP_COMMAND=json.dumps([ptdebug_command(), "dap"]),
                PTDEBUG_LAUNCH=json.dumps(launch), PTDEBUG_SOURCE=str(source),
                PTDEBUG_VARIABLE=variable, PTDEBUG_TRANSCRIPT=str(transcript),
-               PTDEBUG_STEP_TIMEOUT=str(STEP_TIMEOUT_S), PTDEBUG_CLIENT_RUN=token)
+               PTDEBUG_STEP_TIMEOUT=str(STEP_TIMEOUT_S), PTDEBUG_CLIENT_RUN=token,
+               # dap-mode's state in the test's folder (before: a /tmp/ptdebug-emacs-* left
+               # behind by every run)
+               PTDEBUG_EMACS_DIR=str(emacs_dir))
     env.pop("PTDEBUG_QUIT_AT", None)
     if quit_at:
         env["PTDEBUG_QUIT_AT"] = quit_at

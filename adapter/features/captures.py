@@ -52,6 +52,13 @@ class Capture:
     def history(self):
         return self.trace.threads[self.stream].history
 
+    def window_loaded(self) -> None:
+        """Another part of the capture's stream is its history now (Recording.load_window):
+        what was built from the part before is built again on first use."""
+        self._lines = None
+        self.replay_hits = {}
+        self.__dict__.pop("_goroutines", None)  # goroutine_view's, kept on the capture
+
     @property
     def lines(self):
         """pt_decoder LineTable of the modules the capture ran code of that carry their own line information

@@ -14,6 +14,9 @@ What a recording can and cannot decide:
   are not in it, and the stop says so).
 - A `condition` is about values, which the trace does not hold: such a breakpoint stops at
   every recorded hit, and the stop says the condition was not evaluated.
+- In a recording loaded in part (a stream too long to decode whole: Recording.load_window) the
+  hits before the loaded part are not known, so hit conditions are not evaluated either: every
+  hit stops, numbered in the loaded part, and the stop says so.
 """
 from __future__ import annotations
 
@@ -41,7 +44,11 @@ class Hit:
     position: int
     breakpoint: ReplayBreakpoint
     number: int
-    """1 for the breakpoint's first hit in the recorded history."""
+    """1 for the breakpoint's first hit in the recorded history (in its loaded part, when not
+    `counted`)."""
+    counted: bool = True
+    """Whether `number` counts from the start of the recording: False in a recording loaded
+    in part (a stream too long to decode whole), where hits before the part are not known."""
 
 
 _COMPARISONS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
@@ -89,8 +96,10 @@ def nearest(capture, breakpoints: list[ReplayBreakpoint], position: int, forward
     (position, the hits that stop there) or None."""
     best: int | None = None
     hits_there: list[Hit] = []
+    thread = capture.trace.threads[capture.stream]
+    counted = thread.recorded is None  # loaded whole: hit numbers count from its start
     for bp, positions in recorded_hits(capture, breakpoints).items():
-        test = hit_condition_test(bp.hit_condition) if bp.hit_condition else None
+        test = hit_condition_test(bp.hit_condition) if bp.hit_condition and counted else None
         if forward:
             indexes = range(bisect.bisect_right(positions, position), len(positions))
         else:
@@ -103,7 +112,7 @@ def nearest(capture, breakpoints: list[ReplayBreakpoint], position: int, forward
             if test is None or test(k + 1):
                 if at != best:
                     best, hits_there = at, []
-                hits_there.append(Hit(at, bp, k + 1))
+                hits_there.append(Hit(at, bp, k + 1, counted))
                 break
     return None if best is None else (best, hits_there)
 
@@ -115,9 +124,16 @@ def describe(hits_there: list[Hit]) -> str:
     for hit in hits_there:
         bp = hit.breakpoint
         where = f"line {bp.line}"
-        note = f"{where}: hit {hit.number} in the recorded history"
+        if not hit.counted:
+            note = f"{where}: hit {hit.number} in the loaded part of the recording"
+        else:
+            note = f"{where}: hit {hit.number} in the recorded history"
         if bp.hit_condition:
-            if hit_condition_test(bp.hit_condition) is None:
+            if not hit.counted:
+                note += (f"; hit condition {bp.hit_condition!r} not evaluated: the recording "
+                         "is loaded in part and its hits before that part are not counted, "
+                         "so every hit stops")
+            elif hit_condition_test(bp.hit_condition) is None:
                 note += (f"; hit condition {bp.hit_condition!r} is not a form ptdebug knows "
                          "(N, == N, != N, > N, >= N, < N, <= N, % N): stopped at every hit")
             else:

@@ -39,6 +39,10 @@ from adapter.protocol.errors import AdapterError, NotSupportedYet
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import ReverseContinueArguments, StepBackArguments
 
+START = "the start of the recorded history"
+SEARCH_WINDOWS = 8
+"""Most windows of a recording loaded in part that one reverseContinue or continue loads in
+its search for a breakpoint hit (each up to a whole decode's worth, some seconds)."""
 FRAME_ID_BASE = 1 << 27
 """Frame ids of recorded frames start here (debugpy's count from 1; variables use 1 << 28)."""
 MAX_FRAMES = 64
@@ -80,9 +84,7 @@ class Reverse:
 
     def _captured(self, capture) -> None:
         self.session.announce_capabilities(supportsStepBack=True)
-        if isinstance(capture.trace.manifest.get("python"), dict) and capture._lines is None:
-            # a Python capture: native lines of the user's own C only (python_replay)
-            capture._lines = python_replay.native_lines(capture)
+        _python_lines(capture)
         if capture.replay_from is not None:
             # a replayed bundle's thread (backends.replay): in its history from the start
             self.replays[capture.thread_id] = Replay(capture, capture.replay_from)
@@ -116,6 +118,18 @@ class Reverse:
 
     def step_back(self, request: Request, args: StepBackArguments) -> object:
         capture, position = self._capture_of(args.threadId)
+        target, why = self._step_back(capture, position, args)
+        if target == 0 and why == START and position is not None:
+            # the start of a loaded window of a longer recording: on in the part before it
+            moved = self._slide(capture, position, before=True)
+            if moved is not None:
+                target, why = self._step_back(capture, moved, args)
+        self._stop_at(request, args.threadId, capture, target, "step", why)
+        return DEFERRED
+
+    def _step_back(self, capture, position: int | None, args: StepBackArguments):
+        """(target position, why) of a step back from `position` (None: from the live
+        position) in the capture's loaded history."""
         history = capture.history
         last = len(history) - 1
         if position is None:
@@ -133,7 +147,7 @@ class Reverse:
         elif args.granularity == "instruction":
             target = position - 1 if position > 0 else 0
             gap = history.gap_at(position) if position > 0 else None
-            why = ("the start of the recorded history" if position == 0 else
+            why = (START if position == 0 else
                    f"a gap in the trace ({gap.reason}) precedes this point" if gap else
                    "stepped back one instruction")
             if gap:
@@ -145,15 +159,55 @@ class Reverse:
             step, others = self._prev_line_in_goroutine(capture, position)
             target = step.position
             why = {"found": "stepped back one line",
-                   "start": "the start of the recorded history",
+                   "start": START,
                    "goroutine": "the start of this goroutine's part of the recorded history",
                    "gap": f"a gap in the trace ({step.gap.reason if step.gap else ''}) "
                           "stops the step"}[step.reason]
             if others:
                 why += (f" (passed over {others} instructions other goroutines ran on the "
                         "recorded thread meanwhile)")
-        self._stop_at(request, args.threadId, capture, target, "step", why)
-        return DEFERRED
+        return target, why
+
+    def _to_the_end(self, capture) -> None:
+        """Load the end of a capture loaded in part whose window is elsewhere: what the live
+        position follows, and where a replay ends."""
+        if not _loaded_to_the_end(capture):
+            thread = capture.trace.threads[capture.stream]
+            self._slide(capture, thread.recorded - 1 - thread.loaded_from, before=True)
+
+    def _slide(self, capture, position: int, before: bool) -> int | None:
+        """A capture of a thread loaded in part (a stream too long to decode whole: its end,
+        or another window of it, Recording.load_window): load the window that goes on from
+        `position` backwards (`before`) or forwards, and return `position` in it; None when
+        the loaded history already reaches that end of the recording."""
+        thread = capture.trace.threads[capture.stream]
+        if thread.source is None or thread.recorded is None:
+            return None
+        first, end = thread.loaded_from, thread.loaded_from + len(thread.history)
+        if (before and first == 0 and first + position < end) or (
+                not before and end >= thread.recorded and first + position >= first):
+            return None  # the loaded history already reaches that end
+        from adapter.recording.recording import TraceError
+        try:
+            with self.session.progress.start(f"ptdebug: loading capture {capture.id}'s "
+                                             "history", cancellable=False):
+                new = capture.trace.load_window(capture.stream, first + position, before)
+        except TraceError as exc:
+            raise AdapterError(str(exc)) from None
+        capture.window_loaded()
+        _python_lines(capture)
+        # recorded frame ids name positions of the window before: the client asks again
+        self.frames = {k: v for k, v in self.frames.items() if v[1] is not capture}
+        self.python_frames.clear()
+        for thread_id, replay in self.replays.items():
+            if replay.capture is capture and thread_id is not None:
+                replay.position = max(0, min(first + replay.position - new.loaded_from,
+                                             len(new.history) - 1))
+        self.session.client.send_event("output", {"category": "console", "output": (
+            f"ptdebug: capture {capture.id}: instructions {new.loaded_from:,} to "
+            f"{new.loaded_from + len(new.history) - 1:,} of the {thread.recorded:,} recorded "
+            "are loaded now\n")})
+        return first + position - new.loaded_from
 
     @staticmethod
     def _prev_line_in_goroutine(capture, position: int):
@@ -194,20 +248,35 @@ class Reverse:
 
     def reverse_continue(self, request: Request, args: ReverseContinueArguments) -> object:
         capture, position = self._capture_of(args.threadId)
-        history = capture.history
-        start = len(history) - 1 if position is None else position
-        found = self._nearest_stop(capture, start, forward=False)
-        if found is not None:
-            self._stop_at(request, args.threadId, capture, found[0], "breakpoint",
-                          "reverse-continued to a breakpoint hit in the recorded history",
-                          found[1])
-        else:
-            step = history.prev_at(start, ()) if start > 0 else None
+        start = len(capture.history) - 1 if position is None else position
+        searched = 0
+        while True:
+            found = self._nearest_stop(capture, start, forward=False)
+            if found is not None:
+                self._stop_at(request, args.threadId, capture, found[0], "breakpoint",
+                              "reverse-continued to a breakpoint hit in the recorded history",
+                              found[1])
+                return DEFERRED
+            step = capture.history.prev_at(start, ()) if start > 0 else None
             bound = step.position if step is not None else 0
-            why = (f"a gap in the trace ({step.gap.reason})" if step is not None and step.gap
-                   else "the start of the recorded history")
-            self._stop_at(request, args.threadId, capture, bound, "step",
-                          f"no breakpoint hit before this point: stopped at {why}")
+            if step is not None and step.gap:
+                why = f"a gap in the trace ({step.gap.reason})"
+                break
+            why = START
+            if not self.recording.replay_breakpoints():
+                break
+            if searched == SEARCH_WINDOWS:
+                why = (f"the start of the {SEARCH_WINDOWS} parts of the recording searched "
+                       "(reverse-continue again to search before them)")
+                break
+            # a recording loaded in part: the search goes on in the part before the window
+            moved = self._slide(capture, 0, before=True)
+            if moved is None:
+                break
+            searched += 1
+            start = moved
+        self._stop_at(request, args.threadId, capture, bound, "step",
+                      f"no breakpoint hit before this point: stopped at {why}")
         return DEFERRED
 
     def _nearest_stop(self, capture, position: int, forward: bool):
@@ -234,9 +303,13 @@ class Reverse:
         replay = self.replays.get(thread_id)
         if replay is None:
             return None
-        history = replay.capture.history
-        target, why = move(replay.capture, history, replay.position,
-                           (request.raw.get("arguments") or {}).get("granularity"))
+        granularity = (request.raw.get("arguments") or {}).get("granularity")
+        target, why = move(replay.capture, replay.capture.history, replay.position, granularity)
+        if target is None:
+            # the end of a loaded window of a longer recording: on in the part after it
+            moved = self._slide(replay.capture, replay.position, before=False)
+            if moved is not None:
+                target, why = move(replay.capture, replay.capture.history, moved, granularity)
         if target is None:
             self._go_live(request, thread_id, "the end of the recorded history")
         else:
@@ -277,11 +350,28 @@ class Reverse:
         replay = self.replays.get(thread_id)
         if replay is None:
             return None
-        found = self._nearest_stop(replay.capture, replay.position, forward=True)
+        capture = replay.capture
+        found = self._nearest_stop(capture, replay.position, forward=True)
+        searched = 0
+        while found is None and searched < SEARCH_WINDOWS and \
+                self.recording.replay_breakpoints():
+            # a recording loaded in part: the search goes on in the part after the window
+            moved = self._slide(capture, len(capture.history) - 1, before=False)
+            if moved is None:
+                break
+            searched += 1
+            found = self._nearest_stop(capture, moved, forward=True)
         if found is not None:
-            self._stop_at(request, thread_id, replay.capture, found[0], "breakpoint",
+            self._stop_at(request, thread_id, capture, found[0], "breakpoint",
                           "replayed to a breakpoint hit in the recorded history", found[1])
             return DEFERRED
+        if searched == SEARCH_WINDOWS and not _loaded_to_the_end(capture):
+            self._stop_at(request, thread_id, capture, len(capture.history) - 1, "step",
+                          f"no breakpoint hit in the {SEARCH_WINDOWS} parts of the recording "
+                          "searched: stopped at their end (continue again to search after "
+                          "them)")
+            return DEFERRED
+        self._to_the_end(capture)
         if replay.capture.replay_from is not None:  # a replay: nothing runs after the history
             self._go_live(request, thread_id, "no breakpoint hit after this point: stopped at "
                           "the end of the recorded history")
@@ -318,8 +408,12 @@ class Reverse:
         if frame is not None:
             place = (f"Python {frame.qualname} ({os.path.basename(frame.filename)}:"
                      f"{frame.line}), in {place}")
-        text = (f"{why}: instruction {position} of {len(history)} in capture {capture.id}, "
-                f"{place}")
+        thread = capture.trace.threads[capture.stream]
+        if thread.recorded is not None:  # loaded in part: positions in the whole recording
+            counted = f"instruction {thread.loaded_from + position} of {thread.recorded}"
+        else:
+            counted = f"instruction {position} of {len(history)}"
+        text = f"{why}: {counted} in capture {capture.id}, {place}"
         text += switch_note(capture, before.position if before is not None and
                             before.capture is capture else None, position)
         body = {"reason": reason, "threadId": thread_id, "allThreadsStopped": True,
@@ -553,3 +647,16 @@ def _python_why(step, found: str) -> str:
             "end": "the end of the recorded history",
             "gap": f"a gap in the trace ({step.gap.reason if step.gap else ''}) stops the "
                    "step"}[step.reason]
+
+
+def _python_lines(capture) -> None:
+    """A Python capture steps by the native lines of the user's own C only (python_replay)."""
+    if isinstance(capture.trace.manifest.get("python"), dict) and capture._lines is None:
+        capture._lines = python_replay.native_lines(capture)
+
+
+def _loaded_to_the_end(capture) -> bool:
+    """Whether the capture's loaded history reaches the end of its recorded stream."""
+    thread = capture.trace.threads[capture.stream]
+    return thread.recorded is None or thread.loaded_from + len(thread.history) >= \
+        thread.recorded

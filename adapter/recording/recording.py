@@ -208,6 +208,9 @@ class ThreadTrace:
     tail of a stream too long to decode whole begins (Recording.open)."""
     recorded: int | None = None
     """Instructions in the recorded stream when only its tail is loaded, else None."""
+    source: tuple | None = field(default=None, repr=False)
+    """(stream entry, StreamIndex, decoder options) of a thread loaded in part: what
+    Recording.load_window decodes another part of the stream from."""
     _weights: array | None = field(default=None, repr=False)
     _ns: array | None = field(default=None, repr=False)
 
@@ -400,12 +403,55 @@ class Recording:
                                  f"{loaded_from:,}), not the history before them")
             history = flow.to_history({"tid": tid, "bundle": root})
             threads.append(ThreadTrace(tid, history, names.get(tid, ""), flow.ptwrites(),
-                                       loaded_from=loaded_from, recorded=total))
+                                       loaded_from=loaded_from, recorded=total,
+                                       source=(stream, index, options) if total else None))
         if progress is not None:
             progress("decoded", 1.0)
         recording = cls(root, manifest, threads, code, symbols)
         recording.notes = notes
         return recording
+
+    # -- another part of a stream loaded in part -----------------------------------------
+    def load_window(self, number: int, around: int, before: bool) -> ThreadTrace:
+        """Load the part of stream `number` (a thread loaded in part: ThreadTrace.source) that
+        holds stream position `around` and the one a step goes on to (`before`: around - 1,
+        else around + 1): as many whole chunks as the tail Recording.open loads may hold
+        (TAIL_INSTRUCTIONS, whole_decode_limit, free memory), ending with `around`'s chunk or
+        beginning with it. The thread's entry is replaced (its samples, Python frames and the
+        recording's goroutine index are built again for it) and returned. Raises TraceError."""
+        old = self.threads[number]
+        if old.source is None:
+            raise TraceError(f"{self.root}: thread {old.tid} is loaded whole")
+        stream, index, options = old.source
+        starts = index.starts
+        most = max(1, min(TAIL_INSTRUCTIONS, whole_decode_limit(), decode_budget()))
+        around = max(0, min(around, index.instructions - 1))
+        # with the instruction a step would go on to (around -/+ 1) even where that lies in
+        # the neighbouring chunk, and as many more chunks as fit
+        if before:
+            last = index.chunk_of(around)
+            first = index.chunk_of(max(0, around - 1))
+            while first > 0 and starts[last + 1] - starts[first - 1] <= most:
+                first -= 1
+        else:
+            first = index.chunk_of(around)
+            last = index.chunk_of(min(index.instructions - 1, around + 1))
+            while last + 1 < len(index.chunks) and starts[last + 2] - starts[first] <= most:
+                last += 1
+        from pt_decoder.chunked import ChunkedHistory
+        try:
+            data = Bundle.open(self.root).stream_bytes(stream)
+            flow = ChunkedHistory(data, self.code, index, **options).decode_chunks(first, last)
+        except (BundleError, PtError, OSError) as exc:
+            raise TraceError(f"{self.root}: stream {stream.get('file')}: {exc}") from None
+        thread = ThreadTrace(old.tid, flow.to_history({"tid": old.tid, "bundle": self.root}),
+                             old.name, flow.ptwrites(), loaded_from=starts[first],
+                             recorded=old.recorded, source=old.source)
+        with self._samples_lock:
+            self.threads[number] = thread
+            self._python_frames.pop(id(old), None)
+            self._goroutines = None
+        return thread
 
     # -- what the recorder wrote (PTWRITE samples) ----------------------------------------
     @property

@@ -409,4 +409,62 @@ def test_a_stream_too_long_to_decode_whole_replays_its_end_and_says_so(start_ada
         step(client, "stepBack", thread_id)
         back.append(ip_of(client, thread_id))
     assert back == ips[-31:-1][::-1]
+    # reverse-continue with no breakpoint: the start of the loaded part; a step back from
+    # there loads the part before it (Recording.load_window) and goes on exactly
+    client.call("reverseContinue", {"threadId": thread_id})
+    start = client.expect_stopped("step")
+    assert recorded_position(start) == loaded_from, start
+    assert ip_of(client, thread_id) == ips[loaded_from]
+    stepped = step(client, "stepBack", thread_id)
+    client.expect_event("output", pred=lambda e: "are loaded now" in e["body"]["output"])
+    assert recorded_position(stepped) == loaded_from - 1, stepped
+    assert ip_of(client, thread_id) == ips[loaded_from - 1]
+    forward = []
+    for _ in range(3):  # and forward again over the seam
+        step(client, "stepIn", thread_id)
+        forward.append(ip_of(client, thread_id))
+    assert forward == ips[loaded_from:loaded_from + 3]
+    end_session(run)
+
+
+def test_a_recording_loaded_in_part_searches_its_other_parts_for_breakpoints(start_adapter,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """Issue 15 item 4 in a debug session: reverseContinue from the loaded end of a long
+    recording finds a hit in a part not loaded (serve()'s first line, run once at the start),
+    loading the parts before one by one; continue from there goes through the parts after it
+    to the recording's end. Every stop is at the recorded path's instruction."""
+    work = tmp_path / "parts"
+    work.mkdir()
+    program = work / "hotpath"
+    subprocess.run(["gcc", "-O0", "-g", "-no-pie", "-o", str(program), str(HOTPATH)], check=True)
+    bundle = work / "parts.bundle"
+    ptdebug("record", "--backend", "stepper", "--from", "serve", "--until-return", "-o",
+            str(bundle), "--", str(program), "150")
+    ips = decoded_ips(bundle)
+    assert len(ips) > 40000
+    monkeypatch.setenv("PTDEBUG_WHOLE_DECODE_LIMIT", "12000")
+    run = start_adapter()
+    client = run.client
+    thread_id = start_replay(run, bundle, _breakpoints={
+        "source": {"path": str(HOTPATH)}, "breakpoints": [{"line": marker(HOTPATH, "total"),
+                                                           "hitCondition": "1"}]})["threadId"]
+    note = client.expect_event("output", pred=lambda e: "instructions were recorded" in
+                               e["body"]["output"])["body"]["output"]
+    loaded_from = int(re.search(r"from instruction ([\d,]+)", note).group(1).replace(",", ""))
+    client.call("reverseContinue", {"threadId": thread_id})
+    hit = client.expect_stopped("breakpoint")
+    position = recorded_position(hit)
+    assert position < loaded_from and position < 100, hit  # serve's first line, at its start
+    assert ip_of(client, thread_id) == ips[position]
+    # hits before a loaded part are not counted: the hit condition is not evaluated, said so
+    assert "hit condition '1' not evaluated: the recording is loaded in part" in \
+        hit["description"], hit
+    assert recorded_position(step(client, "stepIn", thread_id)) == position + 1
+    assert ip_of(client, thread_id) == ips[position + 1]
+    client.call("continue", {"threadId": thread_id})
+    end = client.expect_stopped("step")
+    assert "end of the recorded history" in end["description"], end
+    assert recorded_position(end) == len(ips) - 1
+    assert ip_of(client, thread_id) == ips[-1]
     end_session(run)

@@ -185,7 +185,7 @@ class Reverse:
             return None
         first, end = thread.loaded_from, thread.loaded_from + len(thread.history)
         if (before and first == 0 and first + position < end) or (
-                not before and end >= thread.recorded and first + position >= first):
+                not before and end >= thread.recorded):
             return None  # the loaded history already reaches that end
         from adapter.recording.recording import TraceError
         try:
@@ -310,6 +310,11 @@ class Reverse:
             moved = self._slide(replay.capture, replay.position, before=False)
             if moved is not None:
                 target, why = move(replay.capture, replay.capture.history, moved, granularity)
+        if target is None and not _loaded_to_the_end(replay.capture):
+            # the step did not end in the part loaded after the window either (a function
+            # that returns parts later): it stops there, not at the live position
+            target = len(replay.capture.history) - 1
+            why = "the end of the part of the recording loaded (step again to go on)"
         if target is None:
             self._go_live(request, thread_id, "the end of the recorded history")
         else:

@@ -96,8 +96,8 @@ def nearest(capture, breakpoints: list[ReplayBreakpoint], position: int, forward
     (position, the hits that stop there) or None."""
     best: int | None = None
     hits_there: list[Hit] = []
-    thread = capture.trace.threads[capture.stream]
-    counted = thread.recorded is None  # loaded whole: hit numbers count from its start
+    # hit numbers count from the recording's start where the loaded history begins there
+    counted = capture.trace.threads[capture.stream].loaded_from == 0
     for bp, positions in recorded_hits(capture, breakpoints).items():
         test = hit_condition_test(bp.hit_condition) if bp.hit_condition and counted else None
         if forward:

@@ -27,11 +27,11 @@ def test_other_texts_cannot_be_decided(text):
     assert replay_hits.hit_condition_test(text) is None
 
 
-def _capture(hits: dict, recorded: int | None = None):
-    """A capture whose hits are known (`recorded`: the instructions of a recording loaded in
-    part, ThreadTrace.recorded; None: loaded whole)."""
+def _capture(hits: dict, loaded_from: int = 0):
+    """A capture whose hits are known (`loaded_from`: where the loaded part of its recording
+    begins, ThreadTrace.loaded_from)."""
     capture = SimpleNamespace(replay_hits={}, stream=0, trace=SimpleNamespace(
-        threads=[SimpleNamespace(recorded=recorded)]))
+        threads=[SimpleNamespace(loaded_from=loaded_from)]))
     capture.replay_hits[tuple(hits)] = hits
     return capture
 
@@ -59,12 +59,12 @@ def test_in_a_recording_loaded_in_part_hit_conditions_are_not_evaluated():
     """Its hits before the loaded part are not known: every hit stops, numbered in the loaded
     part, and the stop says the hit condition was not evaluated."""
     third = ReplayBreakpoint(2, "a.c", 20, hit_condition="== 3")
-    capture = _capture({third: [20, 30, 40, 60]}, recorded=10**9)
+    capture = _capture({third: [20, 30, 40, 60]}, loaded_from=990_096_310)
     position, hits = replay_hits.nearest(capture, [third], 0, True, 1000)
     assert position == 20 and hits[0].number == 1 and not hits[0].counted
     text = replay_hits.describe(hits)
     assert "hit 1 in the loaded part of the recording" in text
     assert "hit condition '== 3' not evaluated: the recording is loaded in part" in text
-    # loaded whole, the same hits stop at the third only
+    # loaded from the start (whole, or a first part), the same hits stop at the third only
     assert replay_hits.nearest(_capture({third: [20, 30, 40, 60]}), [third], 0, True,
                                1000)[0] == 40

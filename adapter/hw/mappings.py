@@ -11,17 +11,27 @@ import os
 from pt_decoder.image import elf_load_bias
 
 
+def file_mappings(pid: int):
+    """(start, end, permissions, file offset, path) of each named mapping in /proc/PID/maps
+    (a file's, or the kernel's [heap], [vdso]...; anonymous ones are left out), in its
+    order. Raises OSError when it cannot be read."""
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6:
+                start, end = fields[0].split("-")
+                yield int(start, 16), int(end, 16), fields[1], int(fields[2], 16), \
+                    fields[5].strip()
+
+
 def load_bias(pid: int, path: str) -> int:
     """Run-time minus link-time addresses of the ELF file `path` in process `pid` (0 for an
     executable linked at its address, Go's default), from its first mapping. Raises OSError
     when /proc/PID/maps cannot be read or the file is not mapped there."""
     real = os.path.realpath(path)
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and os.path.realpath(fields[5].strip()) == real:
-                start = int(fields[0].split("-")[0], 16)
-                bias = elf_load_bias(real, start, int(fields[2], 16))
-                if bias is not None:
-                    return bias
+    for start, _end, _perms, offset, name in file_mappings(pid):
+        if os.path.realpath(name) == real:
+            bias = elf_load_bias(real, start, offset)
+            if bias is not None:
+                return bias
     raise OSError(f"{path} is not mapped in process {pid}")

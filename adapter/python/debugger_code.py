@@ -25,20 +25,15 @@ from __future__ import annotations
 
 import bisect
 
+from adapter.hw.mappings import file_mappings
 from adapter.python.debugger_frames import DEBUGGER_FILES
 
 
 def debugger_ranges(pid: int) -> list[tuple[int, int]]:
     """The executable mappings of the debugger's native modules in process `pid` (sorted,
     start-stop). OSError when /proc/PID/maps cannot be read."""
-    out = []
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and "x" in fields[1] and DEBUGGER_FILES.search(fields[5]):
-                lo, hi = fields[0].split("-")
-                out.append((int(lo, 16), int(hi, 16)))
-    return sorted(out)
+    return sorted((start, end) for start, end, perms, _offset, path in file_mappings(pid)
+                  if "x" in perms and DEBUGGER_FILES.search(path))
 
 
 class DebuggerCode:

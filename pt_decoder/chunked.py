@@ -92,6 +92,18 @@ class StreamIndex:
         """Number of the chunk holding position `pos` (0 <= pos < instructions)."""
         return bisect.bisect_right(self.starts, pos) - 1
 
+    def grown(self, first: int, last: int, before: bool, most: int) -> tuple[int, int]:
+        """Chunks first..last grown by whole chunks towards the stream's start (`before`) or
+        its end while they hold at most `most` instructions (never fewer than given)."""
+        starts = self.starts
+        if before:
+            while first > 0 and starts[last + 1] - starts[first - 1] <= most:
+                first -= 1
+        else:
+            while last + 1 < len(self.chunks) and starts[last + 2] - starts[first] <= most:
+                last += 1
+        return first, last
+
     # -- building ---------------------------------------------------------------------------
     @classmethod
     def build(cls, data, image, chunk_bytes: int | None = None, workers: int | None = None,

@@ -181,11 +181,11 @@ class Reverse:
         `position` backwards (`before`) or forwards, and return `position` in it; None when
         the loaded history already reaches that end of the recording."""
         thread = capture.trace.threads[capture.stream]
-        if thread.source is None or thread.recorded is None:
+        if thread.source is None:  # loaded whole
             return None
         first, end = thread.loaded_from, thread.loaded_from + len(thread.history)
         if (before and first == 0 and first + position < end) or (
-                not before and end >= thread.recorded):
+                not before and _loaded_to_the_end(capture)):
             return None  # the loaded history already reaches that end
         from adapter.recording.recording import TraceError
         try:

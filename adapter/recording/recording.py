@@ -172,20 +172,24 @@ def _decode_tail(root: str, stream: dict, index, data, code: Image, options: dic
     """(FlowResult, position of its first instruction in the stream, instructions in the
     stream) of the last chunks of the indexed stream holding at most `most` instructions (at
     least the last chunk)."""
-    from pt_decoder.chunked import ChunkedHistory
-    starts = index.starts
-    total = starts[-1]
-    first = len(index.chunks) - 1
-    while first > 0 and total - starts[first - 1] <= most:
-        first -= 1
+    total = index.instructions
+    last = len(index.chunks) - 1
+    first, _ = index.grown(last, last, True, most)
     if progress is not None:
-        progress(f"decoding the last {total - starts[first]:,} of {total:,} instructions", 0.9)
+        progress(f"decoding the last {total - index.starts[first]:,} of {total:,} "
+                 "instructions", 0.9)
+    return _decode_chunks(root, stream, index, data, code, options, first, last), \
+        index.starts[first], total
+
+
+def _decode_chunks(root: str, stream: dict, index, data, code: Image, options: dict,
+                   first: int, last: int):
+    """The FlowResult of chunks first..last of the indexed stream. Raises TraceError."""
+    from pt_decoder.chunked import ChunkedHistory
     try:
-        flow = ChunkedHistory(data, code, index, **options).decode_chunks(
-            first, len(index.chunks) - 1)
+        return ChunkedHistory(data, code, index, **options).decode_chunks(first, last)
     except PtError as exc:
         raise TraceError(f"{root}: stream {stream.get('file')}: {exc}") from None
-    return flow, starts[first], total
 
 
 class TraceError(Exception):
@@ -423,29 +427,20 @@ class Recording:
         if old.source is None:
             raise TraceError(f"{self.root}: thread {old.tid} is loaded whole")
         stream, index, options = old.source
-        starts = index.starts
         most = max(1, min(TAIL_INSTRUCTIONS, whole_decode_limit(), decode_budget()))
         around = max(0, min(around, index.instructions - 1))
         # with the instruction a step would go on to (around -/+ 1) even where that lies in
         # the neighbouring chunk, and as many more chunks as fit
-        if before:
-            last = index.chunk_of(around)
-            first = index.chunk_of(max(0, around - 1))
-            while first > 0 and starts[last + 1] - starts[first - 1] <= most:
-                first -= 1
-        else:
-            first = index.chunk_of(around)
-            last = index.chunk_of(min(index.instructions - 1, around + 1))
-            while last + 1 < len(index.chunks) and starts[last + 2] - starts[first] <= most:
-                last += 1
-        from pt_decoder.chunked import ChunkedHistory
+        step_to = max(0, min(index.instructions - 1, around + (-1 if before else 1)))
+        first, last = sorted((index.chunk_of(around), index.chunk_of(step_to)))
+        first, last = index.grown(first, last, before, most)
         try:
             data = Bundle.open(self.root).stream_bytes(stream)
-            flow = ChunkedHistory(data, self.code, index, **options).decode_chunks(first, last)
-        except (BundleError, PtError, OSError) as exc:
+        except (BundleError, OSError) as exc:
             raise TraceError(f"{self.root}: stream {stream.get('file')}: {exc}") from None
+        flow = _decode_chunks(self.root, stream, index, data, self.code, options, first, last)
         thread = ThreadTrace(old.tid, flow.to_history({"tid": old.tid, "bundle": self.root}),
-                             old.name, flow.ptwrites(), loaded_from=starts[first],
+                             old.name, flow.ptwrites(), loaded_from=index.starts[first],
                              recorded=old.recorded, source=old.source)
         with self._samples_lock:
             self.threads[number] = thread

@@ -160,6 +160,9 @@ class Session:
         if self.recording is not None:
             # a capture wakes the trace features' interceptors up: they must see requests
             self.recording.on_capture(lambda capture: self.update_fast_path())
+            # a window waiting for its thread to run its Python line while the user held the
+            # program: its timeouts go on when the program does
+            self.run_control.on_resume(self.recording.program_resumed)
 
     # --- running --------------------------------------------------------------------------
     def run(self) -> int:

@@ -144,7 +144,7 @@ def _open_at_python_line(target: Target, tid: int, probe, line: tuple[str, int],
         return entry.where
     try:
         run_to_entry(target, tid, probe, entry, timeout=timeout or 10.0,
-                     stop_asked=lambda: request.reason)
+                     stop_asked=lambda: request.reason, clock=request.wait_clock)
     except OSError as exc:
         log(f"the window opens where the thread stands, not at {entry.where}: {exc}")
         return entry.where

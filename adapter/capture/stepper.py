@@ -67,10 +67,33 @@ class EndRequest:
 
     def __init__(self):
         self.reason: str | None = None
+        self._held_since: float | None = None
+        self._held_for = 0.0
 
     def end(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
+
+    # A window on a Python line waits for its thread to run the line (Target.run_thread_to,
+    # with a timeout). When the debugger stops the program meanwhile (another thread's stop,
+    # a pause), the thread runs the line only after the user continues: that wait is the
+    # user's, and does not count against the timeout.
+    def hold_wait(self) -> None:
+        """The program is stopped for the user: the wait clock stands still."""
+        if self._held_since is None:
+            self._held_since = time.monotonic()
+
+    def resume_wait(self) -> None:
+        """The program runs again: the wait clock goes on."""
+        if self._held_since is not None:
+            self._held_for += time.monotonic() - self._held_since
+            self._held_since = None
+
+    def wait_clock(self) -> float:
+        """Monotonic seconds less the time the program was held for the user."""
+        now = time.monotonic()
+        held = self._held_for + (now - self._held_since if self._held_since is not None else 0)
+        return now - held
 
 
 @dataclasses.dataclass

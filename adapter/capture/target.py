@@ -289,13 +289,14 @@ class Target:
 
     def run_thread_to(self, tid: int, watched: int, arrived, *, what: str,
                       timeout: float | None = None, stop_asked=lambda: None,
-                      size: int = 8) -> pt.Regs:
+                      size: int = 8, clock=time.monotonic) -> pt.Regs:
         """Let thread `tid` (stopped) run on its own until `arrived(regs)` is true; returns its
         registers, the thread stopped there. `arrived` is asked after each write to the `size`
         bytes at `watched` (a perf data breakpoint; the thread runs at full speed between
         them). Signals of the program's are delivered to the thread. Raises
         TargetError naming `what` ("score (service.py:30)") when the thread ends, `timeout`
-        passes or `stop_asked()` returns a reason; the thread is stopped (and traced) then.
+        passes on `clock` (EndRequest.wait_clock: it stands still while the user holds the
+        program) or `stop_asked()` returns a reason; the thread is stopped (and traced) then.
         OSError when the data breakpoint cannot be armed (the four debug registers are taken).
 
         Each write stops the thread for as long as the recorder takes to look (while it may
@@ -303,11 +304,11 @@ class Target:
         stop blocks in waitpid; a SIGALRM tick (main thread only) checks the timeout and
         `stop_asked` and interrupts the thread to give up."""
         given_up: list[str] = []
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else clock() + timeout
 
         def give_up_if_asked(*_) -> None:
             why = stop_asked()
-            if why is None and deadline is not None and time.monotonic() > deadline:
+            if why is None and deadline is not None and clock() > deadline:
                 why = f"the thread did not come to {what} within {timeout:g} s"
             elif why is not None:
                 why = f"{why}, before the thread ran {what}"

@@ -44,6 +44,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 import pathlib
 import threading
 import time
@@ -57,7 +58,7 @@ from adapter.features.record_window import (
     RecordWindow,
     ReplayedWindow,
 )
-from adapter.features.recorder_worker import RecorderWorker, RecorderWorkers
+from adapter.features.recorder_worker import RecorderWatchdog, RecorderWorker, RecorderWorkers
 from adapter.features.recording_progress import RecordingProgress
 from adapter.features.replay_hits import ReplayBreakpoint
 from adapter.features.run_control import RECORDED_RELEASE_TIMEOUT, RELEASE_TIMEOUT
@@ -125,6 +126,14 @@ class RecordBreakpoints:
         self._opening = False
         """A window on a Python line waits for its thread to run the line (the recorder said
         `attached`, not yet `thread at the Python line`)."""
+        self._opening_held = False
+        """... and the debugger stopped the program for the user meanwhile: the thread runs
+        the line after the user continues (_hold_opening)."""
+        self._wait_lock = threading.Lock()
+        self._opening_line = ""
+        """That line, as the user is told of it ("service.py:30")."""
+        self._watchdog: RecorderWatchdog | None = None
+        """The capture in progress's (recorder_worker.RecorderWatchdog)."""
         self._recording_tid: int | None = None
         """The OS thread id it records."""
         self._workers = RecorderWorkers()
@@ -215,6 +224,10 @@ class RecordBreakpoints:
                     entry.record_ids[result["id"]] = bp
                     window = RecordWindow.from_dicts(
                         self.session.launch_arguments.get("recordWindow"), bp.get("recordWindow"))
+                    # described as it will record: in a debugpy session, a window on a Python
+                    # line (sized in Python terms, as _capture makes it)
+                    window = dataclasses.replace(window, python_line=not window.function and
+                                                 not isinstance(backend, HandsOverThreads))
                     result["message"] = f"record: a trace window opens here ({window.describe()})"
             self.sources[path] = entry
             if entry.record_ids:  # its first capture should not wait for a recorder to start
@@ -247,6 +260,16 @@ class RecordBreakpoints:
         record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
                        all(self._record_breakpoint([i]) is not None for i in ids))
         with self._phase_lock:
+            if (self._opening and self._child is not None and not record_stop
+                    and (body.get("allThreadsStopped")
+                         or body.get("threadId") == self._recording_thread)):
+                # the debugger stopped the program (another thread's breakpoint, step or
+                # data breakpoint, a pause) before the recorded thread ran the line: that
+                # thread stays in the debugger's suspension until the user continues, and
+                # runs the line then. This stop is the user's: shown now, not held for the
+                # capture (which would wait for it: that hit went unrecorded, issue 13)
+                self._hold_opening()
+                return False
             if (self._recording_thread is not None and self._child is not None
                     and body.get("threadId") == self._recording_thread
                     and isinstance(self.session.backend, RunsInsidePython)):
@@ -258,9 +281,9 @@ class RecordBreakpoints:
                 # closes the window at the request, _pause.)
                 self._child.end_window("debugger")
             elif self._opening and self._child is not None and body.get("allThreadsStopped"):
-                # the program stopped for another thread before the recorded one ran the
-                # line: it cannot run it before the user continues, and this stop would wait
-                # for the capture (adapter/python/line_window.py): this hit is not recorded
+                # another thread's record breakpoint stopped the program before the recorded
+                # one ran the line: it cannot run it before that capture's hidden stop ends,
+                # which waits for this capture: this hit is not recorded, the other is
                 self._child.end_window("stopped elsewhere")
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
@@ -279,6 +302,42 @@ class RecordBreakpoints:
         threading.Thread(target=self._capture, args=(body, breakpoint, None, hold), daemon=True,
                          name="ptdebug-record").start()
         return True
+
+    # Lock order: _phase_lock, then run control's lock (resumes_seen), then _wait_lock; the
+    # resume listener runs under run control's lock and so takes only _wait_lock.
+    def _hold_opening(self) -> None:
+        """(Under _phase_lock.) The program stopped for the user while the window waits for
+        its thread to run its Python line: the wait's timeouts (the recorder's and the
+        watchdog's) stand still until the program runs again (program_resumed)."""
+        with self._wait_lock:
+            if self._opening_held:
+                return
+            self._opening_held = True
+            self._child.wait_held(True)
+            if self._watchdog is not None:
+                self._watchdog.hold()
+        self.session.client.send_event("output", {"category": "console", "output":
+            f"ptdebug: record breakpoint at {self._opening_line}: the program stopped before "
+            f"thread {self._recording_thread} ran the line; its window opens when the thread "
+            "runs it, once you continue\n"})
+
+    def _end_opening(self) -> None:
+        """The window opened (or the recording ended): its wait is over."""
+        with self._phase_lock:
+            self._opening = False
+        self.program_resumed()  # (a window that opened records now: its watchdog runs)
+
+    def program_resumed(self) -> None:
+        """The program (or a thread) runs again (run_control.on_resume, wired by Session)."""
+        with self._wait_lock:
+            if not self._opening_held:
+                return
+            self._opening_held = False
+            child, watchdog = self._child, self._watchdog
+            if child is not None:
+                child.wait_held(False)
+            if watchdog is not None:
+                watchdog.resume()
 
     def _keep(self, capture: Capture) -> None:
         self.captures.append(capture)
@@ -321,7 +380,10 @@ class RecordBreakpoints:
         stepper's pace was 27 s away in a scikit-learn partial_fit (2026-12-03, 727,000
         instructions recorded meanwhile, the last of them in debugpy's own suspension)."""
         with self._phase_lock:
-            child = self._child if self._recording_thread is not None else None
+            # (not while a window on a Python line waits for its thread to run the line: the
+            # pause's stop holds that wait, _filter_event)
+            child = (self._child if self._recording_thread is not None and not self._opening
+                     else None)
         if child is not None and isinstance(self.session.backend, RunsInsidePython):
             child.end_window("debugger")
         return None  # forwarded
@@ -597,17 +659,18 @@ class RecordBreakpoints:
             worker = self._workers.take()
         except (RuntimeError, OSError) as exc:
             raise AdapterError(f"recording thread {tid} failed: {exc}") from None
-        with self._phase_lock:
-            self._child, self._recording_tid = worker, tid
-        clock.what += f" (recorder process {worker.process.pid})"
-        worker.send(spec)
-        clock.mark("recorder asked")
         # A recorder that neither finishes nor fails is ended (it then detaches, keeping what
         # it had): the program must never stay held by a window that cannot close.
         limit = window.timeout + (window.milliseconds or 0) / 1000 + RECORDER_GRACE
-        watchdog = threading.Timer(limit, worker.stop)
-        watchdog.daemon = True
-        watchdog.start()
+        watchdog = RecorderWatchdog(limit, worker.stop)
+        with self._phase_lock:
+            self._child, self._recording_tid, self._watchdog = worker, tid, watchdog
+            self._opening_line = (f"{os.path.basename(python_start[0])}:{python_start[1]}"
+                                  if python_start else "")
+        clock.what += f" (recorder process {worker.process.pid})"
+        worker.send(spec)
+        clock.mark("recorder asked")
+        watchdog.resume()
         result = None
         recording = None
         try:
@@ -619,7 +682,7 @@ class RecordBreakpoints:
                         recording = RecordingProgress.start(self.session, worker, thread_id,
                                                             window)
                     if step in ("thread at the Python line", "recorder set up"):
-                        self._opening = False
+                        self._end_opening()
                     if step == "target released":
                         self._workers.spare()
                         if target_released is not None:
@@ -652,9 +715,9 @@ class RecordBreakpoints:
             watchdog.cancel()
             if recording is not None:
                 recording.end()
+            self._end_opening()
             with self._phase_lock:
-                self._child = self._recording_tid = None
-                self._opening = False
+                self._child = self._recording_tid = self._watchdog = None
             failure = None
             if result is None:
                 worker.stop()  # ends the recording early (partial), and then the worker
@@ -693,8 +756,8 @@ class RecordBreakpoints:
             what = {"debugger": "debugpy stopped the recorded thread",
                     "data breakpoint": "a data breakpoint fired in the recorded thread",
                     "cancelled": "the recording was cancelled",
-                    "stopped elsewhere": "debugpy stopped the program at another thread's "
-                                         "stop",
+                    "stopped elsewhere": "another thread's record breakpoint stopped the "
+                                         "program",
                     "disconnect": "the client disconnected"}
             follows = "" if closed_by in ("cancelled", "disconnect") else "; its stop follows"
             self.session.client.send_event("output", {"category": "console", "output":

@@ -12,7 +12,8 @@ handler, which Python runs only there) with `_record_worker`, which prints
 closes (the session ended, or the adapter died: a recording in progress is finished and its
 bundle written first); SIGUSR1 or SIGUSR2 closes the window in progress where the thread
 stands (the debugger stopped it, or it wrote a watched buffer: complete, and the worker stays
-warm); on SIGINT (a recording in progress ends early, partial, and the worker
+warm); SIGRTMIN+3 and +4 stop and restart the clock of a window's wait for its Python line
+while the user holds the program (WAIT_SIGNALS); on SIGINT (a recording in progress ends early, partial, and the worker
 exits after writing its result: a stopped recorder is never reused), or when it is killed (the
 kernel then detaches the thread it traced; record_stepper holds the thread only while tracing
 it and writes no byte outside INT3 mode, which DAP captures do not use).
@@ -48,6 +49,9 @@ WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGU
                       "cancelled": signal.SIGRTMIN, "stopped elsewhere": signal.SIGRTMIN + 1,
                       "disconnect": signal.SIGRTMIN + 2}
 """Why the adapter closes a window early -> the signal that tells the worker."""
+WAIT_SIGNALS = {"held": signal.SIGRTMIN + 3, "resumed": signal.SIGRTMIN + 4}
+"""The program stopped for the user / runs again, while a window on a Python line waits for
+its thread to run the line -> the signal that tells the worker (EndRequest.hold_wait)."""
 READY_TIMEOUT = 30.0
 """Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
 
@@ -126,14 +130,21 @@ class RecorderWorker:
         stop for the user, and the rest would record it waiting. `why`: "debugger" (SIGUSR1:
         the debugger stopped it), "data breakpoint" (SIGUSR2: it wrote a watched buffer) or
         "cancelled" (SIGRTMIN: the user cancelled the recording's progress) or "stopped
-        elsewhere" (SIGRTMIN+1: a window on a Python line that has not opened yet, while the
-        debugger stopped the program for another thread: the thread cannot run the line
-        before the user continues, and the stop waits for the capture) or "disconnect"
+        elsewhere" (SIGRTMIN+1: a window on a Python line that has not opened yet, while
+        another thread stopped at a record breakpoint: the thread cannot run the line before
+        that capture's hidden stop ends, and that stop waits for this capture) or "disconnect"
         (SIGRTMIN+2: the client is leaving; the debugger is told only once the thread is let
         go: RecordBreakpoints.let_go_before_disconnect).
         The worker stays usable; nothing happens between recordings."""
         if self.alive():
             self.process.send_signal(WINDOW_END_SIGNALS[why])
+
+    def wait_held(self, held: bool) -> None:
+        """The program was stopped for the user (`held`), or runs again, while the window
+        waits for its thread to run its Python line: that wait's timeout does not run
+        meanwhile (EndRequest.hold_wait)."""
+        if self.alive():
+            self.process.send_signal(WAIT_SIGNALS["held" if held else "resumed"])
 
     def stop(self) -> None:
         """End a recording early (SIGINT: the stepper stops, clears the debug registers and
@@ -154,6 +165,45 @@ class RecorderWorker:
             self.process.kill()
             self.process.wait(5)
         self.errors.close()
+
+
+class RecorderWatchdog:
+    """Calls `expired()` (RecorderWorker.stop) when a recording has run `seconds` without
+    finishing or failing: the program must never stay held by a window that cannot close.
+    The time the user holds the program while the window waits for its Python line does not
+    count (`hold` .. `resume`)."""
+
+    def __init__(self, seconds: float, expired):
+        self._left = seconds
+        self._expired = expired
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._since = 0.0
+        self._done = False
+
+    def resume(self) -> None:
+        """Start, or go on after `hold`."""
+        with self._lock:
+            if self._done or self._timer is not None:
+                return
+            self._since = time.monotonic()
+            self._timer = threading.Timer(max(self._left, 0.0), self._expired)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._left -= time.monotonic() - self._since
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._done = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
 
 class RecorderWorkers:
@@ -271,8 +321,7 @@ WINDOW_END_REQUESTS: list = []
 WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
                "data breakpoint": "a data breakpoint fired in the window",
                "cancelled": "the user cancelled the recording",
-               "stopped elsewhere": "the debugger stopped the program at another thread's "
-                                    "stop",
+               "stopped elsewhere": "another thread's record breakpoint stopped the program",
                "disconnect": "the client disconnected"}
 """Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
 
@@ -282,6 +331,15 @@ def end_window_now(why: str) -> None:
     window in progress, complete, where the thread stands."""
     for request in WINDOW_END_REQUESTS:
         request.end(WINDOW_ENDS[why])
+
+
+def wait_held_now(held: bool) -> None:
+    """In the recorder process, on the adapter's signal (RecorderWorker.wait_held)."""
+    for request in WINDOW_END_REQUESTS:
+        if held:
+            request.hold_wait()
+        else:
+            request.resume_wait()
 
 
 def _record_worker(spec_text: str) -> int:
@@ -392,6 +450,8 @@ def _serve() -> int:
     for why, signum in WINDOW_END_SIGNALS.items():
         signal.signal(signum, lambda _signum, _frame, why=why:
                       end_window_now(why))
+    for what, signum in WAIT_SIGNALS.items():
+        signal.signal(signum, lambda _signum, _frame, held=what == "held": wait_held_now(held))
     try:
         print("ready", flush=True)
         for line in sys.stdin:

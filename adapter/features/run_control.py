@@ -123,6 +123,7 @@ class RunControl:
         """How many `stopped` events came (a response older than the last one is stale)."""
         self._resumes_seen = 0
         """How many times threads were seen to resume (a stop older than that is stale)."""
+        self._resume_listeners: list[Callable[[], None]] = []
         self._holds: dict[int, str] = {}
         """ptdebug's holds not let go yet (hold .. release): id -> what for. Two may overlap:
         a capture that released the program and is finishing, and the next record
@@ -226,7 +227,7 @@ class RunControl:
                 else:
                     self.stopped.discard(thread_id)
                     self.all_stopped = False
-                    self._resumes_seen += 1
+                    self._resumed()
             elif name == "thread" and body.get("reason") == "exited":
                 self.stopped.discard(thread_id)
             elif name in ("exited", "terminated"):
@@ -261,7 +262,20 @@ class RunControl:
     def _running(self) -> None:
         self.stopped.clear()
         self.all_stopped = False
+        self._resumed()
+
+    def _resumed(self) -> None:
+        """(Under the lock.) Threads resumed: stops held back before are stale, and the
+        features listening are told."""
         self._resumes_seen += 1
+        for listener in self._resume_listeners:
+            listener()
+
+    def on_resume(self, listener: Callable[[], None]) -> None:
+        """`listener()` after each resume of the program or of a thread (record_breakpoints:
+        a window waiting for its Python line while the user held the program). It runs under
+        run control's lock and must not call back into it."""
+        self._resume_listeners.append(listener)
 
     def resumes_seen(self) -> int:
         """A mark to tell later whether the program resumed since (`resumed_since`)."""
@@ -372,7 +386,7 @@ class RunControl:
                     else:
                         self.stopped.discard(thread_id)
                         self.all_stopped = False
-                        self._resumes_seen += 1
+                        self._resumed()
                 self._cond.notify_all()
             self._pump()  # the next waiting request is decided against the state now
 

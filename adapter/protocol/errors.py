@@ -157,10 +157,12 @@ class Cancelled(AdapterError):
 
 
 class NotRecorded(AdapterError):
-    """A record breakpoint's hit (or a captureNow) had nothing to record: the debugger stopped
-    its thread, or the program for another thread, before the thread ran the breakpoint's
-    Python line (adapter/python/line_window.py) or the window's first instruction. The
-    breakpoint stays armed."""
+    """A record breakpoint's hit (or a captureNow) had nothing to record: its window was
+    closed before the thread ran the breakpoint's Python line (adapter/python/line_window.py)
+    or the window's first instruction: cancelled, the client leaving, another thread's record
+    breakpoint stopping the program, or a captureNow's thread paused. (A stop of the user's
+    meanwhile only makes the window wait for the user's continue.) The breakpoint stays
+    armed."""
     error_id = 1601
 
 

@@ -26,6 +26,7 @@ answer to `continue` took 300-700 ms.)
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from .debugger_frames import DEBUGGER_FILES
@@ -79,16 +80,16 @@ def find_entry(probe: PythonFrameProbe, thread_id: int, path: str,
 
 
 def run_to_entry(target, tid: int, probe: PythonFrameProbe, entry: PythonEntry, *,
-                 timeout: float, stop_asked) -> None:
+                 timeout: float, stop_asked, clock=time.monotonic) -> None:
     """Let `tid` run until the entry's frame begins its next bytecode (see the module
     docstring), leaving it stopped right after that write. Raises TargetError (the thread
-    ended, `timeout`, `stop_asked()`) or OSError (no debug register free)."""
+    ended, `timeout` on `clock`, `stop_asked()`) or OSError (no debug register free)."""
 
     def arrived(regs) -> bool:
         return int.from_bytes(probe.memory.read(entry.word, entry.size), "little") != entry.value
 
     target.run_thread_to(tid, entry.word, arrived, what=entry.where, timeout=timeout,
-                         stop_asked=stop_asked, size=entry.size)
+                         stop_asked=stop_asked, size=entry.size, clock=clock)
 
 
 @dataclass

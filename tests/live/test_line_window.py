@@ -75,6 +75,38 @@ def test_the_gate_finds_the_line_and_gives_up_cleanly(napper, how):
     assert out.strip() == "woke" and proc.returncode == 0
 
 
+def test_the_gate_does_not_time_out_while_the_user_holds_the_program(napper):
+    """The program stopped for the user (another thread's breakpoint) while the window waited
+    for its line: that time is not the thread's, and its timeout waits (issue 13: the hit
+    was given up as not recorded)."""
+    from adapter.capture.stepper import EndRequest
+    script, proc, tid = napper
+    request = EndRequest()
+    request.hold_wait()  # held for HELD s, then the program runs on
+    held = 1.0
+    target = Target.attach(tid=tid)
+    try:
+        probe = probe_for(target.pid)
+        entry = find_entry(probe, pt.getregs(tid).fs_base, str(script), 3)
+        began = time.monotonic()
+
+        def stop_asked():
+            if time.monotonic() - began > held:
+                request.resume_wait()
+            return None
+
+        with pytest.raises(TargetError) as raised:
+            run_to_entry(target, tid, probe, entry, timeout=0.5, stop_asked=stop_asked,
+                         clock=request.wait_clock)
+        waited = time.monotonic() - began
+        assert str(raised.value) == "the thread did not come to nap (napper.py:3) within 0.5 s"
+        assert held + 0.5 <= waited < 2.5, waited  # (nap's sleep ends at 3 s)
+    finally:
+        target.release()
+    out, _ = proc.communicate(timeout=10)
+    assert out.strip() == "woke" and proc.returncode == 0
+
+
 def _failed_recording(script, tid: int, tmp_path, request) -> str:
     """Why a 300-instruction window on the napper's line 3, ended by `request`, failed."""
     from adapter.capture import record, stepper

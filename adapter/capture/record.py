@@ -26,7 +26,7 @@ from adapter.capture.target import Target, TargetError
 from adapter.hw import cpu as cpu_mod
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError
-from adapter.hw.signals import signals_held
+from adapter.hw.signals import interrupts_noted, signals_held
 from pt_decoder.flow_encoder import FlowEncoder
 
 # The stepper's clock: CLOCK_MONOTONIC nanoseconds stand in for the TSC (1 GHz).
@@ -304,6 +304,8 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         if python_probe is not None:  # the debugger's tracer runs unrecorded (debugger_code.py)
             from adapter.python.debugger_code import DebuggerCode
             debugger_code = DebuggerCode.of_process(target.pid, python_probe)
+        if end.request is None:  # (how an interrupt closes the window, interrupts_noted)
+            end.request = stepper_mod.EndRequest()
         recorder = stepper_mod.ThreadRecorder(rec_tid, target.pid, end,
                                               predict_returns=predict_returns,
                                               ptw_probe=ptw_probe, entry_rsp=entry_rsp,
@@ -318,7 +320,10 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         began = True
         interrupt = None
         try:
-            rec = recorder.run()
+            with interrupts_noted(lambda: end.request.end("interrupted by the user")) as noted:
+                rec = recorder.run()
+            if noted:  # its KeyboardInterrupt was swallowed: the window closed at the request
+                raise KeyboardInterrupt("interrupted by the user")
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGTERM, or the adapter ending a window it gave up on: what was recorded
             # up to there is kept, encoded like any partial window, and the interrupt goes on

@@ -2,7 +2,8 @@
 back the alarm they borrowed.
 
 Role: `alarm_ticks`, the one way ptdebug borrows SIGALRM (the recorder's watchdog, the Python
-line gate); `signals_held`, for the few steps that must not be cut in two by
+line gate); `interrupts_noted`, an interrupt that reaches the recorder even when the
+KeyboardInterrupt it raises is swallowed; `signals_held`, for the few steps that must not be cut in two by
 Ctrl-C, SIGTERM or the adapter stopping a recorder (each raises KeyboardInterrupt in the
 recorder): putting a target back (release, detach), and opening a breakpoint event together
 with keeping its file descriptor. A perf breakpoint opened with SIGTRAP on the thread and lost
@@ -54,6 +55,35 @@ def signals_held():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(noted):
             signal.raise_signal(signum)
+
+
+@contextlib.contextmanager
+def interrupts_noted(on_interrupt):
+    """While the block runs (main thread only), SIGINT and SIGTERM also call `on_interrupt()`
+    before the handler each had (which raises KeyboardInterrupt). Python runs that handler
+    in whatever Python code runs at the moment, and a KeyboardInterrupt raised inside a gc
+    callback or a `__del__` is swallowed there ("Exception ignored in ..."): the recording
+    went on to its end (ci42: hypothesis's gc callback, in a test run's worker). What
+    `on_interrupt` notes is still there. Yields the signals noted."""
+    noted: list[int] = []
+    replaced: dict[int, object] = {}
+
+    def note(signum, frame) -> None:
+        noted.append(signum)
+        on_interrupt()
+        replaced[signum](signum, frame)
+
+    try:
+        if threading.current_thread() is threading.main_thread():
+            for signum in HELD:
+                handler = signal.getsignal(signum)
+                if callable(handler):  # (SIG_DFL, SIG_IGN and C handlers left alone)
+                    replaced[signum] = handler
+                    signal.signal(signum, note)
+        yield noted
+    finally:
+        for signum, handler in replaced.items():
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager

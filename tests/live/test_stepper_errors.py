@@ -228,3 +228,27 @@ def test_ctrl_c_mid_recording_lets_the_process_go(running, tmp_path):
         timer.cancel()
     assert read_manifest(tmp_path / "b")["partial_reason"] == "interrupted by the user"
     assert_free(running.pid)
+
+
+def test_ctrl_c_whose_keyboard_interrupt_is_swallowed_still_ends_the_recording(running,
+                                                                               tmp_path):
+    """Python raises the KeyboardInterrupt of a SIGINT in whatever Python code runs then; in a
+    gc callback or a __del__ it is swallowed ("Exception ignored in ...": ci42, hypothesis's gc
+    callback in the same test worker), and the recording went on to its end. Here the handler
+    swallows it every time: the recording still stops, partial, and the process runs on."""
+    swallowed = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: swallowed.append(signum))
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(record.RecordFailed, match="interrupted by the user"):
+            record.record_stepper(str(tmp_path / "b"), pid=running.pid,
+                                  end=stepper.EndCondition(duration_ms=20_000))
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert swallowed == [signal.SIGINT]
+    assert time.monotonic() - began < 10  # not the window's 20 s
+    assert read_manifest(tmp_path / "b")["partial_reason"] == "interrupted by the user"
+    assert_free(running.pid)

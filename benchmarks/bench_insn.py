@@ -10,9 +10,13 @@ a PSB+ every 4 KiB; 8 MiB = 54.7 M instructions, 2 MiB with --quick). Decoders:
   libipt_insn   benchmarks/c/insn_driver.c `insn`: pt_insn_sync_forward/next/event,
                 as ptxed runs it (gcc -O2 -lipt, built here), counting instructions
   libipt_block  the same driver `blk`: pt_blk_next (libipt's fastest flow decoder)
-  ptdebug       InsnDecoder.count(): the whole flow with every instruction's IP, TSC,
-                cycles and flags written to (reused) column buffers, one core
-  ptdebug_N     pt_decoder.parallel over N processes (this machine's cores), same work
+  ptdebug       InsnDecoder.count(): the whole flow, one core, no column written (as the
+                block decoder writes nothing per instruction; the index pass runs so)
+  ptdebug_columns  the same decode with every instruction's IP, TSC, cycles and flags
+                written to (reused) column buffers: InsnDecoder.chunks(views=True)
+  ptdebug_index_pass  pt_decoder.chunked.StreamIndex.build on one worker: the pass that
+                indexes a recording too long to decode whole (count_chunks, chunk by chunk)
+  ptdebug_N     pt_decoder.parallel over N processes (this machine's cores), as `ptdebug`
 All must count the same instructions. Rounds are interleaved and each decoder keeps
 its best round, so that a busy shared machine slows all of them alike. Also reported:
 the decoded history's bytes per instruction (pt_decoder.history over the flow of the
@@ -105,6 +109,7 @@ def history_bytes_per_insn(data: bytes, image, limit_bytes: int = 1 << 20) -> di
 
 
 def run(quick: bool = False) -> dict:
+    from pt_decoder.chunked import StreamIndex
     from pt_decoder.image import Image
     from pt_decoder.insn import InsnDecoder
     from pt_decoder.parallel import decode_parallel
@@ -124,6 +129,11 @@ def run(quick: bool = False) -> dict:
             ("libipt_insn", lambda: _libipt(exe, "insn", stream, info["elf"], 1)),
             ("libipt_block", lambda: _libipt(exe, "blk", stream, info["elf"], 3)),
             ("ptdebug", lambda: _best(lambda: InsnDecoder(data, image, **opts).count()[0], 4)),
+            ("ptdebug_columns", lambda: _best(lambda: sum(
+                len(piece.ip) for piece in InsnDecoder(data, image, **opts).chunks(
+                    1 << 16, views=True)), 4)),
+            ("ptdebug_index_pass", lambda: _best(lambda: StreamIndex.build(
+                data, image, workers=1, **opts).instructions, 2)),
         ]
         if cores > 1:
             # processes (fork), one piece a core; threads (the decoder releases the GIL), four
@@ -148,6 +158,8 @@ def run(quick: bool = False) -> dict:
                             "mb_per_s": round(mb / s, 2)} for name, s in best.items()},
         "ptdebug_vs_libipt_block": round(best["libipt_block"] / best["ptdebug"], 2),
         "ptdebug_vs_libipt_insn": round(best["libipt_insn"] / best["ptdebug"], 2),
+        "ptdebug_columns_vs_libipt_block": round(best["libipt_block"] / best["ptdebug_columns"],
+                                                 2),
         "target_vs_block": TARGET,
         "history": history_bytes_per_insn(data, image),
         "machine": _machine(),

@@ -210,22 +210,28 @@ def _count_chunk(job: tuple, k: int) -> tuple:
     first_tsc = None
     enabled = False
     ends_in_error = False
-    # small pieces: the decoder's output buffers stay small (16,384 entries, 400 KB) and in
-    # cache; pieces of 2^18 grew them to 5 MB a chunk of a dense stream, and the pass took
-    # 4.5x a whole count (248 chunks of the 8 MB benchmark stream: 1.49 s, now 0.55 s against
-    # 0.30 s for the count; the 10^9 stream's first 8 MB: 0.67 s, now 0.45 s against 0.44 s)
-    for piece in decoder.chunks(1 << 14, views=True):
-        n = len(piece.ip)
+
+    def account(n: int, items) -> None:
+        nonlocal count, enabled, ends_in_error
         if count == 0:
             enabled = enabled or any(kind == "event" and pos == 0 and ev["type"] in
                                      ("enabled", "overflow")
-                                     for kind, pos, _o, _i, _c, ev in piece.items)
-            if n:
-                first_tsc = int(piece.tsc[0])
-        if n or piece.items:
+                                     for kind, pos, _o, _i, _c, ev in items)
+        if n or items:
             ends_in_error = any(kind in ("error", "sync_error") and pos == n
-                                for kind, pos, *_ in piece.items) or (ends_in_error and n == 0)
+                                for kind, pos, *_ in items) or (ends_in_error and n == 0)
         count += n
+
+    # the first instruction with its columns (its TSC), then the rest counted without them
+    # (8 MB benchmark stream, 248 chunks, one worker: 0.21 s, against 0.22 s for one decode
+    # that keeps every column and 0.13 s for a whole count; docs/PERFORMANCE.md)
+    for piece in decoder.chunks(1, views=True):
+        account(len(piece.ip), piece.items)
+        if len(piece.ip):
+            first_tsc = int(piece.tsc[0])
+            break
+    for n, items in decoder.count_chunks(1 << 14):
+        account(n, items)
     cycles = decoder.cyc_at_stop if stop is not None else 0
     return count, cycles, first_tsc, ends_in_error, enabled
 

@@ -165,6 +165,7 @@ cdef class InsnDecoder:
     cdef Item* items
     cdef size_t nitems, cap_items
     cdef uint8_t next_flags
+    cdef int store                    # 0: count instructions, write no column (count_chunks)
     # driver state (ptxed's decode loop)
     cdef int need_sync, done, oom, ustatus
     cdef uint64_t last_sync, err_ip
@@ -209,6 +210,7 @@ cdef class InsnDecoder:
             raise MemoryError()
         self.tick = 1 if tick else 0
         self.use_fast = 1 if fast else 0
+        self.store = 1
         if start is not None:
             self.start_offset = start
             self.pending_start = 1
@@ -404,6 +406,10 @@ cdef class InsnDecoder:
 
     cdef inline int _emit(self, uint64_t ip, uint8_t flags) noexcept nogil:
         cdef size_t n = self.n
+        if not self.store:
+            self.next_flags = 0
+            self.n = n + 1
+            return 0
         if n == self.cap:
             if self._grow_out() < 0:
                 self.oom = 1
@@ -486,10 +492,13 @@ cdef class InsnDecoder:
         return 0
 
     cdef inline int32_t _succ(self, int32_t b, int k, uint64_t ip) noexcept nogil:
-        # The block at `ip` reached from block `b` by edge `k`, cached on the edge.
+        # The block at `ip` reached from block `b` by edge `k`, cached on the edge. An
+        # edge's target is the block's own (the fall-through, the direct or taken target),
+        # and the successor was built in b's mode, the decoder's while it walks b: a cached
+        # edge is right without a look at its block (which would wait for its cache line).
         cdef int32_t s = self.blocks[b].succ[k]
         cdef Block* nb
-        if s >= 0 and self.blocks[s].start == ip and self.blocks[s].mode == self.mode:
+        if s >= 0:
             return s
         nb = self._block(ip, self.mode)
         if nb == NULL:
@@ -515,7 +524,6 @@ cdef class InsnDecoder:
         cdef Insn insn
         cdef uint64_t ip, target
         cdef uint32_t i, last
-        cdef uint8_t* lens
         cdef uint8_t c, flags
         cdef int taken, st, edge
         cdef size_t k
@@ -531,17 +539,21 @@ cdef class InsnDecoder:
             if not (c == ILD_OTHER or c == ILD_COND_JUMP or (c == ILD_RETURN and self.evd.tnt_index != 0)
                     or ((c == ILD_JUMP or c == ILD_CALL) and blk.last.is_direct)):
                 return 1
-            if self.n + blk.ninsn > self.cap:
+            if self.store and self.n + blk.ninsn > self.cap:
                 if self._grow_out() < 0:
                     self.oom = 1
                     return -PTE_NOMEM
                 blk = &self.blocks[b]
             # the instructions before the branch: one time, straight stores
             ip = self.ip
-            lens = self.lens + blk.lens
             last = blk.ninsn - 1
             if last:
-                ip = self._emit_run(ip, lens, last)
+                if self.store:
+                    ip = self._emit_run(ip, self.lens + blk.lens, last)
+                else:  # counted: the block knows where its branch is
+                    ip = blk.last.ip
+                    self.n += last
+                    self.next_flags = 0
             self.err_ip = ip
             target = ip + blk.last.size
             flags = 0
@@ -560,11 +572,12 @@ cdef class InsnDecoder:
                         return st
                 self.status = st
                 if c == ILD_COND_JUMP:
-                    flags = F_CONDITIONAL
-                    if taken:
-                        flags |= F_TAKEN
-                        target += <uint64_t><int64_t>blk.last.disp
-                        edge = 1
+                    # without a branch on the bit: the traced program's own mispredicted
+                    # branches would be this loop's too
+                    taken = taken != 0
+                    flags = F_CONDITIONAL | (F_TAKEN * taken)
+                    target += <uint64_t>(<int64_t>blk.last.disp & -(<int64_t>taken))
+                    edge = taken
                 else:
                     flags = F_RETURN | F_TAKEN
                     edge = 2
@@ -594,10 +607,11 @@ cdef class InsnDecoder:
                 return st
             # the branch itself (capacity for the whole block was ensured above)
             k = self.n
-            self.o_ip[k] = ip
-            self.o_tsc[k] = self.evd.last_time.tsc
-            self.o_cyc[k] = self.evd.last_time.cyc
-            self.o_flags[k] = flags | self.next_flags | spec
+            if self.store:
+                self.o_ip[k] = ip
+                self.o_tsc[k] = self.evd.last_time.tsc
+                self.o_cyc[k] = self.evd.last_time.cyc
+                self.o_flags[k] = flags | self.next_flags | spec
             self.next_flags = 0
             self.n = k + 1
             if edge == 2:
@@ -771,16 +785,42 @@ cdef class InsnDecoder:
 
     def count(self, size_t chunk=1 << 16):
         """Decode to the end keeping nothing; returns (instructions, items).
-        What a benchmark times against libipt's decoders, which store nothing."""
+        What a benchmark times against libipt's decoders, which store nothing per
+        instruction either (the block decoder returns blocks)."""
         cdef uint64_t total = 0, items = 0
-        with nogil:
-            while not self.done and not self.oom:
+        self.store = 0
+        try:
+            with nogil:
+                while not self.done and not self.oom:
+                    self.n = 0
+                    self.nitems = 0
+                    self._run(chunk)
+                    total += self.n
+                    items += self.nitems
+        finally:
+            self.store = 1
+        if self.oom:
+            raise MemoryError("out of memory while decoding")
+        return total, items
+
+    def count_chunks(self, size_t chunk=1 << 16):
+        """Decode to the end in pieces of about `chunk` instructions, writing no column:
+        yields (instructions, items) for each piece, the items as result()'s (positions
+        relative to the piece). The flow is the same as decode()'s: only the stores of
+        every instruction's IP, TSC, cycles and flags are skipped (the index pass,
+        pt_decoder/chunked.py, counts chunks so)."""
+        self.store = 0
+        try:
+            while not self.done:
                 self.n = 0
                 self.nitems = 0
-                self._run(chunk)
-                total += self.n
-                items += self.nitems
-        return total, items
+                with nogil:
+                    self._run(chunk)
+                if self.oom:
+                    raise MemoryError("out of memory while decoding")
+                yield self.n, self._items()
+        finally:
+            self.store = 1
 
     def result(self):
         from pt_decoder.flow_result import FlowResult

@@ -103,3 +103,46 @@ def test_pieces_stitch_to_the_serial_result_on_a_damaged_stream(stream):
             serial = InsnDecoder(bytes(bad), image, **kw).decode()
         bad = bytes(bad)
         _same(serial, parallel.decode_parallel(bad, image, workers=2, mode="thread", pieces=4, **kw))
+
+
+@pytest.mark.parametrize("damaged", [False, True], ids=["whole", "damaged"])
+def test_counting_without_columns_is_the_decode_without_its_columns(stream, damaged):
+    """count() and count_chunks() write no column (what the benchmark against libipt's block
+    decoder and the index pass run): the same instructions and the same items, in the same
+    places, as the decode that keeps every column; also through errors and resyncs (a byte
+    flipped every 3,001, the decoder syncing again at the next PSB each time)."""
+    data, image, _ = stream
+    if damaged:
+        data = bytearray(data)
+        for at in range(1000, len(data), 3001):
+            data[at] ^= 0x5A
+        data = bytes(data)
+    kw = dict(OPTS, errata=cpu_errata(6, 85))
+    whole = InsnDecoder(data, image, **kw).decode()
+    errors = sum(kind != "event" for kind, *_ in whole.items)
+    assert errors > 20 if damaged else errors == 0
+    assert InsnDecoder(data, image, **kw).count() == (len(whole), len(whole.items))
+    items, done = [], 0
+    for n, piece_items in InsnDecoder(data, image, **kw).count_chunks(777):
+        items += [(kind, pos + done, *rest) for kind, pos, *rest in piece_items]
+        done += n
+    assert done == len(whole) and items == list(whole.items)
+
+
+def test_cuts_and_warm_up_points_are_found_without_listing_every_psb(stream):
+    """split_points and psb_before search near each cut only; they give what the list of every
+    PSB gives: the first PSB at or after each equal share, and the PSB two before a cut."""
+    data, _, _ = stream
+    psbs = parallel.psb_offsets(data)
+    assert len(psbs) > 40
+    for pieces in (2, 3, 7, 40):
+        expected = [psbs[0]]
+        for k in range(1, pieces):
+            want = len(data) * k // pieces
+            nxt = next((p for p in psbs if p >= want and p > expected[-1]), None)
+            if nxt is not None:
+                expected.append(nxt)
+        assert parallel.split_points(data, pieces, min_bytes=1) == expected
+    for i in (0, 1, 2, 3, len(psbs) // 2, len(psbs) - 1):
+        assert parallel.psb_before(data, psbs[i], 2) == psbs[max(0, i - 2)]
+        assert parallel.psb_before(memoryview(data), psbs[i], 1) == psbs[max(0, i - 1)]

@@ -260,16 +260,25 @@ class RecordBreakpoints:
         record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
                        all(self._record_breakpoint([i]) is not None for i in ids))
         with self._phase_lock:
-            if (self._opening and self._child is not None and not record_stop
-                    and (body.get("allThreadsStopped")
-                         or body.get("threadId") == self._recording_thread)):
+            waiting = (self._opening and self._child is not None and not record_stop
+                       and (body.get("allThreadsStopped")
+                            or body.get("threadId") == self._recording_thread))
+            if waiting:
                 # the debugger stopped the program (another thread's breakpoint, step or
                 # data breakpoint, a pause) before the recorded thread ran the line: that
                 # thread stays in the debugger's suspension until the user continues, and
                 # runs the line then. This stop is the user's: shown now, not held for the
                 # capture (which would wait for it: that hit went unrecorded, issue 13)
-                self._hold_opening()
-                return False
+                newly_held = self._hold_opening()
+                where, thread = self._opening_line, self._recording_thread
+        if waiting:
+            if newly_held:
+                self.session.client.send_event("output", {"category": "console", "output":
+                    f"ptdebug: record breakpoint at {where}: the program stopped before thread "
+                    f"{thread} ran the line; its window opens when the thread runs it, once "
+                    "you continue\n"})
+            return False
+        with self._phase_lock:
             if (self._recording_thread is not None and self._child is not None
                     and body.get("threadId") == self._recording_thread
                     and isinstance(self.session.backend, RunsInsidePython)):
@@ -305,21 +314,19 @@ class RecordBreakpoints:
 
     # Lock order: _phase_lock, then run control's lock (resumes_seen), then _wait_lock; the
     # resume listener runs under run control's lock and so takes only _wait_lock.
-    def _hold_opening(self) -> None:
+    def _hold_opening(self) -> bool:
         """(Under _phase_lock.) The program stopped for the user while the window waits for
         its thread to run its Python line: the wait's timeouts (the recorder's and the
-        watchdog's) stand still until the program runs again (program_resumed)."""
+        watchdog's) stand still until the program runs again (program_resumed). False when
+        they stood still already."""
         with self._wait_lock:
             if self._opening_held:
-                return
+                return False
             self._opening_held = True
             self._child.wait_held(True)
             if self._watchdog is not None:
                 self._watchdog.hold()
-        self.session.client.send_event("output", {"category": "console", "output":
-            f"ptdebug: record breakpoint at {self._opening_line}: the program stopped before "
-            f"thread {self._recording_thread} ran the line; its window opens when the thread "
-            "runs it, once you continue\n"})
+            return True
 
     def _end_opening(self) -> None:
         """The window opened (or the recording ended): its wait is over."""

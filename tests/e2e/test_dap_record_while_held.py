@@ -13,6 +13,7 @@ once; the window waits (its timeouts standing still) and opens when the thread r
 after the user's continue. Every request is recorded, each window from infer()'s line."""
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -38,8 +39,10 @@ def _serve_with_both_breakpoints(client) -> dict:
     """Run the service with both breakpoints, continuing each stop until it exits; a stop
     that holds a window's wait is looked at for longer than the window waits for its line
     (WINDOW_TIMEOUT): a wait that counted the user's time would give up."""
-    # no gap between requests: the main thread stops again one line after each continue
-    launch(client, SERVICE, args=[str(REQUESTS), "0"],
+    # no gap between requests: the main thread stops again one line after each continue; the
+    # service runs on this interpreter, which has scikit-learn (an adapter installed elsewhere,
+    # PTDEBUG_TEST_ADAPTER, would run it with its own venv's)
+    launch(client, SERVICE, args=[str(REQUESTS), "0"], python=sys.executable,
            recordWindow={"instructions": 2000, "timeout": WINDOW_TIMEOUT})
     answer = client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
         {"line": marker_line(SERVICE, "predict"), "mode": "record"},

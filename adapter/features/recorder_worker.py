@@ -13,10 +13,11 @@ closes (the session ended, or the adapter died: a recording in progress is finis
 bundle written first); SIGUSR1 or SIGUSR2 closes the window in progress where the thread
 stands (the debugger stopped it, or it wrote a watched buffer: complete, and the worker stays
 warm); SIGRTMIN+3 and +4 stop and restart the clock of a window's wait for its Python line
-while the user holds the program (WAIT_SIGNALS); on SIGINT (a recording in progress ends early, partial, and the worker
-exits after writing its result: a stopped recorder is never reused), or when it is killed (the
-kernel then detaches the thread it traced; record_stepper holds the thread only while tracing
-it and writes no byte outside INT3 mode, which DAP captures do not use).
+while the user holds the program (WAIT_SIGNALS); on SIGINT (a recording in progress ends
+early, partial, and the worker exits after writing its result: a stopped recorder is never
+reused), or when it is killed (the kernel then detaches the thread it traced; record_stepper
+holds the thread only while tracing it and writes no byte outside INT3 mode, which DAP
+captures do not use).
 
 One worker records one capture at a time, and encodes its trace after letting the thread go;
 the next capture may begin meanwhile (record_breakpoints: a record breakpoint's stop during

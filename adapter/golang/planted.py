@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+from adapter.hw.mappings import file_mappings
+
 
 def original_bytes(pid: int, addresses: list[int]) -> dict[int, int]:
     """address -> the byte the program's file holds there, for each of `addresses` in a
@@ -19,14 +21,9 @@ def original_bytes(pid: int, addresses: list[int]) -> dict[int, int]:
     if not addresses:
         return {}
     try:
-        with open(f"/proc/{pid}/maps") as maps:
-            mappings = []
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) < 6 or not parts[5].startswith("/"):
-                    continue
-                low, high = (int(x, 16) for x in parts[0].split("-"))
-                mappings.append((low, high, int(parts[2], 16), parts[5].rstrip("\n")))
+        mappings = [(low, high, offset, path)
+                    for low, high, _perms, offset, path in file_mappings(pid)
+                    if path.startswith("/")]
     except OSError:
         return {}
     found: dict[int, int] = {}

@@ -35,7 +35,7 @@ import re
 import struct
 import threading
 
-from adapter.hw.mappings import load_bias
+from adapter.hw.mappings import file_mappings, load_bias
 
 
 class LayoutError(Exception):
@@ -314,14 +314,8 @@ def find_python(pid: int) -> PythonImage:
     (libpython first, then the executable). Raises LayoutError when there is none or its
     version is not supported."""
     try:
-        with open(f"/proc/{pid}/maps") as maps:
-            paths = []
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].startswith("/"):
-                    p = parts[5].strip()
-                    if p not in paths:
-                        paths.append(p)
+        paths = list(dict.fromkeys(path for *_, path in file_mappings(pid)
+                                   if path.startswith("/")))
     except OSError as exc:
         raise LayoutError(f"process {pid}: cannot read its mappings ({exc.strerror})") from None
     candidates = [p for p in paths if "libpython" in os.path.basename(p)]

@@ -3,10 +3,10 @@ back the alarm they borrowed.
 
 Role: `alarm_ticks`, the one way ptdebug borrows SIGALRM (the recorder's watchdog, the Python
 line gate); `interrupts_noted`, an interrupt that reaches the recorder even when the
-KeyboardInterrupt it raises is swallowed; `signals_held`, for the few steps that must not be
-cut in two by Ctrl-C, SIGTERM or the adapter stopping a recorder (each raises
-KeyboardInterrupt in the recorder): putting a target back (release, detach), and opening a
-breakpoint event together with keeping its file descriptor. A perf breakpoint opened with SIGTRAP on the thread and lost
+KeyboardInterrupt it raises is swallowed; `signals_held`, for the few steps that must not be cut
+in two by Ctrl-C, SIGTERM or the adapter stopping a recorder (each raises KeyboardInterrupt in
+the recorder): putting a target back (release, detach), and opening a breakpoint event together
+with keeping its file descriptor. A perf breakpoint opened with SIGTRAP on the thread and lost
 to an interrupt before its descriptor was kept stays armed while the recorder cleans up: the
 thread, let go, hit it with no tracer and died of SIGTRAP (CI ci11 and stop 23;
 tests/live/test_line_window.py). The signal waits, and its handler runs as the block ends.

@@ -89,8 +89,8 @@ def test_every_request_is_recorded_while_another_thread_stops_the_program(start_
     predict = marker_line(SERVICE, "predict")
     for capture in seen["captures"]:
         assert capture["status"] == "complete", capture
-        # the breakpoint said what its windows would be (a Python line's, not 2,000 native
-        # instructions from the stop)
+        # the breakpoint said what its windows would be: a Python line's, closing at the
+        # function's return (it described a plain window from the stop before)
         assert seen["announced"] == f"record: a trace window opens here ({capture['window']})"
         recording = Recording.open(capture["bundle"])
         (thread,) = recording.threads

@@ -346,6 +346,26 @@ class RecordBreakpoints:
             if watchdog is not None:
                 watchdog.resume()
 
+    def _release_recorded(self, release, number: int) -> None:
+        """Let the program run on once the recorder holds the thread. A debugpy that does not
+        answer in time (its threads wait for the GIL the recorded thread holds): the window
+        records on (whatever the thread does, it is recorded) and the capture is kept; the user
+        is told why it may show the thread waiting in debugpy. Runs on its own thread for a
+        window on a Python line: any other failure is told too."""
+        try:
+            release(recording=True)
+        except BackendTimeout as exc:
+            log.warning("record breakpoint: %s", exc)
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: capture {number}: {exc}; the window records on, and may show the "
+                "thread waiting in the debugger\n"})
+        except Exception as exc:  # noqa: BLE001 - told, never a thread dying silently
+            log.warning("record breakpoint: letting the program run failed: %s", exc,
+                        exc_info=not isinstance(exc, AdapterError))
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: capture {number}: the debugger could not let the program run on: "
+                f"{exc}\n"})
+
     def _keep(self, capture: Capture) -> None:
         self.captures.append(capture)
         self.session.client.send_event("ptdebug/capture", capture.event_body())
@@ -699,19 +719,17 @@ class RecordBreakpoints:
                 elif line.startswith("attached"):
                     clock.mark("recorder says attached")
                     self._opening = python_start is not None
-                    try:
-                        release(recording=True)
-                    except BackendTimeout as exc:
-                        # the window records on (whatever the thread does, it is recorded)
-                        # and the capture is kept: the user is told why it may show the thread
-                        # waiting in debugpy
-                        log.warning("record breakpoint: %s", exc)
-                        self.session.client.send_event("output", {
-                            "category": "important", "output":
-                            f"ptdebug: capture {number}: {exc}; the window records on, and "
-                            "may show the thread waiting in the debugger\n"})
-                    clock.mark("debugger released the program")
-                    if python_start is None:  # (else once the thread is at the line)
+                    if python_start is not None:
+                        # the recorder's next lines (the thread at its line: the window open)
+                        # are read while debugpy answers the release, so that _opening says
+                        # only what is true: a stop passed to the user while it was stale
+                        # (the window recording already) left the user's continue unanswered
+                        threading.Thread(target=self._release_recorded,
+                                         args=(release, number), daemon=True,
+                                         name="ptdebug-release").start()
+                    else:
+                        self._release_recorded(release, number)
+                        clock.mark("debugger released the program")
                         recording = RecordingProgress.start(self.session, worker, thread_id,
                                                             window)
                 elif line.startswith("parked ") and parked is not None:

@@ -472,9 +472,15 @@ class RecordBreakpoints:
                     self._recording_thread = None
                     self._finishing += 1
 
+        release_once = threading.Lock()  # (a window on a Python line releases on a thread
+        # of its own, _release_recorded, and a capture that fails early releases here too)
+
         def release(recording: bool = False) -> None:
-            if not released.is_set() and not parked:
-                released.set()
+            with release_once:
+                first = not released.is_set() and not parked
+                if first:
+                    released.set()
+            if first:
                 # never a continue the program cannot take (features/run_control.py)
                 self.session.run_control.release(
                     thread_id, hold, RECORDED_RELEASE_TIMEOUT if recording else RELEASE_TIMEOUT)

@@ -103,6 +103,30 @@ class SourceBreakpoints:
     verified), at the line the debugger put them: a record window closes at them."""
 
 
+@dataclass(eq=False)
+class LiveWindow:
+    """The recorder side of one capture while its recorder runs: what a stop, a pause, a
+    data-breakpoint hit or a disconnect acts on. One object per capture, because captures
+    overlap: the one before may still be encoding in its recorder when the next record
+    breakpoint's window waits for its line, and the first one's end once cleared the
+    second's state; its wait's clock, which the user's stop had stood still, ran on, and
+    the hit was lost under load (issue 13, 1 run in 5-8)."""
+
+    worker: RecorderWorker
+    tid: int
+    """The OS thread id it records."""
+    watchdog: RecorderWatchdog
+    line: str
+    """The Python line the window opens at, as the user is told of it ("service.py:30"),
+    or ""."""
+    opening: bool = False
+    """A window on a Python line waits for its thread to run the line (the recorder said
+    `attached`, not yet `thread at the Python line`)."""
+    held: bool = False
+    """... and the debugger stopped the program for the user meanwhile: the thread runs the
+    line after the user continues (RecordBreakpoints._hold_opening)."""
+
+
 class RecordBreakpoints:
     """The record-breakpoint feature of one session; owns the captures."""
 
@@ -121,21 +145,10 @@ class RecordBreakpoints:
         self._recording_thread: int | None = None
         self._held: list[tuple[dict, int]] = []
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
-        self._child: RecorderWorker | None = None
-        """The recorder process of the capture in progress."""
-        self._opening = False
-        """A window on a Python line waits for its thread to run the line (the recorder said
-        `attached`, not yet `thread at the Python line`)."""
-        self._opening_held = False
-        """... and the debugger stopped the program for the user meanwhile: the thread runs
-        the line after the user continues (_hold_opening)."""
+        self._live: LiveWindow | None = None
+        """The newest capture whose recorder runs (an older one may still be encoding)."""
         self._wait_lock = threading.Lock()
-        self._opening_line = ""
-        """That line, as the user is told of it ("service.py:30")."""
-        self._watchdog: RecorderWatchdog | None = None
-        """The capture in progress's (recorder_worker.RecorderWatchdog)."""
-        self._recording_tid: int | None = None
-        """The OS thread id it records."""
+        """Guards LiveWindow.held and what it stands still."""
         self._workers = RecorderWorkers()
         self._phase_lock = threading.Lock()
         self._finishing = 0
@@ -260,7 +273,8 @@ class RecordBreakpoints:
         record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
                        all(self._record_breakpoint([i]) is not None for i in ids))
         with self._phase_lock:
-            waiting = (self._opening and self._child is not None and not record_stop
+            live = self._live
+            waiting = (live is not None and live.opening and not record_stop
                        and (body.get("allThreadsStopped")
                             or body.get("threadId") == self._recording_thread))
             if waiting:
@@ -269,8 +283,8 @@ class RecordBreakpoints:
                 # thread stays in the debugger's suspension until the user continues, and
                 # runs the line then. This stop is the user's: shown now, not held for the
                 # capture (which would wait for it: that hit went unrecorded, issue 13)
-                newly_held = self._hold_opening()
-                where, thread = self._opening_line, self._recording_thread
+                newly_held = self._hold_opening(live)
+                where, thread = live.line, self._recording_thread
         if waiting:
             if newly_held:
                 self.session.client.send_event("output", {"category": "console", "output":
@@ -279,7 +293,7 @@ class RecordBreakpoints:
                     "you continue\n"})
             return False
         with self._phase_lock:
-            if (self._recording_thread is not None and self._child is not None
+            if (self._recording_thread is not None and live is not None
                     and body.get("threadId") == self._recording_thread
                     and isinstance(self.session.backend, RunsInsidePython)):
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
@@ -288,12 +302,12 @@ class RecordBreakpoints:
                 # (Not on another thread's stop that stops all: ptdebug's own data-breakpoint
                 # stops are such, and closing there left windows empty, 2026-12-03; a pause
                 # closes the window at the request, _pause.)
-                self._child.end_window("debugger")
-            elif self._opening and self._child is not None and body.get("allThreadsStopped"):
+                live.worker.end_window("debugger")
+            elif live is not None and live.opening and body.get("allThreadsStopped"):
                 # another thread's record breakpoint stopped the program before the recorded
                 # one ran the line: it cannot run it before that capture's hidden stop ends,
                 # which waits for this capture: this hit is not recorded, the other is
-                self._child.end_window("stopped elsewhere")
+                live.worker.end_window("stopped elsewhere")
             # while a capture holds the thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
@@ -314,37 +328,50 @@ class RecordBreakpoints:
 
     # Lock order: _phase_lock, then run control's lock (resumes_seen), then _wait_lock; the
     # resume listener runs under run control's lock and so takes only _wait_lock.
-    def _hold_opening(self) -> bool:
-        """(Under _phase_lock.) The program stopped for the user while the window waits for
-        its thread to run its Python line: the wait's timeouts (the recorder's and the
+    def _hold_opening(self, live: LiveWindow) -> bool:
+        """(Under _phase_lock.) The program stopped for the user while `live` waits for its
+        thread to run its Python line: the wait's timeouts (the recorder's and the
         watchdog's) stand still until the program runs again (program_resumed). False when
         they stood still already."""
         with self._wait_lock:
-            if self._opening_held:
+            if live.held:
                 return False
-            self._opening_held = True
-            self._child.wait_held(True)
-            if self._watchdog is not None:
-                self._watchdog.hold()
+            live.held = True
+            live.worker.wait_held(True)
+            live.watchdog.hold()
             return True
 
-    def _end_opening(self) -> None:
-        """The window opened (or the recording ended): its wait is over."""
+    def _end_opening(self, live: LiveWindow) -> None:
+        """`live`'s window opened (or its recording ended): its wait is over."""
         with self._phase_lock:
-            self._opening = False
-        self.program_resumed()  # (a window that opened records now: its watchdog runs)
+            live.opening = False
+        self._let_wait_run(live)  # (a window that opened records now: its watchdog runs)
+
+    def _window_over(self, live: LiveWindow) -> None:
+        """`live`'s recorder has ended: its wait (if any) is over, and it is no longer the
+        live window, unless the next capture's has become that meanwhile (which stays as it
+        is: held, if the user holds the program)."""
+        self._end_opening(live)
+        with self._phase_lock:
+            if self._live is live:
+                self._live = None
+            elif self._live is not None:
+                log.debug("record breakpoint: a recorder ended while the next capture's was "
+                          "live (%s)", "its window held for the user" if self._live.held
+                          else "not held")
+
+    def _let_wait_run(self, live: LiveWindow | None) -> None:
+        with self._wait_lock:
+            if live is None or not live.held:
+                return
+            live.held = False
+            live.worker.wait_held(False)
+            live.watchdog.resume()
 
     def program_resumed(self) -> None:
-        """The program (or a thread) runs again (run_control.on_resume, wired by Session)."""
-        with self._wait_lock:
-            if not self._opening_held:
-                return
-            self._opening_held = False
-            child, watchdog = self._child, self._watchdog
-            if child is not None:
-                child.wait_held(False)
-            if watchdog is not None:
-                watchdog.resume()
+        """The program (or a thread) runs again (run_control.on_resume, wired by Session):
+        the waiting window's timeouts run again."""
+        self._let_wait_run(self._live)
 
     def _release_recorded(self, release, number: int) -> None:
         """Let the program run on once the recorder holds the thread. A debugpy that does not
@@ -409,10 +436,11 @@ class RecordBreakpoints:
         with self._phase_lock:
             # (not while a window on a Python line waits for its thread to run the line: the
             # pause's stop holds that wait, _filter_event)
-            child = (self._child if self._recording_thread is not None and not self._opening
-                     else None)
-        if child is not None and isinstance(self.session.backend, RunsInsidePython):
-            child.end_window("debugger")
+            live = self._live
+            recording = (live is not None and self._recording_thread is not None
+                         and not live.opening)
+        if recording and isinstance(self.session.backend, RunsInsidePython):
+            live.worker.end_window("debugger")
         return None  # forwarded
 
     def _capture_now(self, request: Request) -> object:
@@ -620,9 +648,9 @@ class RecordBreakpoints:
         WINDOW_ENDS): its thread is to stop for the user (data breakpoints: it wrote a
         watched buffer), and the rest of the window would record it waiting."""
         with self._phase_lock:
-            child = self._child if self._recording_tid == tid else None
-        if child is not None:
-            child.end_window(why)
+            live = self._live if self._live is not None and self._live.tid == tid else None
+        if live is not None:
+            live.worker.end_window(why)
 
     def let_go_before_disconnect(self, timeout: float = DISCONNECT_LET_GO_S) -> None:
         """The client is leaving: close the window that holds a thread now (complete, where
@@ -635,12 +663,12 @@ class RecordBreakpoints:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._phase_lock:
-                child = self._child
+                live = self._live
                 holding = self._recording_thread is not None
             if not holding:
                 return
-            if child is not None:
-                child.end_window("disconnect")
+            if live is not None:
+                live.worker.end_window("disconnect")
             time.sleep(0.02)
         log.warning("disconnect: the recorded thread was not let go within %g s", timeout)
 
@@ -696,10 +724,10 @@ class RecordBreakpoints:
         # it had): the program must never stay held by a window that cannot close.
         limit = window.timeout + (window.milliseconds or 0) / 1000 + RECORDER_GRACE
         watchdog = RecorderWatchdog(limit, worker.stop)
+        live = LiveWindow(worker, tid, watchdog, f"{os.path.basename(python_start[0])}:"
+                          f"{python_start[1]}" if python_start else "")
         with self._phase_lock:
-            self._child, self._recording_tid, self._watchdog = worker, tid, watchdog
-            self._opening_line = (f"{os.path.basename(python_start[0])}:{python_start[1]}"
-                                  if python_start else "")
+            self._live = live
         clock.what += f" (recorder process {worker.process.pid})"
         worker.send(spec)
         clock.mark("recorder asked")
@@ -715,7 +743,7 @@ class RecordBreakpoints:
                         recording = RecordingProgress.start(self.session, worker, thread_id,
                                                             window)
                     if step in ("thread at the Python line", "recorder set up"):
-                        self._end_opening()
+                        self._end_opening(live)
                     if step == "target released":
                         self._workers.spare()
                         if target_released is not None:
@@ -724,10 +752,10 @@ class RecordBreakpoints:
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):
                     clock.mark("recorder says attached")
-                    self._opening = python_start is not None
+                    live.opening = python_start is not None
                     if python_start is not None:
                         # the recorder's next lines (the thread at its line: the window open)
-                        # are read while debugpy answers the release, so that _opening says
+                        # are read while debugpy answers the release, so that `opening` says
                         # only what is true: a stop passed to the user while it was stale
                         # (the window recording already) left the user's continue unanswered
                         threading.Thread(target=self._release_recorded,
@@ -746,9 +774,7 @@ class RecordBreakpoints:
             watchdog.cancel()
             if recording is not None:
                 recording.end()
-            self._end_opening()
-            with self._phase_lock:
-                self._child = self._recording_tid = self._watchdog = None
+            self._window_over(live)
             failure = None
             if result is None:
                 worker.stop()  # ends the recording early (partial), and then the worker

@@ -88,14 +88,12 @@ def test_every_request_is_recorded_while_another_thread_stops_the_program(start_
     console = seen["console"]
     assert f"answered {REQUESTS} requests" in console, console[-2000:]
     assert "not recorded this time" not in console, console[-2000:]
-    # Known, told, not fixed (issue 13's note): on a loaded machine (two busy loops beside the
-    # test, 1 run in 5-8) a window's wait ran on while the program was stopped again for the
-    # user and gave up: "did not record: ... the thread did not come to infer (...) within
-    # 5 s". At most one such hit; every other request is recorded.
-    lost = console.count("did not record")
-    assert lost <= 1 and console.count("did not come to infer") == lost, console[-2000:]
+    # (on a loaded machine, 1 run in 5-8, the capture before ending while the user looked at
+    # a stop that held the next window let that window's wait run on, and it gave up: "did
+    # not record: ... the thread did not come to infer (...) within 5 s"; LiveWindow)
+    assert "did not record" not in console, console[-2000:]
     assert [s["reason"] for s in seen["stops"]] == ["breakpoint"] * REQUESTS, seen["stops"]
-    assert len(seen["captures"]) == REQUESTS - lost, (len(seen["captures"]), console[-2000:])
+    assert len(seen["captures"]) == REQUESTS, (len(seen["captures"]), console[-2000:])
     print(f"{REQUESTS} requests, {len(seen['stops'])} stops, {seen['held']} windows waited "
           "for a continue")
     predict = marker_line(SERVICE, "predict")

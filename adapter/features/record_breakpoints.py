@@ -241,7 +241,17 @@ class RecordBreakpoints:
                     # line (sized in Python terms, as _capture makes it)
                     window = dataclasses.replace(window, python_line=not window.function and
                                                  not isinstance(backend, HandsOverThreads))
-                    result["message"] = f"record: a trace window opens here ({window.describe()})"
+                    if result.get("verified", True):
+                        result["message"] = (f"record: a trace window opens here "
+                                             f"({window.describe()})")
+                    else:
+                        # the debugger's reason stays (debugpy's justMyCode on a library
+                        # file, first contact 2026-12-05: it was replaced by the line above,
+                        # and the grey breakpoint said a window opens there)
+                        why = str(result.get("message") or "").strip() or (
+                            "the debugger did not verify it")
+                        result["message"] = (f"record: no window opens here while the "
+                                             f"debugger cannot stop here: {why}")
             self.sources[path] = entry
             if entry.record_ids:  # its first capture should not wait for a recorder to start
                 threading.Thread(target=self._workers.warm_up, daemon=True,

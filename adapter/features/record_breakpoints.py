@@ -113,6 +113,8 @@ class LiveWindow:
     the hit was lost under load (issue 13, 1 run in 5-8)."""
 
     worker: RecorderWorker
+    thread_id: int
+    """The DAP thread id it records."""
     tid: int
     """The OS thread id it records."""
     watchdog: RecorderWatchdog
@@ -142,11 +144,15 @@ class RecordBreakpoints:
         self._copied_images: dict[tuple, str] = {}
         """(path, inode, size, mtime) of a program file -> its copy in an earlier capture."""
         self._busy = threading.Lock()
-        self._recording_thread: int | None = None
+        self._recording: set[int] = set()
+        """DAP ids of the threads a capture holds: from its stop until the recorder lets the
+        thread go. More than one only while each waits for its thread to run its Python line
+        (another thread's record breakpoint hit meanwhile: its capture begins beside them)."""
         self._held: list[tuple[dict, int]] = []
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
-        self._live: LiveWindow | None = None
-        """The newest capture whose recorder runs (an older one may still be encoding)."""
+        self._live: dict[int, LiveWindow] = {}
+        """DAP thread id -> the newest capture of that thread whose recorder runs (an older
+        one may still be encoding)."""
         self._wait_lock = threading.Lock()
         """Guards LiveWindow.held and what it stands still."""
         self._workers = RecorderWorkers()
@@ -282,29 +288,38 @@ class RecordBreakpoints:
         ids = body.get("hitBreakpointIds") or []
         record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
                        all(self._record_breakpoint([i]) is not None for i in ids))
+        thread = body.get("threadId")
+        all_stop = bool(body.get("allThreadsStopped"))
         with self._phase_lock:
-            live = self._live
-            waiting = (live is not None and live.opening and not record_stop
-                       and (body.get("allThreadsStopped")
-                            or body.get("threadId") == self._recording_thread))
-            if waiting:
-                # the debugger stopped the program (another thread's breakpoint, step or
-                # data breakpoint, a pause) before the recorded thread ran the line: that
-                # thread stays in the debugger's suspension until the user continues, and
-                # runs the line then. This stop is the user's: shown now, not held for the
-                # capture (which would wait for it: that hit went unrecorded, issue 13)
-                newly_held = self._hold_opening(live)
-                where, thread = live.line, self._recording_thread
-        if waiting:
-            if newly_held:
+            opening = [w for w in self._live.values() if w.opening]
+            # a capture that is starting (not attached yet) or records its thread
+            busy = bool(self._recording - {w.thread_id for w in opening})
+            # the windows whose thread this stop holds before it ran its line: that thread
+            # stays in the debugger's suspension until the program is continued, and runs
+            # the line then; their waits stand still meanwhile (_hold_opening)
+            held_windows = [w for w in opening if all_stop or w.thread_id == thread]
+            newly_held = [w for w in held_windows if self._hold_opening(w)]
+            # another thread's record breakpoint while every capture in progress waits for
+            # its thread to run its line: its capture begins beside them (before, those
+            # waits were ended, "not recorded this time": the new stop could not end before
+            # them, nor they before it; tests/e2e/test_dap_record_two_threads.py)
+            beside = (record_stop and bool(self._recording) and not busy
+                      and thread not in self._recording
+                      and isinstance(self.session.backend, RunsInsidePython))
+        if not record_stop and newly_held:
+            for window in newly_held:
                 self.session.client.send_event("output", {"category": "console", "output":
-                    f"ptdebug: record breakpoint at {where}: the program stopped before thread "
-                    f"{thread} ran the line; its window opens when the thread runs it, once "
-                    "you continue\n"})
+                    f"ptdebug: record breakpoint at {window.line}: the program stopped before "
+                    f"thread {window.thread_id} ran the line; its window opens when the thread "
+                    "runs it, once you continue\n"})
+        if not record_stop and held_windows and not busy:
+            # (another thread's breakpoint, step or data breakpoint, a pause): the user's
+            # stop, shown now, not held for the captures, which would wait for it (that hit
+            # went unrecorded, issue 13)
             return False
         with self._phase_lock:
-            if (self._recording_thread is not None and live is not None
-                    and body.get("threadId") == self._recording_thread
+            live = self._live.get(thread)
+            if (thread in self._recording and live is not None and not live.opening
                     and isinstance(self.session.backend, RunsInsidePython)):
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
                 # see coming, an exception): the rest of the window would record it waiting
@@ -313,25 +328,25 @@ class RecordBreakpoints:
                 # stops are such, and closing there left windows empty, 2026-12-03; a pause
                 # closes the window at the request, _pause.)
                 live.worker.end_window("debugger")
-            elif live is not None and live.opening and body.get("allThreadsStopped"):
-                # another thread's record breakpoint stopped the program before the recorded
-                # one ran the line: it cannot run it before that capture's hidden stop ends,
-                # which waits for this capture: this hit is not recorded, the other is
-                live.worker.end_window("stopped elsewhere")
-            # while a capture holds the thread, every stop waits; while captures are only
+            # while a capture holds its thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
-            if self._recording_thread is not None or (self._finishing and not record_stop):
+            if not beside and (self._recording or (self._finishing and not record_stop)):
                 # delivered once the capture is kept, unless the program resumed meanwhile
                 self._held.append((raw, self.session.run_control.resumes_seen()))
                 self.session.paused = False
                 return True
+            if record_stop:
+                if beside:
+                    log.info("record breakpoint: thread %s's capture begins beside that of "
+                             "thread %s, which waits for its line", thread,
+                             ", ".join(str(t) for t in sorted(self._recording)))
+                self._recording.add(thread)
         if not record_stop:
             return False  # (a normal breakpoint on the same line: the user sees the stop)
         breakpoint = self._record_breakpoint(ids)
         self.session.paused = False
         hold = self.session.run_control.hold("record breakpoint")  # the user's continue waits
-        self._recording_thread = body.get("threadId")
         threading.Thread(target=self._capture, args=(body, breakpoint, None, hold), daemon=True,
                          name="ptdebug-record").start()
         return True
@@ -363,12 +378,12 @@ class RecordBreakpoints:
         is: held, if the user holds the program)."""
         self._end_opening(live)
         with self._phase_lock:
-            if self._live is live:
-                self._live = None
-            elif self._live is not None:
+            if self._live.get(live.thread_id) is live:
+                del self._live[live.thread_id]
+            elif live.thread_id in self._live:
                 log.debug("record breakpoint: a recorder ended while the next capture's was "
-                          "live (%s)", "its window held for the user" if self._live.held
-                          else "not held")
+                          "live (%s)", "its window held for the user"
+                          if self._live[live.thread_id].held else "not held")
 
     def _let_wait_run(self, live: LiveWindow | None) -> None:
         with self._wait_lock:
@@ -380,8 +395,9 @@ class RecordBreakpoints:
 
     def program_resumed(self) -> None:
         """The program (or a thread) runs again (run_control.on_resume, wired by Session):
-        the waiting window's timeouts run again."""
-        self._let_wait_run(self._live)
+        the waiting windows' timeouts run again."""
+        for live in list(self._live.values()):
+            self._let_wait_run(live)
 
     def _release_recorded(self, release, number: int) -> None:
         """Let the program run on once the recorder holds the thread. A debugpy that does not
@@ -446,11 +462,11 @@ class RecordBreakpoints:
         with self._phase_lock:
             # (not while a window on a Python line waits for its thread to run the line: the
             # pause's stop holds that wait, _filter_event)
-            live = self._live
-            recording = (live is not None and self._recording_thread is not None
-                         and not live.opening)
-        if recording and isinstance(self.session.backend, RunsInsidePython):
-            live.worker.end_window("debugger")
+            recording = [w for t, w in self._live.items()
+                         if t in self._recording and not w.opening]
+        if isinstance(self.session.backend, RunsInsidePython):
+            for live in recording:
+                live.worker.end_window("debugger")
         return None  # forwarded
 
     def _capture_now(self, request: Request) -> object:
@@ -462,7 +478,7 @@ class RecordBreakpoints:
         if not self.session.paused:
             raise AdapterError("ptdebug/captureNow records a paused thread: pause the program "
                                "(or use a breakpoint in mode 'record') first")
-        if self._recording_thread is not None:
+        if self._recording:
             raise AdapterError("a capture is already being recorded")
         thread_id = parse(CaptureNowIn, request.raw.get("arguments") or {}).threadId
         if thread_id is None:
@@ -472,7 +488,8 @@ class RecordBreakpoints:
                 raise AdapterError("the program has no thread to record")
             thread_id = listed[0]["id"]
         hold = self.session.run_control.hold("captureNow")  # its release and the user's are one
-        self._recording_thread = thread_id
+        with self._phase_lock:
+            self._recording.add(thread_id)
         threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request, hold),
                          daemon=True, name="ptdebug-record").start()
         return DEFERRED
@@ -507,7 +524,7 @@ class RecordBreakpoints:
             with self._phase_lock:
                 if not released_target:
                     released_target.append(True)
-                    self._recording_thread = None
+                    self._recording.discard(thread_id)
                     self._finishing += 1
 
         release_once = threading.Lock()  # (a window on a Python line releases on a thread
@@ -641,9 +658,9 @@ class RecordBreakpoints:
                 if released_target:
                     self._finishing -= 1
                 else:
-                    self._recording_thread = None
+                    self._recording.discard(thread_id)
                 # another capture in progress delivers them when it ends
-                idle = self._recording_thread is None and not self._finishing
+                idle = not self._recording and not self._finishing
                 held, self._held = (self._held, []) if idle else ([], self._held)
             for raw, mark in held:
                 if self.session.run_control.resumed_since(mark):
@@ -658,9 +675,9 @@ class RecordBreakpoints:
         WINDOW_ENDS): its thread is to stop for the user (data breakpoints: it wrote a
         watched buffer), and the rest of the window would record it waiting."""
         with self._phase_lock:
-            live = self._live if self._live is not None and self._live.tid == tid else None
-        if live is not None:
-            live.worker.end_window(why)
+            live = [w for w in self._live.values() if w.tid == tid]
+        for window in live:
+            window.worker.end_window(why)
 
     def let_go_before_disconnect(self, timeout: float = DISCONNECT_LET_GO_S) -> None:
         """The client is leaving: close the window that holds a thread now (complete, where
@@ -673,12 +690,12 @@ class RecordBreakpoints:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._phase_lock:
-                live = self._live
-                holding = self._recording_thread is not None
+                live = list(self._live.values())
+                holding = bool(self._recording)
             if not holding:
                 return
-            if live is not None:
-                live.worker.end_window("disconnect")
+            for window in live:
+                window.worker.end_window("disconnect")
             time.sleep(0.02)
         log.warning("disconnect: the recorded thread was not let go within %g s", timeout)
 
@@ -686,7 +703,7 @@ class RecordBreakpoints:
         """Whether a capture holds its thread (from its record breakpoint's stop until the
         recorder lets the thread go)."""
         with self._phase_lock:
-            return self._recording_thread is not None
+            return bool(self._recording)
 
     def _record_lines(self) -> set[tuple[str, int]]:
         """(path, line) of every record breakpoint the client set."""
@@ -734,10 +751,11 @@ class RecordBreakpoints:
         # it had): the program must never stay held by a window that cannot close.
         limit = window.timeout + (window.milliseconds or 0) / 1000 + RECORDER_GRACE
         watchdog = RecorderWatchdog(limit, worker.stop)
-        live = LiveWindow(worker, tid, watchdog, f"{os.path.basename(python_start[0])}:"
-                          f"{python_start[1]}" if python_start else "")
+        live = LiveWindow(worker, thread_id, tid, watchdog,
+                          f"{os.path.basename(python_start[0])}:{python_start[1]}"
+                          if python_start else "")
         with self._phase_lock:
-            self._live = live
+            self._live[thread_id] = live
         clock.what += f" (recorder process {worker.process.pid})"
         worker.send(spec)
         clock.mark("recorder asked")
@@ -823,8 +841,6 @@ class RecordBreakpoints:
             what = {"debugger": "debugpy stopped the recorded thread",
                     "data breakpoint": "a data breakpoint fired in the recorded thread",
                     "cancelled": "the recording was cancelled",
-                    "stopped elsewhere": "another thread's record breakpoint stopped the "
-                                         "program",
                     "disconnect": "the client disconnected"}
             follows = "" if closed_by in ("cancelled", "disconnect") else "; its stop follows"
             self.session.client.send_event("output", {"category": "console", "output":

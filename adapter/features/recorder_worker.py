@@ -47,8 +47,7 @@ MAX_IDLE = 2
 """Workers kept warm between captures: the one that records (taken last, reused each time)
 and the spare a capture starts when it takes the last idle one."""
 WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2,
-                      "cancelled": signal.SIGRTMIN, "stopped elsewhere": signal.SIGRTMIN + 1,
-                      "disconnect": signal.SIGRTMIN + 2}
+                      "cancelled": signal.SIGRTMIN, "disconnect": signal.SIGRTMIN + 2}
 """Why the adapter closes a window early -> the signal that tells the worker."""
 WAIT_SIGNALS = {"held": signal.SIGRTMIN + 3, "resumed": signal.SIGRTMIN + 4}
 """The program stopped for the user / runs again, while a window on a Python line waits for
@@ -322,7 +321,6 @@ WINDOW_END_REQUESTS: list = []
 WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
                "data breakpoint": "a data breakpoint fired in the window",
                "cancelled": "the user cancelled the recording",
-               "stopped elsewhere": "another thread's record breakpoint stopped the program",
                "disconnect": "the client disconnected"}
 """Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
 

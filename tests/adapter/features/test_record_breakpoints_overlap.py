@@ -41,11 +41,12 @@ class _Session:
         self.request_interceptors: dict = {}
         self.event_filters: list = []
         self.client = _Client()
+        self.backend = None
 
 
-def _window(tid: int, expired: list) -> LiveWindow:
-    watchdog = RecorderWatchdog(3600, lambda: expired.append(tid))
-    return LiveWindow(_Worker(), tid, watchdog, "service.py:23")
+def _window(thread_id: int, expired: list) -> LiveWindow:
+    watchdog = RecorderWatchdog(3600, lambda: expired.append(thread_id))
+    return LiveWindow(_Worker(), thread_id, 100 + thread_id, watchdog, "service.py:23")
 
 
 def _user_stop() -> dict:
@@ -58,12 +59,12 @@ def test_the_capture_before_ending_leaves_the_waiting_window_held():
     expired: list = []
     session = _Session()
     recording = RecordBreakpoints(session)
-    before, waiting = _window(101, expired), _window(102, expired)
+    before, waiting = _window(2, expired), _window(2, expired)
     # the capture before let its thread go and is encoding; the next one's recorder holds
-    # thread 2 and waits for it to run its line
-    recording._live = waiting
+    # thread 2 again and waits for it to run its line
+    recording._live[2] = waiting
     waiting.opening = True
-    recording._recording_thread = 2
+    recording._recording.add(2)
 
     assert recording._filter_event(_user_stop()) is False  # the user's: shown
     assert waiting.held and waiting.worker.told == ["held"]
@@ -72,7 +73,7 @@ def test_the_capture_before_ending_leaves_the_waiting_window_held():
         "ran the line; its window opens when the thread runs it, once you continue\n"]
 
     recording._window_over(before)  # the capture before is done, the user still looking
-    assert recording._live is waiting
+    assert recording._live == {2: waiting}
     assert waiting.held and waiting.opening
     assert waiting.worker.told == ["held"], "the waiting window's clock was let run"
     assert before.worker.told == []
@@ -80,7 +81,7 @@ def test_the_capture_before_ending_leaves_the_waiting_window_held():
     recording.program_resumed()  # the user continued
     assert not waiting.held and waiting.worker.told == ["held", "resumed"]
     recording._window_over(waiting)
-    assert recording._live is None
+    assert recording._live == {}
     for window in (before, waiting):
         window.watchdog.cancel()
     assert expired == []
@@ -89,10 +90,10 @@ def test_the_capture_before_ending_leaves_the_waiting_window_held():
 def test_a_second_stop_while_held_tells_once_and_a_pause_does_not_close_the_wait():
     session = _Session()
     recording = RecordBreakpoints(session)
-    waiting = _window(102, [])
-    recording._live = waiting
+    waiting = _window(2, [])
+    recording._live[2] = waiting
     waiting.opening = True
-    recording._recording_thread = 2
+    recording._recording.add(2)
     recording._filter_event(_user_stop())
     recording._filter_event(_user_stop())
     assert waiting.worker.told == ["held"]

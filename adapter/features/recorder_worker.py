@@ -413,8 +413,11 @@ def _record_worker(spec_text: str) -> int:
                       "partial_reason": result.manifest.get("partial_reason"),
                       "stopped_at": stopped_at[0] if stopped_at else None,
                       "python_stop": line_stops.get("reached"),
+                      # (not a request that came after the window had ended on its own:
+                      # "closed early" was told of windows that had recorded their whole cap)
                       "closed_by": next((why for why, reason in WINDOW_ENDS.items()
-                                         if request.reason == reason), None),
+                                         if request.reason == reason
+                                         and stats.get("end_reason") == reason), None),
                       "python_passed": line_stops.get("passed") or [],
                       "thread_lock": (result.manifest.get("go") or {}).get("thread_lock")}))
     return 0

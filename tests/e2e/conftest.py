@@ -117,8 +117,10 @@ def start_adapter(dap_schema, tmp_path):
             subprocess.run(["kill", "-9", str(pid)], check=False)
 
 
-def launch(client: DapClient, program=BASIC, *, breakpoints=(), args=(), **config) -> int:
-    """initialize, launch, set breakpoints at markers of `program`, configurationDone.
+def launch(client: DapClient, program=BASIC, *, breakpoints=(), record=(), args=(),
+           **config) -> int:
+    """initialize, launch, set breakpoints at markers of `program` (`record`: in mode
+    record), configurationDone.
 
     Returns the seq of the launch request, whose response debugpy sends after
     configurationDone."""
@@ -126,8 +128,9 @@ def launch(client: DapClient, program=BASIC, *, breakpoints=(), args=(), **confi
     launch_seq = client.send_request("launch", {"program": str(program), "args": list(args),
                                                 "console": "internalConsole", **config})
     client.expect_event("initialized")
-    if breakpoints:
-        lines = [{"line": marker_line(program, name)} for name in breakpoints]
+    if breakpoints or record:
+        lines = [{"line": marker_line(program, name)} for name in breakpoints] + [
+            {"line": marker_line(program, name), "mode": "record"} for name in record]
         body = client.call("setBreakpoints", {"source": {"path": str(program)},
                                               "breakpoints": lines})
         assert [b["verified"] for b in body["breakpoints"]] == [True] * len(lines), body

@@ -129,6 +129,11 @@ class LiveWindow:
     line after the user continues (RecordBreakpoints._hold_opening)."""
 
 
+OWN_WINDOW_WAIT = 30.0
+"""Seconds a record breakpoint's stop of a thread still being recorded waits for that
+thread's capture to let it go (its window closes at once on that stop)."""
+
+
 class RecordBreakpoints:
     """The record-breakpoint feature of one session; owns the captures."""
 
@@ -148,6 +153,8 @@ class RecordBreakpoints:
         """DAP ids of the threads a capture holds: from its stop until the recorder lets the
         thread go. More than one only while each waits for its thread to run its Python line
         (another thread's record breakpoint hit meanwhile: its capture begins beside them)."""
+        self._starting: set[int] = set()
+        """Those whose recorder has not attached yet (the program is stopped for them)."""
         self._held: list[tuple[dict, int]] = []
         """Stops held back during a capture, each with run_control.resumes_seen() then."""
         self._live: dict[int, LiveWindow] = {}
@@ -299,11 +306,15 @@ class RecordBreakpoints:
             # the line then; their waits stand still meanwhile (_hold_opening)
             held_windows = [w for w in opening if all_stop or w.thread_id == thread]
             newly_held = [w for w in held_windows if self._hold_opening(w)]
-            # another thread's record breakpoint while every capture in progress waits for
-            # its thread to run its line: its capture begins beside them (before, those
-            # waits were ended, "not recorded this time": the new stop could not end before
-            # them, nor they before it; tests/e2e/test_dap_record_two_threads.py)
-            beside = (record_stop and bool(self._recording) and not busy
+            # another thread's record breakpoint while the captures in progress have their
+            # recorders attached: its capture begins beside them, and its release lets them
+            # go on. Before, a window waiting for its thread to run the line was ended ("not
+            # recorded this time": the new stop could not end before it, nor it before the
+            # stop; tests/e2e/test_dap_record_two_threads.py), and a window recording
+            # stalled: debugpy suspended its thread inside the tracer the recorder lets run
+            # untraced, and the stop held back waited for the window (2 minutes, until the
+            # watchdog, in a scikit-learn forest on two threads, first contact 2026-12-05)
+            beside = (record_stop and bool(self._recording) and not self._starting
                       and thread not in self._recording
                       and isinstance(self.session.backend, RunsInsidePython))
         if not record_stop and newly_held:
@@ -331,6 +342,21 @@ class RecordBreakpoints:
             # while a capture holds its thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
+            own = self._live.get(thread)
+            if (record_stop and thread in self._recording and thread not in self._starting
+                    and own is not None and not own.opening
+                    and isinstance(self.session.backend, RunsInsidePython)):
+                # the recorded thread's own record breakpoint again (its window closes: the
+                # stop of a recorded thread, above; or the adapter has not read yet that the
+                # window let it go): its capture begins once the recorder lets it go. Held
+                # until every capture was over, it waited for the others' windows, whose
+                # threads this stop had suspended in debugpy's tracer, which the recorder
+                # lets run untraced: a scikit-learn forest on two threads froze until the
+                # watchdog (tests/e2e/test_dap_record_sklearn_forest.py)
+                self.session.paused = False
+                threading.Thread(target=self._after_own_window, args=(raw, thread), daemon=True,
+                                 name="ptdebug-record-next").start()
+                return True
             if not beside and (self._recording or (self._finishing and not record_stop)):
                 # delivered once the capture is kept, unless the program resumed meanwhile
                 self._held.append((raw, self.session.run_control.resumes_seen()))
@@ -339,9 +365,10 @@ class RecordBreakpoints:
             if record_stop:
                 if beside:
                     log.info("record breakpoint: thread %s's capture begins beside that of "
-                             "thread %s, which waits for its line", thread,
+                             "thread %s", thread,
                              ", ".join(str(t) for t in sorted(self._recording)))
                 self._recording.add(thread)
+                self._starting.add(thread)
         if not record_stop:
             return False  # (a normal breakpoint on the same line: the user sees the stop)
         breakpoint = self._record_breakpoint(ids)
@@ -350,6 +377,28 @@ class RecordBreakpoints:
         threading.Thread(target=self._capture, args=(body, breakpoint, None, hold), daemon=True,
                          name="ptdebug-record").start()
         return True
+
+    def _after_own_window(self, raw: dict, thread: int) -> None:
+        """Take `raw` (a record breakpoint's stop of `thread`) again once the capture that
+        records `thread` has let it go."""
+        deadline = time.monotonic() + OWN_WINDOW_WAIT
+        while time.monotonic() < deadline:
+            with self._phase_lock:
+                if thread not in self._recording:
+                    break
+            time.sleep(0.01)
+        else:
+            log.warning("record breakpoint: thread %s was not let go within %g s; its next "
+                        "stop waits for every capture", thread, OWN_WINDOW_WAIT)
+            with self._phase_lock:
+                self._held.append((raw, self.session.run_control.resumes_seen()))
+            return
+        try:
+            self._filter_event(raw)
+        except Exception as exc:  # noqa: BLE001 - told, never a thread dying silently
+            log.exception("record breakpoint: a stop could not be taken")
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: a record breakpoint's stop could not be taken: {exc}\n"})
 
     # Lock order: _phase_lock, then run control's lock (resumes_seen), then _wait_lock; the
     # resume listener runs under run control's lock and so takes only _wait_lock.
@@ -490,6 +539,7 @@ class RecordBreakpoints:
         hold = self.session.run_control.hold("captureNow")  # its release and the user's are one
         with self._phase_lock:
             self._recording.add(thread_id)
+            self._starting.add(thread_id)
         threading.Thread(target=self._capture, args=({"threadId": thread_id}, {}, request, hold),
                          daemon=True, name="ptdebug-record").start()
         return DEFERRED
@@ -655,6 +705,7 @@ class RecordBreakpoints:
                     f"ptdebug: after the recording, the debugger could not take the program "
                     f"back: {exc}\n"})
             with self._phase_lock:
+                self._starting.discard(thread_id)
                 if released_target:
                     self._finishing -= 1
                 else:
@@ -780,6 +831,8 @@ class RecordBreakpoints:
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):
                     clock.mark("recorder says attached")
+                    with self._phase_lock:
+                        self._starting.discard(thread_id)
                     live.opening = python_start is not None
                     if python_start is not None:
                         # the recorder's next lines (the thread at its line: the window open)

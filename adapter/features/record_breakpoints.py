@@ -717,6 +717,18 @@ class RecordBreakpoints:
                 if self.session.run_control.resumed_since(mark):
                     log.info("record breakpoint: a stop held back during the capture is stale "
                              "(the program resumed since); not shown")
+                    ids = (raw.get("body") or {}).get("hitBreakpointIds") or []
+                    missed = self._record_breakpoint(ids) if ids and all(
+                        self._record_breakpoint([i]) is not None for i in ids) else None
+                    if missed is not None and missed.get("path"):
+                        # a record breakpoint's hit while another capture attached to its
+                        # thread: the release of that one let this thread run on
+                        self.session.client.send_event("output", {"category": "console",
+                            "output": f"ptdebug: record breakpoint at {missed['path']}:"
+                            f"{missed.get('line')}: not recorded this time: thread "
+                            f"{(raw.get('body') or {}).get('threadId')} hit it while another "
+                            "capture was starting, and ran on when that one let the program "
+                            "go\n"})
                     continue
                 self.session.backend_event(Event(raw), observed=True)
             self.session.run_control.done(hold)  # stops features queued meanwhile go out now

@@ -151,8 +151,9 @@ class RecordBreakpoints:
         self._busy = threading.Lock()
         self._recording: set[int] = set()
         """DAP ids of the threads a capture holds: from its stop until the recorder lets the
-        thread go. More than one only while each waits for its thread to run its Python line
-        (another thread's record breakpoint hit meanwhile: its capture begins beside them)."""
+        thread go. More than one when another thread's record breakpoint was hit while the
+        captures in progress had their recorders attached: its capture begins beside them
+        (debugpy sessions, _filter_event)."""
         self._starting: set[int] = set()
         """Those whose recorder has not attached yet (the program is stopped for them)."""
         self._held: list[tuple[dict, int]] = []
@@ -280,6 +281,15 @@ class RecordBreakpoints:
                     return {"id": bp_id, "path": path, **entry.record_ids[bp_id]}
         return None
 
+    def _record_hit(self, body: dict) -> dict | None:
+        """The record breakpoint a `stopped` event's body hit, when every breakpoint it hit is
+        one (a normal breakpoint on the same line wins: the user sees that stop)."""
+        ids = body.get("hitBreakpointIds") or []
+        if body.get("reason") != "breakpoint" or not ids or any(
+                self._record_breakpoint([i]) is None for i in ids):
+            return None
+        return self._record_breakpoint(ids)
+
     def replay_breakpoints(self) -> list[ReplayBreakpoint]:
         """Every source breakpoint the client set (any mode), as replays stop at them."""
         return [bp for entry in self.sources.values() for bp in entry.replay]
@@ -292,9 +302,8 @@ class RecordBreakpoints:
         if raw.get("event") != "stopped":
             return False
         body = raw.get("body") or {}
-        ids = body.get("hitBreakpointIds") or []
-        record_stop = (body.get("reason") == "breakpoint" and bool(ids) and
-                       all(self._record_breakpoint([i]) is not None for i in ids))
+        breakpoint = self._record_hit(body)
+        record_stop = breakpoint is not None
         thread = body.get("threadId")
         all_stop = bool(body.get("allThreadsStopped"))
         with self._phase_lock:
@@ -330,8 +339,10 @@ class RecordBreakpoints:
             return False
         with self._phase_lock:
             live = self._live.get(thread)
-            if (thread in self._recording and live is not None and not live.opening
-                    and isinstance(self.session.backend, RunsInsidePython)):
+            recorded_thread = (thread in self._recording and live is not None
+                               and not live.opening
+                               and isinstance(self.session.backend, RunsInsidePython))
+            if recorded_thread:
                 # debugpy stopped the thread being recorded (a breakpoint the window did not
                 # see coming, an exception): the rest of the window would record it waiting
                 # in debugpy, so it closes now; the stop is shown once the capture is kept.
@@ -342,10 +353,7 @@ class RecordBreakpoints:
             # while a capture holds its thread, every stop waits; while captures are only
             # being decoded (the program runs again), a record breakpoint's stop starts its
             # own capture at once and the others wait, so that they see the capture
-            own = self._live.get(thread)
-            if (record_stop and thread in self._recording and thread not in self._starting
-                    and own is not None and not own.opening
-                    and isinstance(self.session.backend, RunsInsidePython)):
+            if record_stop and recorded_thread and thread not in self._starting:
                 # the recorded thread's own record breakpoint again (its window closes: the
                 # stop of a recorded thread, above; or the adapter has not read yet that the
                 # window let it go): its capture begins once the recorder lets it go. Held
@@ -371,7 +379,6 @@ class RecordBreakpoints:
                 self._starting.add(thread)
         if not record_stop:
             return False  # (a normal breakpoint on the same line: the user sees the stop)
-        breakpoint = self._record_breakpoint(ids)
         self.session.paused = False
         hold = self.session.run_control.hold("record breakpoint")  # the user's continue waits
         threading.Thread(target=self._capture, args=(body, breakpoint, None, hold), daemon=True,
@@ -717,9 +724,7 @@ class RecordBreakpoints:
                 if self.session.run_control.resumed_since(mark):
                     log.info("record breakpoint: a stop held back during the capture is stale "
                              "(the program resumed since); not shown")
-                    ids = (raw.get("body") or {}).get("hitBreakpointIds") or []
-                    missed = self._record_breakpoint(ids) if ids and all(
-                        self._record_breakpoint([i]) is not None for i in ids) else None
+                    missed = self._record_hit(raw.get("body") or {})
                     if missed is not None and missed.get("path"):
                         # a record breakpoint's hit while another capture attached to its
                         # thread: the release of that one let this thread run on

@@ -3,10 +3,11 @@ every "no", why and how to fix it; and which external tools each feature
 needs (Go, Delve, gdb, perf, libipt, a C compiler), found or not, with how to
 get each one that is missing.
 
-Layer: adapter.commands, over adapter.hw (probes only; it opens and closes perf events on its own
-process, reads /proc and /sys and asks tools for their version, it never
-touches another process). The `record --backend auto` choice reads
-`recorder_backend()` from here. Exit status 0: the report is the result,
+Layer: adapter.commands, over adapter.hw and adapter.capture.recorders (probes only; it opens and
+closes perf events on its own process, reads /proc and /sys and asks tools for their version;
+the one process it touches is its own short-lived child, `sleep`, to which it attaches the
+DBI recorder and detaches again, to say whether dynamic instrumentation works here). The
+`record --recorder auto` choice reads `recorder_backend()` from here. Exit status 0: the report is the result,
 whatever it says.
 """
 from __future__ import annotations
@@ -71,8 +72,37 @@ def capabilities() -> dict:
             "CAP_SYS_ADMIN": bool(eff >> CAP_SYS_ADMIN & 1), "uid": os.geteuid()}
 
 
-def check(root=cpu_mod.PMU_ROOT) -> dict:
-    """Every fact and verdict `doctor` prints, as a dict (the --json output)."""
+def probe_dbi() -> dict:
+    """Whether the DBI recorder works here: Frida at the pinned version attaches to a child of
+    ours, the AVX-512 repair applies where it is needed, and it detaches leaving nothing."""
+    from adapter.capture import dbi, dbi_repair
+    info = {"frida": dbi.FRIDA_VERSION, "avx512": dbi_repair.cpu_has_avx512()}
+    try:
+        dbi.frida_module()
+    except dbi.DbiUnavailable as exc:
+        return {**info, "usable": False, "why_not": [str(exc)],
+                "fix": f"pip install frida=={dbi.FRIDA_VERSION} (scripts/bootstrap.sh does)"}
+    child = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        session = dbi.DbiSession(child.pid)
+        info["repair"] = session.repair
+        session.close()
+        if session.left_behind:
+            return {**info, "usable": False,
+                    "why_not": [f"Frida left {session.left_behind} in the probe process"]}
+        return {**info, "usable": True}
+    except dbi.DbiUnavailable as exc:
+        return {**info, "usable": False, "why_not": [str(exc)],
+                "fix": "record with --recorder stepper (ptrace) instead"}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def check(root=cpu_mod.PMU_ROOT, probe_dbi: bool = True) -> dict:
+    """Every fact and verdict `doctor` prints, as a dict (the --json output). probe_dbi False
+    leaves out the DBI probe (it attaches to a child: half a second)."""
     ident = cpu_mod.cpu_id()
     vm = cpu_mod.virtualization()
     caps = capabilities()
@@ -106,7 +136,7 @@ def check(root=cpu_mod.PMU_ROOT) -> dict:
                        "(check `grep -o intel_pt /proc/cpuinfo`)")
         intel_pt["why_not"] = why
         intel_pt["fix"] = ("run on a bare-metal Intel host (or a VM with PT passed through); "
-                           "here ptdebug records with the ptrace stepper instead")
+                           "here ptdebug records with DBI (Frida) or the ptrace stepper instead")
     else:
         kv = cpu_mod.kernel_version()
         intel_pt["aux_pause_resume"] = kv >= (6, 13)
@@ -146,6 +176,8 @@ def check(root=cpu_mod.PMU_ROOT) -> dict:
                             "launches; to attach to a running PID, run as root, grant "
                             "CAP_SYS_PTRACE, or sudo sysctl kernel.yama.ptrace_scope=0")
     report["ptrace"] = ptrace
+    if probe_dbi:
+        report["dbi"] = globals()["probe_dbi"]()
     report["recorder"] = recorder_backend(report)
     report["tools"] = external_tools()
     return report
@@ -226,13 +258,24 @@ def external_tools() -> dict:
 
 
 def recorder_backend(report: dict | None = None) -> dict:
-    """Which backend `record --backend auto` uses, and why."""
+    """Which recorder `record --recorder auto` uses for a program that DBI can follow (not a
+    Go program, not traced), and why (adapter/capture/recorders.py chooses per target)."""
+    from adapter.capture import recorders
     report = report or check()
     ipt = report["intel_pt"]
     if ipt["available"] and ipt.get("usable"):
         return {"backend": "intel_pt", "why": "the intel_pt PMU is present and usable"}
+    dbi = report.get("dbi")
+    if dbi is not None and dbi["usable"]:
+        choice = recorders.choose("auto", intel_pt_usable=False)
+        if choice.name == "dbi":
+            return {"backend": "dbi", "why": choice.why + "; Go programs and traced processes "
+                                                          "get the ptrace stepper"}
     if report["ptrace"]["usable"]:
         why = "no usable Intel PT here; the ptrace stepper records instead"
+        if dbi is not None and not dbi["usable"]:
+            why = f"no usable Intel PT, and DBI does not work here ({dbi['why_not'][0]}); " \
+                  "the ptrace stepper records instead"
         if report["breakpoints"].get("debug_registers", 0) == 0:
             why += " (without debug registers it cannot run: see breakpoints)"
             return {"backend": None, "why": why}
@@ -286,6 +329,14 @@ def format_report(r: dict) -> str:
         lines.append(f"  note: {p['limits']}")
     if "fix" in p:
         lines.append(f"  fix: {p['fix']}")
+    d = r.get("dbi")
+    if d is not None:
+        lines.append(f"dbi               {_yes(d['usable'])} (Frida {d['frida']}; AVX-512 "
+                     f"{_yes(d['avx512'])}{'; ' + d['repair'] if d.get('repair') else ''})")
+        for why in d.get("why_not", []):
+            lines.append(f"  why: {why}")
+        if "fix" in d:
+            lines.append(f"  fix: {d['fix']}")
     rec = r["recorder"]
     lines.append(f"recorder          {rec['backend'] or 'none'}: {rec['why']}")
     lines.append("tools")

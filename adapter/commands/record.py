@@ -1,8 +1,9 @@
 """`ptdebug record`: record a command or a running process into a trace bundle.
 
 Layer: adapter.commands (command line over adapter.capture). Parses and checks the arguments once,
-picks the backend (`auto`: Intel PT where `ptdebug doctor` says it works,
-else the ptrace stepper), calls it and prints where the bundle is and
+picks the recorder once (adapter/capture/recorders.py: `auto` is Intel PT where `ptdebug
+doctor` says it works, else DBI where Frida can follow the target, else the ptrace
+stepper; the reason is printed and in --json), calls it and prints where the bundle is and
 whether it is complete, and how a program it launched ended. Exit status:
 0 complete, 1 partial or failed (the bundle kept says why) or a launched
 program that was killed by a signal, 2 bad arguments. SIGINT and SIGTERM
@@ -20,7 +21,7 @@ import sys
 
 from adapter.capture import stepper as stepper_mod
 
-USAGE = ("ptdebug record [--backend auto|intel_pt|stepper] [--pid PID | --tid TID] "
+USAGE = ("ptdebug record [--recorder auto|intel_pt|dbi|stepper] [--pid PID | --tid TID] "
          "[--from SYMBOL|ADDR] [--until-return | --count N | --until SYMBOL|ADDR | "
          "--duration MS] -o BUNDLE [--force] [--json] [-- CMD ARGS...]")
 
@@ -29,7 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptdebug record", usage=USAGE,
                                 description="Record the instruction flow of a command or a "
                                             "running process into a trace bundle.")
-    p.add_argument("--backend", choices=("auto", "intel_pt", "stepper"), default="auto")
+    p.add_argument("--recorder", "--backend", dest="recorder", default="auto",
+                   choices=("auto", "intel_pt", "dbi", "stepper"),
+                   help="what records: Intel PT, dynamic instrumentation (Frida Stalker) or "
+                        "the ptrace stepper; auto takes the fastest this machine and target "
+                        "allow (--backend is the older name)")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--pid", type=int, help="attach to this running process")
     who.add_argument("--tid", type=int, help="attach to this one thread")
@@ -107,15 +112,34 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def choose_backend(requested: str) -> tuple[str, str]:
+def choose_recorder(args) -> tuple[str, str]:
+    """The recorder (recorders.choose) and why; exits 2 when nothing can record here."""
+    from adapter.capture import recorders
     from adapter.commands import doctor
-    if requested != "auto":
-        return requested, f"--backend {requested}"
-    choice = doctor.recorder_backend()
-    if choice["backend"] is None:
-        raise SystemExit(f"ptdebug record: no backend can record here: {choice['why']} "
-                         "(see `ptdebug doctor`)")
-    return choice["backend"], choice["why"]
+    if args.recorder == "auto":
+        report = doctor.check(probe_dbi=False)
+        if report["recorder"]["backend"] is None and not report["ptrace"]["usable"]:
+            raise SystemExit(f"ptdebug record: no recorder can record here: "
+                             f"{report['recorder']['why']} (see `ptdebug doctor`)")
+        ipt = report["intel_pt"]
+        choice = recorders.choose(
+            "auto", pid=args.pid if args.pid is not None else (
+                _pid_of_tid(args.tid) if args.tid is not None else None),
+            program=shutil.which(args.command[0]) if args.command else None,
+            intel_pt_usable=bool(ipt["available"] and ipt.get("usable")))
+        return choice.name, choice.why
+    return args.recorder, f"--recorder {args.recorder}"
+
+
+def _pid_of_tid(tid: int) -> int | None:
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def describe_exit(code: int) -> str:
@@ -155,11 +179,14 @@ def _report_program(code: int | None, log) -> bool:
     return code < 0
 
 
-def summary(manifest: dict, bundle, backend: str, program_exit: int | None = None) -> dict:
-    """`record --json`: what was recorded, where, and whether it is complete."""
+def summary(manifest: dict, bundle, backend: str, program_exit: int | None = None,
+            why: str | None = None) -> dict:
+    """`record --json`: what was recorded, where, by which recorder and why, and whether it
+    is complete (`backend` is the recorder's older name, kept for scripts)."""
     stats = manifest.get("stats") or {}
     return {"status": manifest.get("status"), "bundle": os.path.abspath(bundle),
-            "backend": backend, "threads": [t.get("tid") for t in manifest.get("threads", [])],
+            "recorder": {"name": backend, "why": why}, "backend": backend,
+            "threads": [t.get("tid") for t in manifest.get("threads", [])],
             "instructions": stats.get("instructions"), "end_reason": stats.get("end_reason"),
             "partial_reason": manifest.get("partial_reason"), "program_exit": program_exit,
             "python": _python_summary(manifest)}
@@ -176,9 +203,9 @@ def _python_summary(manifest: dict) -> dict | None:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    backend, why = choose_backend(args.backend)
+    backend, why = choose_recorder(args)
     log = (lambda msg: print(f"ptdebug record: {msg}", file=sys.stderr))
-    log(f"backend {backend} ({why})")
+    log(f"recorder {backend} ({why})")
     if backend == "intel_pt":
         from adapter.capture import intel_pt
         try:
@@ -187,10 +214,16 @@ def main(argv: list[str]) -> int:
             print(f"ptdebug record: {exc}", file=sys.stderr)
             return 1
         if args.json:
-            print(json.dumps(summary(result, args.output, backend)))
+            print(json.dumps(summary(result, args.output, backend, why=why)))
         return 0 if result["status"] == "complete" else 1
     from adapter.capture import record
     _stop_on_sigterm()
+    if backend == "dbi":
+        outcome = _record_dbi(args, log)
+        if outcome is not None:
+            return _report(args, *outcome, backend="dbi", why=why, log=log)
+        backend, why = "stepper", "DBI cannot record this (said above); the ptrace stepper records"
+        log(f"recorder {backend} ({why})")
     end = stepper_mod.EndCondition(count=args.count, until_return=args.until_return,
                                    duration_ms=args.duration)
     if args.until:
@@ -206,18 +239,55 @@ def main(argv: list[str]) -> int:
             trigger_timeout=args.trigger_timeout, log=log, breakpoints=args.breakpoints,
             max_instructions=args.max_instructions, wait_for_exit=True, python=args.python)
     except record.RecordFailed as exc:
-        log(str(exc))
-        if exc.bundle:
-            log(f"partial bundle kept at {exc.bundle}")
-        if exc.killed_program is not None:
-            log(f"ended the program (pid {exc.killed_program}): its recording never began")
-        elif exc.program is not None:
-            _report_program(_wait_for_program(exc.program, log), log)
-        return 1
+        return _failed(exc, log)
+    return _report(args, result, backend=backend, why=why, log=log)
+
+
+def _failed(exc, log) -> int:
+    log(str(exc))
+    if exc.bundle:
+        log(f"partial bundle kept at {exc.bundle}")
+    if exc.killed_program is not None:
+        log(f"ended the program (pid {exc.killed_program}): its recording never began")
+    elif exc.program is not None:
+        _report_program(_wait_for_program(exc.program, log), log)
+    return 1
+
+
+def _record_dbi(args, log):
+    """Record with DBI: (result,) when it recorded, None when DBI cannot record this target
+    or these options (the caller falls back to the stepper). A failed recording exits."""
+    from adapter.capture import dbi, record, record_dbi
+    for option, given in (("--until", args.until), ("--python on", args.python == "on")):
+        if not given:
+            continue
+        if args.recorder == "dbi":
+            raise SystemExit(f"ptdebug record: {option} is not supported by the dbi recorder "
+                             "(use --recorder stepper)")
+        log(f"{option} needs the ptrace stepper")
+        return None
+    end = stepper_mod.EndCondition(count=args.count, until_return=args.until_return,
+                                   duration_ms=args.duration)
+    try:
+        return (record_dbi.record_dbi(
+            args.output, command=args.command or None, pid=args.pid, tid=args.tid,
+            start=args.start, end=end, copy_images=not args.no_copy_images,
+            max_instructions=args.max_instructions, log=log,
+            trigger_timeout=args.trigger_timeout),)
+    except dbi.DbiUnavailable as exc:
+        log(f"DBI cannot record this target: {exc}")
+        if args.recorder == "dbi":
+            raise SystemExit(1) from None
+        return None
+    except record.RecordFailed as exc:
+        raise SystemExit(_failed(exc, log)) from None
+
+
+def _report(args, result, *, backend: str, why: str, log) -> int:
     m = result.manifest
     stats = m.get("stats", {})
     if args.json:
-        print(json.dumps(summary(m, result.bundle, backend, result.target_exit)))
+        print(json.dumps(summary(m, result.bundle, backend, result.target_exit, why=why)))
     else:
         print(f"{m['status']}: {stats.get('instructions', 0)} instructions of thread "
               f"{m['threads'][0]['tid'] if m['threads'] else '?'} in {result.bundle} "

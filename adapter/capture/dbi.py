@@ -123,7 +123,9 @@ class DbiSession:
     """Frida attached to process `pid` with the agent loaded (see the module doc). Raises
     DbiUnavailable when Frida cannot attach or the AVX-512 repair cannot be applied."""
 
-    def __init__(self, pid: int, log=lambda msg: None):
+    def __init__(self, pid: int, log=lambda msg: None, *, avx512_repair: bool = True):
+        """avx512_repair False leaves Stalker's vector restore as Frida ships it: only for
+        the test that shows what the repair prevents."""
         frida = frida_module()
         self.pid = pid
         self.log = log
@@ -151,7 +153,9 @@ class DbiSession:
             self._script.on("message", self._on_message)
             self._script.load()
             self.api = self._script.exports_sync
-            if dbi_repair.cpu_has_avx512():
+            if not avx512_repair:
+                self.repair = "not applied (asked not to)"
+            elif dbi_repair.cpu_has_avx512():
                 where = dbi_repair.repair_stalker_epilog(pid)
                 self.repair = f"Stalker's vector restore rewritten at {where:#x} (AVX-512)"
             path, _fd, self._table = self._add_file("table", TABLE_BYTES)

@@ -95,12 +95,14 @@ def repair_stalker_epilog(pid: int) -> int:
         raise RepairError(f"Frida's agent is not mapped in process {pid}")
     hits: list[int] = []
     already: list[int] = []
+    unreadable: list[str] = []
     with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
         for start, end in ranges:
             mem.seek(start)
             try:
                 data = mem.read(end - start)
-            except OSError:
+            except OSError as exc:
+                unreadable.append(f"{start:#x}-{end:#x}: {exc.strerror}")
                 continue
             hits += [start + m.start() for m in re.finditer(re.escape(_VEX_RESTORE), data)]
             already += [start + m.start() for m in re.finditer(re.escape(EVEX_RESTORE), data)]
@@ -109,7 +111,9 @@ def repair_stalker_epilog(pid: int) -> int:
                 f"Frida's vector-state restore template was found {len(hits)} times "
                 f"({len(already)} already rewritten) instead of once: this Frida build is not "
                 "the one the AVX-512 repair was checked against, and Stalker would clear "
-                "bits 511:256 of zmm0-15 in the recorded program")
+                "bits 511:256 of zmm0-15 in the recorded program"
+                + (f" (unreadable: {', '.join(unreadable)})" if unreadable else "")
+                + f" [{len(ranges)} agent mappings searched]")
         mem.seek(hits[0])
         mem.write(EVEX_RESTORE)
         mem.seek(hits[0])

@@ -47,13 +47,19 @@ def go_program(path: str) -> bool:
 
 
 def _tracer(pid: int) -> int:
+    """The pid of a tracer holding any thread of process `pid` (0: none)."""
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("TracerPid:"):
-                    return int(line.split()[1])
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        pass
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("TracerPid:") and int(line.split()[1]):
+                        return int(line.split()[1])
+        except OSError:
+            continue
     return 0
 
 

@@ -358,8 +358,9 @@ def make_config(tc: TraceConfig, begin: int, size: int) -> PtConfig:
         rc = _lib().pt_cpu_errata(C.addressof(cfg) + PtConfig.errata.offset, C.byref(cfg.cpu))
         if rc < 0 and -rc != PTE_BAD_CPU:                   # unknown model: no errata, fine
             _check(rc, "pt_cpu_errata")
-    cfg.mtc_freq, cfg.nom_freq = tc.mtc_freq, tc.nom_freq
-    cfg.cpuid_0x15_eax, cfg.cpuid_0x15_ebx = tc.cpuid_0x15
+    # a bundle without MTC (the DBI recorder's: TSC only) gives None: libipt's 0, "unknown"
+    cfg.mtc_freq, cfg.nom_freq = tc.mtc_freq or 0, tc.nom_freq or 0
+    cfg.cpuid_0x15_eax, cfg.cpuid_0x15_ebx = (v or 0 for v in tc.cpuid_0x15)
     return cfg
 
 

@@ -43,7 +43,8 @@ class SymbolTable:
     """The function symbols of one module at their runtime addresses.
 
     Sorted by start address. A symbol of size 0 (common for assembly labels)
-    is taken to run to the next symbol's start, as `perf` and `gdb` do.
+    is taken to run to the next symbol's start, as `perf` and `gdb` do (ELF symbols
+    come with that size worked out and bounded by their section: elf_function_symbols).
     Where several symbols share a start (aliases), the global one is kept.
     """
 

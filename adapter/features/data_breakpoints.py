@@ -643,7 +643,12 @@ class DataBreakpoints:
         changes), ("buf written (value unchanged: A)", " by"). The values are never `?`
         while the bytes can be read: perf gives the value before the first and after the
         last write of a batch only, so a hit in between takes as old the value last shown
-        for the watch, and as new the bytes read now."""
+        for the watch, and as new the bytes read now; such a hit is never said to leave
+        the value unchanged (what it wrote is not known), and equal values then read
+        ("buf written (now A)", " by")."""
+        # the bytes right after this very write: read while its writer is held, or perf's
+        # after-value of a batch this hit ends
+        after_known = new is not None or hit.new is not None
         if new is None:
             new = hit.new if hit.new is not None else self.watcher.read_now(armed.watch)
         old = hit.old if hit.old is not None else self._shown.get(armed.id)
@@ -652,7 +657,9 @@ class DataBreakpoints:
         fmt = armed.target.format
         label = armed.target.label
         if old is not None and new is not None and bytes(old) == bytes(new):
-            return f"{label} written (value unchanged: {decode_value(new, fmt)})", " by"
+            if hit.old is not None and after_known:  # both sides of this one write
+                return f"{label} written (value unchanged: {decode_value(new, fmt)})", " by"
+            return f"{label} written (now {decode_value(new, fmt)})", " by"
         old_text = decode_value(old, fmt) if old is not None else "(not read)"
         new_text = decode_value(new, fmt) if new is not None else "(unreadable now)"
         return f"{label} changed from {old_text} to {new_text}", ": written by"

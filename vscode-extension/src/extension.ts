@@ -258,8 +258,9 @@ function probeStart(line: CommandLine): Promise<StartProbe & { timedOut: boolean
             } else if (typeof failure.code === 'string') {
                 resolve({ spawnError: failure.code, status: null, stderr: String(stderr), timedOut: false });
             } else {
+                // killed: only execFile's timeout kills it (the exit code is then null)
                 resolve({ status: typeof failure.code === 'number' ? failure.code : null, stderr: String(stderr),
-                    timedOut: failure.killed === true && failure.code === undefined });
+                    timedOut: failure.killed === true });
             }
         });
     });

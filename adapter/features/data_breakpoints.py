@@ -838,8 +838,9 @@ class DataBreakpoints:
         if isinstance(image, str):
             return f"{ip:#x} ({image})"
         symbol = image.symbolize(ip)
-        if symbol is None:
-            return f"{ip:#x}"
+        if symbol is None:  # no function there: the address and its module, never a guess
+            module = image.module_at(ip)
+            return f"{ip:#x} ({module.path.rsplit('/', 1)[-1]})" if module is not None else f"{ip:#x}"
         module = symbol.module.rsplit("/", 1)[-1]
         return f"{symbol.name}+{symbol.offset:#x} ({module}, ip {ip:#x})"
 

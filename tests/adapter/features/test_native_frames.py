@@ -140,10 +140,16 @@ def test_no_frame_is_named_after_a_section_marker_or_data_of_libpython():
     address = sections[".eh_frame_hdr"] + 0x10
     frame, = NativeFrameMaker().frames(symbols, [address], "at the write")
     assert frame["name"] == f"{address:#x} [{os.path.basename(module.path)}, at the write]", frame
+    # the stop's description (data_breakpoints._symbol) says the same
+    from adapter.features.data_breakpoints import DataBreakpoints
+    assert DataBreakpoints._symbol(None, address, symbols) == \
+        f"{address:#x} ({os.path.basename(module.path)})"
     # a real function of libpython keeps its name
     function = ctypes.cast(ctypes.pythonapi.PyLong_FromLong, ctypes.c_void_p).value
     found = symbols.symbolize(function + 2)
     assert found is not None and found.name == "PyLong_FromLong" and found.offset == 2, found
+    assert DataBreakpoints._symbol(None, function + 2, symbols) == \
+        f"PyLong_FromLong+0x2 ({os.path.basename(module.path)}, ip {function + 2:#x})"
 
 
 def test_elf_function_symbols_keep_functions_only():

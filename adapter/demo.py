@@ -265,9 +265,12 @@ class Demo:
         self.say(f"line {request_line}: {answer['breakpoints'][0].get('message', 'set')}")
         dap.call("continue", {"threadId": hit["threadId"]})
         capture = dap.event("ptdebug/capture", "the record breakpoint", timeout=40)
+        if capture.get("clock") == "stepper":  # its cycles are those ns: not CPU cycles
+            cost = f"{capture['durationNs'] / 1e6:.3f} ms stepper time (ptrace-slowed)"
+        else:
+            cost = f"{capture['cycles']} cycles, {capture['durationNs'] / 1e6:.3f} ms"
         self.say(f"record breakpoint: capture {capture['id']}: thread {capture['tid']}, "
-                 f"{capture['window']}: {capture['instructions']} instructions, "
-                 f"{capture['cycles']} cycles, {capture['durationNs'] / 1e6:.3f} ms, "
+                 f"{capture['window']}: {capture['instructions']} instructions, {cost}, "
                  f"{len(capture['gaps'])} gaps")
         stopped = dap.event("stopped", "the stop after the recorded request",
                             lambda b: b.get("reason") == "breakpoint")

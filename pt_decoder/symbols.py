@@ -43,7 +43,8 @@ class SymbolTable:
     """The function symbols of one module at their runtime addresses.
 
     Sorted by start address. A symbol of size 0 (common for assembly labels)
-    is taken to run to the next symbol's start, as `perf` and `gdb` do.
+    is taken to run to the next symbol's start, as `perf` and `gdb` do (ELF symbols
+    come with that size worked out and bounded by their section: elf_function_symbols).
     Where several symbols share a start (aliases), the global one is kept.
     """
 
@@ -96,27 +97,65 @@ class SymbolTable:
 
 
 def elf_function_symbols(elf: ELFFile, bias: int) -> list[tuple[int, int, str]]:
-    """(start + bias, size, name) of every defined function (and size-0 code label)
-    in .symtab and .dynsym; global symbols first, then weak, then local, so that the
-    strongest name of an address wins."""
-    ranked: tuple[list, list, list] = ([], [], [])  # global, weak, local
+    """(start + bias, size, name) of every defined function in .symtab and .dynsym; global
+    symbols first, then weak, then local, so that the strongest name of an address wins.
+
+    A function is an STT_FUNC or STT_GNU_IFUNC symbol of an executable section (by type,
+    never by name): section markers and linker labels (__GNU_EH_FRAME_HDR, _DYNAMIC,
+    _GLOBAL_OFFSET_TABLE_, __bss_start, _end: STT_NOTYPE or STT_OBJECT, in data) name no
+    code. Taken to run to the next symbol, a size-0 one of them named libpython's whole data
+    (issue 35). A function of size 0 (an assembly label without `.size`) gets the size up to
+    the next function's start or its section's end, whichever comes first, so that every
+    entry has a nonzero size and none runs past the code it is in."""
+    sections: dict[int, tuple[int, int] | None] = {}
+
+    def code_section(shndx: int) -> tuple[int, int] | None:
+        """(start, end) of section `shndx` when it holds code (SHF_EXECINSTR; in a separate
+        debug file the code sections are kept as SHT_NOBITS headers, flags and all)."""
+        if shndx not in sections:
+            found = None
+            if 0 < shndx < SHN_LORESERVE and shndx < elf.num_sections():
+                header = elf.get_section(shndx).header
+                if header["sh_flags"] & SHF_EXECINSTR:
+                    found = (header["sh_addr"], header["sh_addr"] + header["sh_size"])
+            sections[shndx] = found
+        return sections[shndx]
+
+    found: list[tuple[int, int, str, int, int]] = []  # value, size, name, rank, shndx
     for section_name in (".symtab", ".dynsym"):
         section = elf.get_section_by_name(section_name)
         if section is None or not hasattr(section, "iter_symbols"):
             continue
         for value, size, name, kind, bind, shndx in _symbols(elf, section):
-            if kind not in (STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC) or shndx in (SHN_UNDEF, SHN_ABS) or not name:
+            if kind not in (STT_FUNC, STT_GNU_IFUNC) or not name or code_section(shndx) is None:
                 continue
-            if kind == STT_NOTYPE and size == 0 and name.startswith("$"):
-                continue  # mapping symbols of other architectures
-            ranked[0 if bind == STB_GLOBAL else 1 if bind == STB_WEAK else 2].append((value + bias, size, name))
+            found.append((value, size, name, 0 if bind == STB_GLOBAL else 1 if bind == STB_WEAK else 2, shndx))
+    starts: dict[int, list[int]] = {}
+    for value, _size, _name, _rank, shndx in found:
+        starts.setdefault(shndx, []).append(value)
+    for values in starts.values():
+        values.sort()
+    ranked: tuple[list, list, list] = ([], [], [])  # global, weak, local
+    for value, size, name, rank, shndx in found:
+        if size == 0:
+            values = starts[shndx]
+            following = bisect.bisect_right(values, value)
+            end = code_section(shndx)[1]
+            if following < len(values):
+                end = min(end, values[following])
+            size = end - value
+            if size <= 0:
+                continue  # a label at the very end of its section: no code of its own
+        ranked[rank].append((value + bias, size, name))
     return ranked[0] + ranked[1] + ranked[2]
 
 
-# ELF symbol fields (System V gABI, "Symbol Table"): st_info = bind << 4 | type.
-STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
+# ELF symbol and section fields (System V gABI, "Symbol Table", "Sections"):
+# st_info = bind << 4 | type; SHF_EXECINSTR marks a section holding machine instructions.
+STT_FUNC, STT_GNU_IFUNC = 2, 10
 STB_GLOBAL, STB_WEAK = 1, 2
-SHN_UNDEF, SHN_ABS = 0, 0xFFF1
+SHN_UNDEF, SHN_LORESERVE, SHN_ABS = 0, 0xFF00, 0xFFF1
+SHF_EXECINSTR = 0x4
 
 
 def _symbols(elf: ELFFile, section):
@@ -133,7 +172,7 @@ def _symbols(elf: ELFFile, section):
             name = strings[st_name: end if end >= 0 else len(strings)].decode("utf-8", "replace")
             yield value, size, name, info & 0xF, info >> 4, shndx
         return
-    types = {"STT_NOTYPE": STT_NOTYPE, "STT_FUNC": STT_FUNC, "STT_GNU_IFUNC": STT_GNU_IFUNC}
+    types = {"STT_FUNC": STT_FUNC, "STT_GNU_IFUNC": STT_GNU_IFUNC}
     binds = {"STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}
     for sym in section.iter_symbols():
         shndx = sym["st_shndx"]

@@ -25,7 +25,13 @@ import time
 
 from adapter.hw.gdb_inject import gdb_injection_problem
 from adapter.protocol.channel import Channel
-from adapter.protocol.errors import AdapterError, BackendError, BackendGone, BackendTimeout
+from adapter.protocol.errors import (
+    AdapterError,
+    BackendError,
+    BackendGone,
+    BackendTimeout,
+    InvalidLaunchConfig,
+)
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
@@ -70,6 +76,26 @@ BACKEND_MAX_MESSAGE = 512 * 1024 * 1024
 answer (a long repr) must reach the client rather than end the session."""
 
 
+def check_launch_paths(config: LaunchConfig) -> None:
+    """Refuse a launch whose `cwd` or `program` does not exist, naming the full path, before
+    debugpy is started: debugpy reports a missing program's directory as "Failed to spawn
+    launcher: [Errno 2] ... '/dir'" (it is the default cwd), and a missing file in an existing
+    directory as the interpreter's "can't open file" in the program's output (issue 35).
+    A relative program is the interpreter's: relative to `cwd`, else the adapter's directory.
+    Raises InvalidLaunchConfig (shown to the user)."""
+    if config.cwd is not None and not os.path.isdir(config.cwd):
+        raise InvalidLaunchConfig(f"the launch's cwd {os.path.abspath(config.cwd)} does not exist "
+                                  "or is not a directory")
+    if config.program is None or config.module is not None:
+        return
+    program = os.path.join(config.cwd or os.getcwd(), os.path.expanduser(config.program))
+    if not os.path.exists(program):
+        raise InvalidLaunchConfig(f"the program {os.path.abspath(program)} does not exist "
+                                  f"(launch 'program': {config.program!r}"
+                                  + (f", relative to cwd {config.cwd}" if config.cwd and
+                                     not os.path.isabs(config.program) else "") + ")")
+
+
 class DebugpyBackend(Backend):
     name = "debugpy"
     title = "debugpy"
@@ -94,6 +120,8 @@ class DebugpyBackend(Backend):
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
+        if isinstance(config, LaunchConfig):
+            check_launch_paths(config)
         if isinstance(config, AttachConfig) and config.connect is not None:
             self._connect(config.connect.host, config.connect.port)
             return

@@ -119,6 +119,7 @@ class Capture:
         return dataclasses.asdict(CaptureNowOut(
             id=self.id, threadId=self.thread_id, tid=self.tid, window=self.window.describe(),
             instructions=self.instructions, cycles=self.cycles, durationNs=self.duration_ns,
+            clock=self.trace.clock, clockLabel=self.trace.clock_label,
             gaps=[CaptureGap(g.position, g.reason) for g in self.history.gaps],
             bundle=self.bundle, endReason=self.end_reason,
             status="partial" if self.partial else "complete",

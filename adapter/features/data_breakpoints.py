@@ -499,9 +499,9 @@ class DataBreakpoints:
         body = dict(raw.get("body") or {})
         thread_id = body.get("threadId")
         new = self.watcher.read_now(armed.watch)  # the writer is held: this is its write
-        old, new_text = self._values(hit, armed, new)
+        change, written_by = self._change(hit, armed, new)
         image = self._image()
-        text = (f"{armed.target.label} changed from {old} to {new_text}: written by thread "
+        text = (f"{change}{written_by} thread "
                 f"{self._thread_name(thread_id, hit.tid)!r} (tid {hit.tid}) in "
                 f"{self._symbol(hit.ip, image)}; the thread is held at the write")
         stop_all = self.session.launch_arguments.get("stopAllThreadsOnSuspend", True)
@@ -586,9 +586,9 @@ class DataBreakpoints:
             self._stop_for(hit, 1)
             return
         thread_id, thread_name = self._dap_thread_of(hit.tid)
-        old, new = self._values(hit, armed)
+        change, written_by = self._change(hit, armed)
         image = self._image()
-        text = (f"{armed.target.label} changed from {old} to {new}: written by thread "
+        text = (f"{change}{written_by} thread "
                 f"{thread_name!r} (tid {hit.tid}) in {self._symbol(hit.ip, image)} while "
                 "ptdebug recorded a trace window")
         body = {"reason": "data breakpoint", "description": text, "text": text,
@@ -623,10 +623,10 @@ class DataBreakpoints:
             thread_name = self._thread_name(thread_id)
         else:
             thread_id, thread_name = self._dap_thread_of(hit.tid)
-        old, new = self._values(hit, armed)
+        change, written_by = self._change(hit, armed)
         image = self._image()
         symbol = self._symbol(hit.ip, image)
-        text = (f"{armed.target.label} changed from {old} to {new}: written by thread "
+        text = (f"{change}{written_by} thread "
                 f"{thread_name!r} (tid {hit.tid}) in {symbol}"
                 + (f"; {count} writes seen" if count > 1 else ""))
         body = dict(stopped.get("body") or {})
@@ -636,28 +636,42 @@ class DataBreakpoints:
             body["threadId"] = thread_id
         self._show_stop(hit, thread_id, image, body)
 
-    def _values(self, hit, armed: Armed, new: bytes | None = None) -> tuple[str, str]:
-        """Old and new value of a hit as text, never `?` while the bytes can be read: perf
-        gives the value before the first and after the last write of a batch only, so a
-        hit in between takes as old the value last shown for the watch, and as new the
-        bytes read now."""
+    def _change(self, hit, armed: Armed, new: bytes | None = None) -> tuple[str, str]:
+        """What a hit did to the watched value, as text, and the words that lead to its
+        writer: ("buf changed from A to B", ": written by"), or, for a write that stored
+        the bytes already there (a stop all the same: the hardware sees writes, not
+        changes), ("buf written (value unchanged: A)", " by"). The values are never `?`
+        while the bytes can be read: perf gives the value before the first and after the
+        last write of a batch only, so a hit in between takes as old the value last shown
+        for the watch, and as new the bytes read now; such a hit is never said to leave
+        the value unchanged (what it wrote is not known), and equal values then read
+        ("buf written (now A)", " by")."""
+        # the bytes right after this very write: read while its writer is held, or perf's
+        # after-value of a batch this hit ends
+        after_known = new is not None or hit.new is not None
         if new is None:
             new = hit.new if hit.new is not None else self.watcher.read_now(armed.watch)
         old = hit.old if hit.old is not None else self._shown.get(armed.id)
         if new is not None:
             self._shown[armed.id] = new
         fmt = armed.target.format
-        return (decode_value(old, fmt) if old is not None else "(not read)",
-                decode_value(new, fmt) if new is not None else "(unreadable now)")
+        label = armed.target.label
+        if old is not None and new is not None and bytes(old) == bytes(new):
+            if hit.old is not None and after_known:  # both sides of this one write
+                return f"{label} written (value unchanged: {decode_value(new, fmt)})", " by"
+            return f"{label} written (now {decode_value(new, fmt)})", " by"
+        old_text = decode_value(old, fmt) if old is not None else "(not read)"
+        new_text = decode_value(new, fmt) if new is not None else "(unreadable now)"
+        return f"{label} changed from {old_text} to {new_text}", ": written by"
 
     def _report_while_paused(self, hits: list) -> None:
         for hit in hits:
             armed = next((a for a in self.armed.values() if a.watch is hit.watch), None)
             if armed is None:
                 continue
-            old, new = self._values(hit, armed)
+            change, _ = self._change(hit, armed)
             self.session.client.send_event("output", {"category": "console", "output":
-                f"ptdebug: {armed.target.label} changed from {old} to {new} while the program "
+                f"ptdebug: {change} while the program "
                 f"was paused (thread tid {hit.tid}, in {self._symbol(hit.ip)})\n"})
 
     def _filter_event(self, raw: dict) -> bool:
@@ -824,8 +838,9 @@ class DataBreakpoints:
         if isinstance(image, str):
             return f"{ip:#x} ({image})"
         symbol = image.symbolize(ip)
-        if symbol is None:
-            return f"{ip:#x}"
+        if symbol is None:  # no function there: the address and its module, never a guess
+            module = image.module_at(ip)
+            return f"{ip:#x} ({module.path.rsplit('/', 1)[-1]})" if module is not None else f"{ip:#x}"
         module = symbol.module.rsplit("/", 1)[-1]
         return f"{symbol.name}+{symbol.offset:#x} ({module}, ip {ip:#x})"
 

@@ -166,6 +166,8 @@ class ProcessSymbols:
         """(path, device, inode, mtime) -> (PT_LOAD (p_vaddr, p_offset, p_filesz)s, build id)."""
         self._keys: dict[int, tuple] = {}
         """id(module) -> its table key (None: a snapshot table kept in _snapshots)."""
+        self._code: dict[int, list[tuple[int, int]]] = {}
+        """id(module) -> its executable mappings (lo, hi): a module spans its data too."""
         self._snapshots: dict[tuple, object] = {}
         self._perf_map: tuple[tuple, object] | None = None
         self._loading: dict[tuple, threading.Event] = {}
@@ -200,7 +202,7 @@ class ProcessSymbols:
                 spans.setdefault(name, []).append((lo, hi, parts[1], int(parts[2], 16)))
             elif "x" in parts[1] and name == "[vdso]":
                 anonymous.append((lo, hi, name))
-        modules, keys = [], {}
+        modules, keys, code_of = [], {}, {}
         for path, maps in spans.items():
             code = [m for m in maps if "x" in m[2]]
             if not code:
@@ -223,11 +225,13 @@ class ProcessSymbols:
             module = Module(path, "elf", low, high - low, min(maps)[3], bias, build_id)
             modules.append(module)
             keys[id(module)] = file_key + (bias,)
+            code_of[id(module)] = [(m[0], m[1]) for m in code]
         for lo, hi, name in anonymous:
             module = Module(name, "snapshot", lo, hi - lo, 0, 0, None)
             modules.append(module)
             keys[id(module)] = ("snapshot", name, lo, hi)
-        self.modules, self._keys = modules, keys
+            code_of[id(module)] = [(lo, hi)]
+        self.modules, self._keys, self._code = modules, keys, code_of
 
     def _layout(self, file_key: tuple) -> tuple | None:
         if file_key not in self._layouts:
@@ -244,6 +248,11 @@ class ProcessSymbols:
                     return module
         return None
 
+    def executable(self, module, addr: int) -> bool:
+        """Whether `addr` is in one of `module`'s executable mappings (not its data)."""
+        with self._lock:
+            return any(lo <= addr < hi for lo, hi in self._code.get(id(module), ()))
+
     def symbolize(self, addr: int):
         """The function holding `addr` (pt_decoder.symbols.Symbol), or None: the perf map
         first (JIT code), then the symbols of the module mapped there."""
@@ -253,8 +262,8 @@ class ProcessSymbols:
             if symbol is not None:
                 return symbol
         module = self.module_at(addr)
-        if module is None:
-            return None
+        if module is None or not self.executable(module, addr):
+            return None  # data of a module (its .eh_frame_hdr, .data, GOT): no function there
         table = self.table(module)
         return table.lookup(addr) if table is not None else None
 

@@ -478,10 +478,14 @@ class RecordBreakpoints:
     def _keep(self, capture: Capture) -> None:
         self.captures.append(capture)
         self.session.client.send_event("ptdebug/capture", capture.event_body())
+        if capture.trace.clock == "stepper":  # its cycles are its ns: said once, as what they are
+            cost = (f"{capture.duration_ns / 1e6:.3f} ms stepper time (ptrace-slowed, not CPU "
+                    "time)")
+        else:
+            cost = f"{capture.cycles} cycles, {capture.duration_ns / 1e6:.3f} ms"
         self.session.client.send_event("output", {"category": "console", "output":
             f"ptdebug: capture {capture.id}: thread {capture.tid}, {capture.window.describe()}: "
-            f"{capture.instructions} instructions, {capture.cycles} cycles, "
-            f"{capture.duration_ns / 1e6:.3f} ms, {len(capture.history.gaps)} gaps\n"})
+            f"{capture.instructions} instructions, {cost}, {len(capture.history.gaps)} gaps\n"})
         for listener in self._listeners:
             listener(capture)
 

@@ -96,6 +96,8 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
         plain("capture", f"#{capture.id}, thread {capture.tid}: {capture.window.describe()}"),
         plain("position", f"instruction {position} of {capture.instructions}"
               + (" (the window's last)" if position == last else " (replaying)")),
+        # which clock the times and cycles below are, as the ptdebug/capture event says
+        plain("clock", trace.clock_label, trace.clock),
     ]
     if trace.manifest.get("backend") == "stepper":
         timing = _stepper_timing(capture, position, plain)

@@ -316,6 +316,13 @@ class CaptureNowOut:
     """Cycles in the window (the stepper's are ns of a thread slowed by ptrace)."""
     durationNs: int
     """Window length in nanoseconds."""
+    clock: Literal["tsc", "stepper"]
+    """Which clock `durationNs` and `cycles` come from: "tsc" (the CPU's TSC and CYC cycles,
+    Intel PT) or "stepper" (the ptrace stepper's wall-clock ns of a ptrace-slowed thread;
+    its `cycles` are those ns again, not CPU cycles)."""
+    clockLabel: str
+    """The clock in words, for the views ("stepper time: wall-clock ns of a thread slowed by
+    ptrace, not CPU time; ...")."""
     gaps: list[CaptureGap]
     """Where the trace was lost, if anywhere."""
     bundle: str

@@ -295,6 +295,24 @@ class Recording:
         Perfetto argument, JSON key): `cycles`, or `stepper_ns` for a stepper recording."""
         return STEPPER_CYCLES_NAME if self.stepper else "cycles"
 
+    @property
+    def clock(self) -> str:
+        """Which clock the times and cycles are: "stepper" (the stepper's wall-clock ns, its
+        cycles the same ns) or "tsc" (the CPU's TSC, cycles from CYC packets). The same
+        values as the `clock` of `ptdebug latency --json`, `export` and the hot-line lenses."""
+        return "stepper" if self.stepper else "tsc"
+
+    @property
+    def clock_label(self) -> str:
+        """The clock in words, for a view that shows times or cycles (the capture event)."""
+        if self.stepper:
+            return (f"{STEPPER_TIME}: wall-clock ns of a thread slowed by ptrace, not CPU "
+                    "time; its cycles are those ns")
+        timing = self.manifest.get("timing") or {}
+        return ("CPU time: TSC; cycles from CYC packets" if timing.get("cyc")
+                else "CPU time: TSC; no CYC packets were recorded, so cycles are not "
+                "cycle-accurate")
+
     def timing_note(self) -> str | None:
         """One sentence saying what a stepper recording's times are, with this recording's
         time per instruction; None for a recording whose times are the CPU's."""

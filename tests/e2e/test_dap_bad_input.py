@@ -155,3 +155,32 @@ def test_bad_requests_in_a_live_session_never_hurt_the_debuggee(start_adapter):
     client.expect_event("terminated")
     client.call("disconnect", {})
     assert run.wait_exit() == 0
+
+
+def test_a_program_that_does_not_exist_is_named(start_adapter, tmp_path):
+    """Issue 35: a launch of a missing Python program failed with "Failed to spawn launcher:
+    [Errno 2] No such file or directory: '/nonexistent'" (debugpy's cwd, the program's
+    directory), not shown to the user; a missing file in an existing directory ran the
+    interpreter on it. Now the launch fails at once (1201, shown to the user) naming the
+    program's full path, no debugpy is started, and a corrected launch still works."""
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    for arguments, named in [
+        ({"program": "/nonexistent/nope.py"}, "/nonexistent/nope.py"),
+        ({"program": "nope.py", "cwd": str(tmp_path)}, str(tmp_path / "nope.py")),
+        ({"program": str(BASIC), "cwd": str(tmp_path / "gone")}, str(tmp_path / "gone")),
+    ]:
+        response = client.request("launch", {**arguments, "console": "internalConsole"},
+                                  timeout=10)
+        assert response["success"] is False, response
+        error = response["body"]["error"]
+        assert error["id"] == 1201 and error["showUser"] is True, response
+        assert named in response["message"] and "does not exist" in response["message"], response
+        assert run.track() == {}, "a process was started for a launch that cannot run"
+    launch_seq = client.send_request("launch", {"program": BASIC.name, "cwd": str(BASIC.parent),
+                                                "console": "internalConsole"})
+    client.expect_event("initialized")
+    client.call("configurationDone", {})
+    assert client.expect_response(launch_seq)["success"]
+    assert client.expect_event("exited")["body"]["exitCode"] == 0

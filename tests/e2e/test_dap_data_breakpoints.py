@@ -100,3 +100,38 @@ def test_info_for_variables_addresses_and_what_cannot_be_watched(start_adapter):
     assert "no_register" in body["breakpoints"][4]["message"]
     assert evaluate(client, frame, "spins") == "0"  # the session carries on
     finish_kv_session(run, main_thread, frame)
+
+
+SAME = PROGRAMS / "dap_same_value_writer.py"
+
+
+def test_a_write_of_the_same_value_says_so(start_adapter):
+    """Issue 35: a write that stored the value already there stopped, rightly, but said
+    `buf changed from [0, …] to [0, …]`; it says `written (value unchanged)`. The next write,
+    which changes the value, still says from what to what."""
+    run = start_adapter()
+    client = run.client
+    launch(client, SAME, breakpoints=["armed"])
+    client.expect_event("capabilities",
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    stopped = client.expect_stopped("breakpoint")
+    frame = top_frame(client, stopped["threadId"])
+    assert frame["line"] == marker_line(SAME, "armed")
+    info = client.call("dataBreakpointInfo", {"name": "buf", "frameId": frame["id"]})
+    assert info["dataId"], info
+    body = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
+    assert body["breakpoints"][0]["verified"] is True, body
+    client.call("continue", {"threadId": stopped["threadId"]})
+    same = client.expect_stopped("data breakpoint", timeout=30)
+    assert "buf written (value unchanged" in same["description"], same
+    assert "changed from" not in same["description"], same
+    assert "same-writer" in same["description"], same
+    writer = python_frame(client, same["threadId"])
+    assert writer["line"] == marker_line(SAME, "write_same"), writer
+    client.call("continue", {"threadId": same["threadId"]})
+    changed = client.expect_stopped("data breakpoint", timeout=30)
+    assert "buf changed from" in changed["description"], changed
+    assert "7" in changed["description"].split("changed from", 1)[1], changed
+    writer = python_frame(client, changed["threadId"])
+    assert writer["line"] == marker_line(SAME, "write_new"), writer
+    finish_kv_session(run, changed["threadId"], writer["id"])

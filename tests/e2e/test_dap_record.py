@@ -5,6 +5,7 @@ the stopped thread through the native helper (kv_update, until it returns) and t
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 
 import pytest
@@ -47,6 +48,19 @@ def test_record_breakpoint_captures_only_when_its_condition_holds(start_adapter,
     assert capture["reason"] == "breakpoint"
     assert capture["location"] == {"path": str(SERVICE), "line": line_of(SERVICE, "request")}
     assert (pathlib.Path(capture["bundle"]) / "manifest.json").is_file()
+    # Issue 35: the event says which clock its durationNs and cycles are, as the manifest does
+    # (the stepper's are the wall-clock ns of a ptrace-slowed thread: not CPU cycles), and so
+    # does the Debug Console line.
+    manifest = json.loads((pathlib.Path(capture["bundle"]) / "manifest.json").read_text())
+    told = next(e["body"]["output"] for e in client.events("output")
+                if e["body"]["output"].startswith("ptdebug: capture 1:"))
+    if manifest["backend"] == "stepper":
+        assert capture["clock"] == "stepper", capture
+        assert "ptrace" in capture["clockLabel"] and "not CPU" in capture["clockLabel"], capture
+        assert "stepper time" in told and "cycles" not in told, told
+    else:
+        assert capture["clock"] == "tsc", capture
+        assert "cycles" in told, told
     # The capture is the request path through the native helper: stepping back from the live
     # end lands on kvcache.c (the trace is decoded against the helper's DWARF lines).
     client.call("stepBack", {"threadId": stopped["threadId"], "granularity": "line"})

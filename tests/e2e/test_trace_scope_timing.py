@@ -73,6 +73,8 @@ def test_a_stepper_capture_shows_instructions_and_stepper_time(start_adapter, st
     assert "us an instruction" in items["stepper time in window"]["value"]
     assert not {"TSC", "CYC", "cycles in window"} & set(items), names
     assert items["IPC"]["value"].startswith("n/a")
+    # the clock, named as the ptdebug/capture event names it (issue 35)
+    assert items["clock"]["type"] == "stepper" and "not CPU time" in items["clock"]["value"]
     end_session(run)
 
 
@@ -83,4 +85,5 @@ def test_an_intel_pt_capture_shows_the_cpus_tsc_and_cycles(start_adapter, intel_
     assert int(items["cycles in window"]["value"]) > 100_000
     assert 0 < float(items["IPC"]["value"]) < 10
     assert "stepper" not in json.dumps(items)
+    assert items["clock"]["type"] == "tsc" and "CYC" in items["clock"]["value"], items["clock"]
     end_session(run)

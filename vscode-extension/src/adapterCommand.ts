@@ -4,7 +4,8 @@
  * Role: turns the user's settings into a command line. Layer: extension, no `vscode` import
  * (extension.ts reads the settings and passes them here), so it is tested directly. The
  * adapter is `ptdebug dap` through the interpreter (see SAFE_START) or the `ptdebug` console
- * script; the language server is the same with `lsp`.
+ * script; the language server is the same with `lsp`. What a failed start means for the user
+ * (ptdebug not installed for that interpreter, a setting naming no file) is `startProblem`.
  */
 import * as path from 'path';
 
@@ -106,4 +107,62 @@ export function adapterCommand(settings: PtdebugSettings, workspaceFolders: stri
 function expandHome(file: string): string {
     const home = process.env.HOME;
     return file.startsWith('~/') && home ? path.join(home, file.slice(2)) : file;
+}
+
+/** What running the adapter's command line with `--version` instead of `dap` gave. */
+export interface StartProbe {
+    /** The spawn's errno code (ENOENT: no such file, EACCES: not executable), if it failed. */
+    spawnError?: string;
+    /** Exit status, or null when killed by a signal or not started. */
+    status: number | null;
+    stderr: string;
+}
+
+/** Why ptdebug cannot start, for a notification, and the setting that fixes it. */
+export interface StartProblem {
+    message: string;
+    setting: 'ptdebug.adapterPath' | 'ptdebug.pythonPath' | 'ptdebug.adapterLogFile';
+}
+
+/**
+ * The problem a failed probe of `line` shows (issue 35: without ptdebug.adapterPath or a
+ * workspace .venv, F5 ran `python3 -c ... dap`, which died with "No module named 'adapter'"
+ * and nothing told the user), or undefined when the probe says ptdebug starts. `settings`
+ * say where the command line came from (ptdebugCommand's order), so the message names what to
+ * change. VS Code's extension host has the PATH of the login shell it was started from, which
+ * may not be the terminal's: the messages say which command was run.
+ */
+export function startProblem(line: CommandLine, settings: PtdebugSettings, probe: StartProbe): StartProblem | undefined {
+    if (!probe.spawnError && probe.status === 0) {
+        return undefined;
+    }
+    const fix = 'pip install ptdebug, or set ptdebug.adapterPath to the `ptdebug` script of an installation';
+    const interpreter = line.args[0] === '-c';
+    const fromSetting = settings.adapterPath.trim() ? 'ptdebug.adapterPath'
+        : interpreter && settings.pythonPath.trim() ? 'ptdebug.pythonPath' : undefined;
+    const found = fromSetting ? `${fromSetting} is "${line.command}"`
+        : line.command === 'python3' && interpreter
+            ? 'no ptdebug.adapterPath, no workspace .venv with ptdebug and no `ptdebug` on the PATH of ' +
+              'VS Code, so python3 was tried'
+            : `ptdebug was found at ${line.command}`;
+    const setting = fromSetting === 'ptdebug.pythonPath' ? 'ptdebug.pythonPath' : 'ptdebug.adapterPath';
+    if (probe.spawnError === 'ENOENT') {
+        return { setting, message: `ptdebug cannot start: ${found}, which does not exist. ${capitalize(fix)}.` };
+    }
+    if (probe.spawnError) {
+        return { setting, message: `ptdebug cannot start: ${found}, which cannot be run (${probe.spawnError}). ${capitalize(fix)}.` };
+    }
+    const lastLine = probe.stderr.trim().split('\n').pop() ?? '';
+    if (interpreter && /No module named '?adapter/.test(probe.stderr)) {
+        return { setting, message: `ptdebug is not installed for ${line.command} (${found}): ` +
+            `${line.command} -m ${fix}.` };
+    }
+    const how = probe.status === null ? 'was killed' : `exited with status ${probe.status}`;
+    const shown = interpreter ? [line.command, '-c <start ptdebug>', ...line.args.slice(2)] : [line.command, ...line.args];
+    return { setting, message: `ptdebug cannot start: \`${shown.join(' ')}\` ${how}` +
+        `${lastLine ? `: ${lastLine}` : ''} (${found}). ${capitalize(fix)}.` };
+}
+
+function capitalize(text: string): string {
+    return text.charAt(0).toUpperCase() + text.slice(1);
 }

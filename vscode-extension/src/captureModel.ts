@@ -38,6 +38,12 @@ export interface CaptureEventBody {
     cycles?: number;
     /** Window length in nanoseconds, when known. */
     durationNs?: number;
+    /** Which clock `durationNs` and `cycles` come from: 'tsc' (the CPU's TSC and CYC cycles) or
+     * 'stepper' (the ptrace stepper's wall-clock ns of a ptrace-slowed thread; its `cycles` are
+     * those ns again). Absent from adapters before issue 35: shown as before, as cycles. */
+    clock?: 'tsc' | 'stepper';
+    /** The clock in words (the adapter's), for the tooltip. */
+    clockLabel?: string;
     /** Source location where the window opened. */
     location?: { path?: string; line?: number };
 }
@@ -127,17 +133,25 @@ export class CaptureStore {
     }
 }
 
-/** One line describing a capture, for the tree view and quick picks. */
+/** One line describing a capture, for the tree view and quick picks. A stepper capture's time
+ * is its one clock, stepper time, shown once (its "cycles" are the same ns, not CPU cycles). */
 export function describeCapture(capture: Capture): string {
     const parts: string[] = [];
     if (capture.instructions !== undefined) {
         parts.push(`${formatCount(capture.instructions)} insns`);
     }
-    if (capture.cycles !== undefined) {
-        parts.push(`${formatCount(capture.cycles)} cycles`);
-    }
-    if (capture.durationNs !== undefined) {
-        parts.push(formatDuration(capture.durationNs));
+    if (capture.clock === 'stepper') {
+        const ns = capture.durationNs ?? capture.cycles;
+        if (ns !== undefined) {
+            parts.push(`${formatDuration(ns)} stepper time (ptrace-slowed)`);
+        }
+    } else {
+        if (capture.cycles !== undefined) {
+            parts.push(`${formatCount(capture.cycles)} cycles`);
+        }
+        if (capture.durationNs !== undefined) {
+            parts.push(formatDuration(capture.durationNs));
+        }
     }
     if (capture.gaps && capture.gaps.length) {
         parts.push(`${capture.gaps.length} gap(s)`);
@@ -147,6 +161,14 @@ export function describeCapture(capture: Capture): string {
         parts.push(`partial${why ? `: ${why}` : ''}`);
     }
     return parts.join(' · ');
+}
+
+/** The tree item's tooltip (Markdown): the description, the clock in words, window, end, bundle. */
+export function captureTooltip(capture: Capture): string {
+    return `**${captureLabel(capture)}**\n\n${describeCapture(capture)}` +
+        `${capture.clockLabel ? `\n\nclock: ${capture.clockLabel}` : ''}` +
+        `${capture.window ? `\n\nwindow: ${capture.window}` : ''}` +
+        `${capture.endReason ? `\n\nended: ${capture.endReason}` : ''}\n\n\`${capture.bundle}\``;
 }
 
 export function captureLabel(capture: Capture): string {

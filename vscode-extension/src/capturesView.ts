@@ -5,7 +5,7 @@
  * Layer: extension (vscode). Shows a CaptureStore; knows nothing of DAP.
  */
 import * as vscode from 'vscode';
-import { Capture, CaptureStore, captureLabel, describeCapture } from './captureModel';
+import { Capture, CaptureStore, captureLabel, captureTooltip, describeCapture } from './captureModel';
 
 type Node = { kind: 'origin'; origin: string } | { kind: 'capture'; capture: Capture };
 
@@ -41,10 +41,7 @@ export class CapturesView implements vscode.TreeDataProvider<Node> {
         const capture = node.capture;
         const item = new vscode.TreeItem(captureLabel(capture), vscode.TreeItemCollapsibleState.None);
         item.description = describeCapture(capture);
-        item.tooltip = new vscode.MarkdownString(
-            `**${captureLabel(capture)}**\n\n${describeCapture(capture)}` +
-            `${capture.window ? `\n\nwindow: ${capture.window}` : ''}` +
-            `${capture.endReason ? `\n\nended: ${capture.endReason}` : ''}\n\n\`${capture.bundle}\``);
+        item.tooltip = new vscode.MarkdownString(captureTooltip(capture));
         item.contextValue = 'capture';
         item.iconPath = new vscode.ThemeIcon(capture.status === 'partial' || capture.partial ? 'warning' : 'pulse');
         item.command = { command: 'ptdebug.showHotLines', title: 'Show Hot Lines', arguments: [capture] };

@@ -95,10 +95,11 @@ export function resolveConfiguration(config: RawConfiguration, context: EditorCo
             `not ${JSON.stringify(resolved.request)}.` };
     }
     resolved.name = config.name ?? `ptdebug: ${resolved.request}`;
+    // a replay launch ({"replay": BUNDLE}, the Replay Capture command's) runs no program
     if (resolved.request === 'launch' && resolved.program === undefined &&
-        resolved.module === undefined) {
+        resolved.module === undefined && resolved.replay === undefined) {
         return { ok: false, message: 'ptdebug: a launch configuration needs "program" (or ' +
-            '"module" for Python).' };
+            '"module" for Python, or "replay" for a trace bundle).' };
     }
     if (resolved.request === 'attach' && resolved.pid === undefined &&
         resolved.processId === undefined && resolved.connect === undefined) {
@@ -106,6 +107,39 @@ export function resolveConfiguration(config: RawConfiguration, context: EditorCo
             '"${command:pickProcess}") or "connect" {host, port} of a debugpy server.' };
     }
     return { ok: true, configuration: resolved };
+}
+
+/**
+ * After substitution: the message for a launch whose `program` (or `replay` bundle) does not
+ * exist, or undefined. Without it the adapter starts, debugpy runs the interpreter on a missing
+ * file and the session ends with a line in the Debug Console. A relative path is taken from
+ * `cwd` (itself from the workspace folder), as the adapter and the interpreter take it. A Go
+ * `program` is checked when it is a path ('/', '.', '~'), not an import path.
+ */
+export function missingProgram(config: RawConfiguration, workspaceFolder: string | undefined,
+    exists: (file: string) => boolean): string | undefined {
+    if (config.request !== 'launch') { return undefined; }
+    const base = typeof config.cwd === 'string' && config.cwd
+        ? path.resolve(workspaceFolder ?? process.cwd(), config.cwd) : workspaceFolder ?? process.cwd();
+    const check = (key: 'program' | 'replay', what: string): string | undefined => {
+        const value = config[key];
+        if (typeof value !== 'string' || !value) { return undefined; }
+        const full = path.resolve(base, value.startsWith('~/') && process.env.HOME
+            ? path.join(process.env.HOME, value.slice(2)) : value);
+        return exists(full) ? undefined
+            : `ptdebug: the ${what} ${full} does not exist ("${key}": ${JSON.stringify(value)} in ` +
+              `the configuration "${config.name ?? ''}"${path.isAbsolute(value) ? '' : `, relative to ${base}`}).`;
+    };
+    if (config.replay !== undefined) {
+        return check('replay', 'trace bundle');
+    }
+    const program = config.program;
+    const python = config.backend === 'python' ||
+        (config.backend === undefined && typeof program === 'string' && /\.pyw?$/.test(program));
+    if (python || (typeof program === 'string' && /^(\/|\.|~\/)/.test(program))) {
+        return check('program', 'program');
+    }
+    return undefined;
 }
 
 /**

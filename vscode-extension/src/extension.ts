@@ -7,17 +7,20 @@
  * adapter's own surface used here: the custom events/requests `ptdebug/capture`,
  * `ptdebug/captureNow`, `ptdebug/goroutineHistory` (typed by src/schema.ts), and the CLI `ptdebug export`
  * (docs/vscode.md lists them). DAP progress events need nothing here: VS Code shows them
- * as notifications itself, because it announces `supportsProgressReporting`.
+ * as notifications itself, because it announces `supportsProgressReporting`. A launch that
+ * cannot work (ptdebug not where the settings find it, an adapter dying before it answers, a
+ * missing program) is stopped with an error notification saying what to change: VS Code
+ * itself shows nothing when an adapter dies at start.
  */
 import * as cp from 'child_process';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { CommandLine, PtdebugSettings, adapterCommand, ptdebugCommand } from './adapterCommand';
+import { CommandLine, PtdebugSettings, StartProbe, StartProblem, adapterCommand, ptdebugCommand, startProblem } from './adapterCommand';
 import { Capture, CaptureEventBody, CaptureStore, HotLineArgument, captureLabel, describeCapture, describeHotLine, invalidCaptureBody } from './captureModel';
 import { CapturesView } from './capturesView';
-import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, resolveConfiguration, resolveSubstituted } from './configuration';
+import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, missingProgram, resolveConfiguration, resolveSubstituted } from './configuration';
 import { PythonExtensionApi, applyEnvFile, chooseInterpreter, interpreterFromPythonExtension, isPythonLaunch } from './debuggee';
 import { renderGoroutineHistory } from './historyText';
 import { HotLines } from './hotLines';
@@ -60,20 +63,29 @@ export function activate(context: vscode.ExtensionContext): void {
         }, vscode.DebugConfigurationProviderTriggerKind.Dynamic),
         vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, new AdapterFactory(output)),
         vscode.debug.registerDebugAdapterTrackerFactory(DEBUG_TYPE, {
-            createDebugAdapterTracker: session => ({
-                onDidSendMessage: (message: { type?: string; event?: string; body?: { threadId?: number } }) => {
-                    if (message.type !== 'event') { return; }
-                    if (message.event === 'stopped') {
-                        if (message.body?.threadId !== undefined) {
-                            stoppedThread.set(session.id, message.body.threadId);
+            createDebugAdapterTracker: session => {
+                /** Whether the adapter sent anything: an exit before that is a failed start. */
+                let answered = false;
+                return {
+                    onDidSendMessage: (message: { type?: string; event?: string; body?: { threadId?: number } }) => {
+                        answered = true;
+                        if (message.type !== 'event') { return; }
+                        if (message.event === 'stopped') {
+                            if (message.body?.threadId !== undefined) {
+                                stoppedThread.set(session.id, message.body.threadId);
+                            }
+                            void traceScope.stopped(session, message.body?.threadId);
+                        } else if (message.event === 'continued') {
+                            traceScope.cleared('Running.');
                         }
-                        void traceScope.stopped(session, message.body?.threadId);
-                    } else if (message.event === 'continued') {
-                        traceScope.cleared('Running.');
-                    }
-                },
-                onWillStopSession: () => traceScope.cleared('No ptdebug session.'),
-            }),
+                    },
+                    onWillStopSession: () => traceScope.cleared('No ptdebug session.'),
+                    // The adapter died before it said a word (a broken install, a crash at import):
+                    // VS Code shows nothing, so the user is told why and what to change.
+                    onExit: (code: number | undefined, signal: string | undefined) =>
+                        answered || (code === 0 && !signal) ? undefined : reportEarlyExit(session, code, signal, output),
+                };
+            },
         }),
         vscode.debug.onDidReceiveDebugSessionCustomEvent(event => {
             if (event.session.type !== DEBUG_TYPE || event.event !== 'ptdebug/capture') { return; }
@@ -230,6 +242,67 @@ export function deactivate(): void {
     // Subscriptions (the language client included) are disposed by VS Code.
 }
 
+/** How long the probe of the adapter (`ptdebug --version`) may take; past it, the launch goes on. */
+const PROBE_TIMEOUT_MS = 20_000;
+const OPEN_SETTING = 'Open Setting';
+/** Probe command lines that started ptdebug in this window: each is probed once (0.1-0.5 s). */
+const startsFine = new Set<string>();
+
+/** Runs `line` and reports how it ended (never rejects). */
+function probeStart(line: CommandLine): Promise<StartProbe & { timedOut: boolean }> {
+    return new Promise(resolve => {
+        cp.execFile(line.command, line.args, { timeout: PROBE_TIMEOUT_MS }, (error, _stdout, stderr) => {
+            const failure = error as (cp.ExecFileException & { code?: string | number }) | null;
+            if (!failure) {
+                resolve({ status: 0, stderr: String(stderr), timedOut: false });
+            } else if (typeof failure.code === 'string') {
+                resolve({ spawnError: failure.code, status: null, stderr: String(stderr), timedOut: false });
+            } else {
+                // killed: only execFile's timeout kills it (the exit code is then null)
+                resolve({ status: typeof failure.code === 'number' ? failure.code : null, stderr: String(stderr),
+                    timedOut: failure.killed === true });
+            }
+        });
+    });
+}
+
+/** Why ptdebug cannot start from where the settings find it, or undefined when it starts (or
+ * the probe took too long to tell: the launch then goes on and says for itself). */
+async function adapterStartProblem(output: vscode.OutputChannel): Promise<StartProblem | undefined> {
+    const config = settings();
+    const line = ptdebugCommand(['--version'], config, workspaceFolders(), fs.existsSync);
+    const key = JSON.stringify(line);
+    if (startsFine.has(key)) { return undefined; }
+    const probe = await probeStart(line);
+    if (probe.timedOut) {
+        output.appendLine(`${line.command} ${line.args.join(' ')} did not answer within ${PROBE_TIMEOUT_MS / 1000} s; starting the adapter anyway`);
+        return undefined;
+    }
+    const problem = startProblem(line, config, probe);
+    if (!problem) { startsFine.add(key); }
+    return problem;
+}
+
+/** The notification of a start problem, with a button that opens the setting to change. */
+function notifyStartProblem(problem: StartProblem, output: vscode.OutputChannel): Promise<unknown> {
+    output.appendLine(problem.message);
+    return Promise.resolve(vscode.window.showErrorMessage(problem.message, OPEN_SETTING)).then(choice =>
+        choice === OPEN_SETTING ? vscode.commands.executeCommand('workbench.action.openSettings', problem.setting) : undefined);
+}
+
+/** The adapter process ended before it answered anything. */
+async function reportEarlyExit(session: vscode.DebugSession, code: number | undefined, signal: string | undefined,
+    output: vscode.OutputChannel): Promise<unknown> {
+    startsFine.clear();  // what started before may be gone now
+    const problem = await adapterStartProblem(output) ?? {
+        setting: 'ptdebug.adapterLogFile' as const,
+        message: `ptdebug: the debug adapter of "${session.name}" exited at start (${code !== undefined ? `status ${code}` : `signal ${signal}`}) ` +
+            'before answering VS Code. ' + (settings().adapterLogFile.trim()
+            ? `Its log: ${settings().adapterLogFile.trim()}.` : 'Set ptdebug.adapterLogFile to keep its log, and start the session again.'),
+    };
+    return notifyStartProblem(problem, output);
+}
+
 function settings(): PtdebugSettings {
     const config = vscode.workspace.getConfiguration('ptdebug');
     return {
@@ -283,6 +356,18 @@ class ConfigurationProvider implements vscode.DebugConfigurationProvider {
             return undefined;
         }
         const resolved = result.configuration;
+        const workspaceFolder = (folder ?? vscode.workspace.workspaceFolders?.[0])?.uri.fsPath;
+        const missing = missingProgram(resolved, workspaceFolder, fs.existsSync);
+        if (missing) {
+            void vscode.window.showErrorMessage(missing);
+            return undefined;
+        }
+        // Undefined aborts the launch without a word from VS Code: the notification is the word.
+        const problem = await adapterStartProblem(this.output);
+        if (problem) {
+            void notifyStartProblem(problem, this.output);
+            return undefined;
+        }
         if (isPythonLaunch(resolved)) {
             const workspace = folder ?? vscode.workspace.workspaceFolders?.[0];
             const choice = chooseInterpreter(resolved, await pythonExtensionInterpreter(workspace, this.output),

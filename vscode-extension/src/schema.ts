@@ -95,6 +95,10 @@ export interface CaptureNowOut {
     cycles: number;
     /** Window length in nanoseconds. */
     durationNs: number;
+    /** Which clock `durationNs` and `cycles` come from: "tsc" (the CPU's TSC and CYC cycles, Intel PT) or "stepper" (the ptrace stepper's wall-clock ns of a ptrace-slowed thread; its `cycles` are those ns again, not CPU cycles). */
+    clock: "tsc" | "stepper";
+    /** The clock in words, for the views ("stepper time: wall-clock ns of a thread slowed by ptrace, not CPU time; ..."). */
+    clockLabel: string;
     /** Where the trace was lost, if anywhere. */
     gaps: CaptureGap[];
     /** The trace bundle directory (manifest.json inside). */

@@ -15,6 +15,7 @@ import { DebugClient } from '@vscode/debugadapter-testsupport';
 import { DebugProtocol } from '@vscode/debugprotocol';
 import * as os from 'os';
 import { CommandLine, adapterCommand } from '../src/adapterCommand';
+import { CaptureEventBody, describeCapture } from '../src/captureModel';
 import { applyEnvFile } from '../src/debuggee';
 import { FIXTURES, PYTHON, ROOT, markerLine } from './helpers';
 
@@ -188,9 +189,16 @@ describe('record breakpoint, capture event and step back (when the adapter offer
         ]);
         assert.equal(stopped.body.reason, 'breakpoint');
         // The extension's Trace Captures view is fed by this event: it must name a real bundle.
-        const capture = (await captured).body as { bundle: string; instructions?: number };
+        const capture = (await captured).body as CaptureEventBody;
         assert.ok(fs.existsSync(path.join(capture.bundle, 'manifest.json')), `no bundle at ${capture.bundle}`);
         assert.ok((capture.instructions ?? 0) > 0);
+        // the clock the view labels its numbers by (issue 35): the manifest's backend says which
+        const manifest = JSON.parse(fs.readFileSync(path.join(capture.bundle, 'manifest.json'), 'utf8'));
+        assert.equal(capture.clock, manifest.backend === 'stepper' ? 'stepper' : 'tsc');
+        assert.ok(capture.clockLabel, 'the event has no clockLabel');
+        if (capture.clock === 'stepper') {
+            assert.doesNotMatch(describeCapture({ ...capture, key: 'k', origin: 's', serial: 1 }), /cycles/);
+        }
         if (!client.capabilities.supportsStepBack) {
             t.skip('a capture was announced but the adapter did not advertise supportsStepBack');
             return;

@@ -4,7 +4,8 @@
  *
  * A stand-in, not VS Code (which cannot run on these machines): every name @types/vscode
  * exports exists, and any call on it returns another stand-in; `commands.registerCommand`
- * records its command and handler; `overrides` replaces chosen functions (e.g. the quick pick).
+ * records its command and handler, the debug configuration providers and adapter tracker
+ * factories are kept; `overrides` replaces chosen functions (e.g. the quick pick) or values.
  * It proves what activate registers and what a handler returns, not how VS Code shows it.
  */
 import * as fs from 'fs';
@@ -19,9 +20,14 @@ export interface Activated {
     commands: Map<string, (...args: unknown[]) => unknown>;
     /** Tree views registered (their ids). */
     views: string[];
+    /** Debug configuration providers registered (the objects, in order). */
+    configurationProviders: Array<Record<string, (...args: unknown[]) => unknown>>;
+    /** Debug adapter tracker factories registered. */
+    trackerFactories: Array<{ createDebugAdapterTracker(session: unknown): Record<string, (...args: unknown[]) => unknown> }>;
 }
 
-type Overrides = Record<string, (...args: unknown[]) => unknown>;
+/** Replacements by full name: a function, or a value (e.g. `vscode.workspace.workspaceFolders`). */
+type Overrides = Record<string, unknown>;
 
 function standIn(name: string, activated: Activated, overrides: Overrides): unknown {
     return new Proxy(function () { /* callable and constructible */ }, {
@@ -38,6 +44,18 @@ function standIn(name: string, activated: Activated, overrides: Overrides): unkn
             if (full === 'vscode.window.registerTreeDataProvider') {
                 return (id: string) => { activated.views.push(id); return { dispose() { /* nothing */ } }; };
             }
+            if (full === 'vscode.debug.registerDebugConfigurationProvider') {
+                return (_type: string, provider: Record<string, (...args: unknown[]) => unknown>) => {
+                    activated.configurationProviders.push(provider);
+                    return { dispose() { /* nothing */ } };
+                };
+            }
+            if (full === 'vscode.debug.registerDebugAdapterTrackerFactory') {
+                return (_type: string, factory: Activated['trackerFactories'][number]) => {
+                    activated.trackerFactories.push(factory);
+                    return { dispose() { /* nothing */ } };
+                };
+            }
             return standIn(full, activated, overrides);
         },
         apply: () => standIn(`${name}()`, activated, overrides),
@@ -51,7 +69,7 @@ export function activateBundle(overrides: Overrides = {}): Activated {
     if (!fs.existsSync(bundle)) {
         throw new Error(`${bundle} is missing: run npm run compile (it bundles with esbuild)`);
     }
-    const activated: Activated = { commands: new Map(), views: [] };
+    const activated: Activated = { commands: new Map(), views: [], configurationProviders: [], trackerFactories: [] };
     const declarations = fs.readFileSync(path.join(EXTENSION, 'node_modules', '@types', 'vscode', 'index.d.ts'), 'utf8');
     const vscode: Record<string, unknown> = {};
     for (const match of declarations.matchAll(/^\s*export (?:namespace|class|enum|const|function|let) (\w+)/gm)) {

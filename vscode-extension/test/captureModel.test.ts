@@ -1,7 +1,7 @@
 /** The captures model behind the tree view (src/captureModel.ts) and the history text. */
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { CaptureStore, captureLabel, describeCapture, invalidCaptureBody } from '../src/captureModel';
+import { CaptureStore, captureLabel, captureTooltip, describeCapture, invalidCaptureBody } from '../src/captureModel';
 import { renderGoroutineHistory } from '../src/historyText';
 
 test('captures are listed newest first, grouped by origin, never duplicated by bundle', () => {
@@ -45,6 +45,22 @@ test('the adapter record breakpoints\' event body (id, tid, window, gaps, partia
     assert.equal(captureLabel(c), 'capture 3 (thread 4242)');
     assert.equal(describeCapture(c), '5000 insns · 1234 cycles · 2.00 ms · 1 gap(s) · partial: the thread exited');
     assert.equal(captureLabel(store.add('opened', { bundle: '/data/b7', id: 9 })), 'b7');
+});
+
+test('a stepper capture\'s time is labelled stepper time, never cycles (issue 35)', () => {
+    // Seen: "21.5k insns · 349.1M cycles" for a ptrace-stepper capture, whose cycles are the
+    // wall-clock ns of a ptrace-slowed thread. The event's `clock` says so; the view follows it.
+    const store = new CaptureStore();
+    const stepper = store.add('s', { bundle: '/tmp/cap-s', instructions: 21_500, cycles: 349_132_618,
+        durationNs: 349_132_618, clock: 'stepper',
+        clockLabel: 'stepper time: wall-clock ns of a thread slowed by ptrace, not CPU time; its cycles are those ns' });
+    assert.equal(describeCapture(stepper), '21.5k insns · 349.13 ms stepper time (ptrace-slowed)');
+    assert.doesNotMatch(describeCapture(stepper), /cycles/);
+    assert.match(captureTooltip(stepper), /clock: stepper time: wall-clock ns of a thread slowed by ptrace/);
+    const cpu = store.add('s', { bundle: '/tmp/cap-t', instructions: 21_500, cycles: 349_132_618,
+        durationNs: 120_000_000, clock: 'tsc', clockLabel: 'CPU time: TSC; cycles from CYC packets' });
+    assert.equal(describeCapture(cpu), '21.5k insns · 349.1M cycles · 120.00 ms');
+    assert.match(captureTooltip(cpu), /clock: CPU time: TSC; cycles from CYC packets/);
 });
 
 test('goroutine history (GoroutineHistoryOut) renders busiest first, ranges from the window start', () => {

@@ -1,7 +1,7 @@
 /** The DebugConfigurationProvider's logic (src/configuration.ts), as pure functions. */
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { initialConfigurations, resolveConfiguration, resolveSubstituted } from '../src/configuration';
+import { initialConfigurations, missingProgram, resolveConfiguration, resolveSubstituted } from '../src/configuration';
 
 test('F5 without launch.json on a Python file launches that file with the python backend', () => {
     const r = resolveConfiguration({}, { activeFile: '/ws/app/main.py', languageId: 'python', workspaceFolder: '/ws' });
@@ -75,4 +75,30 @@ test('initial configurations offer Python and Go, the active language first', ()
         assert.equal(c.request, 'launch');
         assert.ok(resolveConfiguration(c, {}).ok, `${c.name} resolves`);
     }
+});
+
+test('a replay launch needs no program (the Replay Capture command\'s configuration)', () => {
+    const r = resolveConfiguration({ type: 'ptdebug', request: 'launch', name: 'Replay capture 1', replay: '/ws/.ptdebug/captures/c1' }, {});
+    assert.ok(r.ok, r.ok ? '' : r.message);
+    assert.equal(r.configuration.replay, '/ws/.ptdebug/captures/c1');
+    const none = resolveConfiguration({ type: 'ptdebug', request: 'launch', name: 'x' }, {});
+    assert.ok(!none.ok && /needs "program"/.test(none.message));
+});
+
+test('a missing program or bundle is named, relative paths from cwd; a Go import path is not checked', () => {
+    const present = new Set(['/ws/app.py', '/ws/svc', '/ws/sub/tool.py', '/b/c1']);
+    const exists = (f: string) => present.has(f);
+    const launch = { type: 'ptdebug', request: 'launch', name: 'n' };
+    assert.equal(missingProgram({ ...launch, program: '/ws/app.py' }, '/ws', exists), undefined);
+    assert.equal(missingProgram({ ...launch, program: 'app.py' }, '/ws', exists), undefined);
+    assert.equal(missingProgram({ ...launch, program: 'tool.py', cwd: 'sub' }, '/ws', exists), undefined);
+    assert.equal(missingProgram({ ...launch, program: 'nope.py' }, '/ws', exists),
+        'ptdebug: the program /ws/nope.py does not exist ("program": "nope.py" in the configuration "n", relative to /ws).');
+    assert.match(missingProgram({ ...launch, backend: 'go', program: './cmd' }, '/ws', exists) ?? '', /the program \/ws\/cmd does not exist/);
+    assert.equal(missingProgram({ ...launch, backend: 'go', program: './svc' }, '/ws', exists), undefined);
+    assert.equal(missingProgram({ ...launch, backend: 'go', program: 'example.com/svc' }, '/ws', exists), undefined);
+    assert.equal(missingProgram({ ...launch, module: 'http.server', backend: 'python' }, '/ws', exists), undefined);
+    assert.equal(missingProgram({ ...launch, replay: '/b/c1' }, '/ws', exists), undefined);
+    assert.match(missingProgram({ ...launch, replay: '/b/gone' }, '/ws', exists) ?? '', /the trace bundle \/b\/gone does not exist/);
+    assert.equal(missingProgram({ type: 'ptdebug', request: 'attach', pid: 1 }, '/ws', exists), undefined);
 });

@@ -101,10 +101,32 @@ def nm_functions(binary: pathlib.Path, go: bool = False) -> list[tuple[int, int,
         elif len(parts) == 3 and parts[1] in code:  # no size (assembly labels)
             rows.append((int(parts[0], 16), None, parts[2]))
     rows.sort(key=lambda r: r[0])
-    # A symbol without a size runs to the next symbol's start (as perf and gdb read them).
+    # A symbol without a size runs to the next symbol's start (as perf and gdb read them), but
+    # not past the end of its section (readelf's): glibc's sizeless _init in .init is not the
+    # .plt after it (pt_decoder.symbols bounds them so since issue 35).
+    sections = code_sections(binary)
+
+    def section_end(start: int) -> int:
+        return next((hi for lo, hi, _ in sections if lo <= start < hi), start + 1)
+
     return [(start, end if end is not None else
-             next((s for s, _, _ in rows[i + 1:] if s > start), start + 1), name)
+             min(next((s for s, _, _ in rows[i + 1:] if s > start), section_end(start)),
+                 section_end(start)), name)
             for i, (start, end, name) in enumerate(rows)]
+
+
+def code_sections(binary: pathlib.Path) -> list[tuple[int, int, str]]:
+    """(start, end, name) of the executable sections of an ELF file, from `readelf -SW`."""
+    out = subprocess.run(["readelf", "-SW", str(binary)], capture_output=True, text=True,
+                         check=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.replace("[ ", "[").split()
+        # [Nr] Name Type Address Off Size ES Flg Lk Inf Al
+        if len(parts) >= 8 and parts[0].startswith("[") and parts[0] != "[Nr]" and "X" in parts[7]:
+            start = int(parts[3], 16)
+            found.append((start, start + int(parts[5], 16), parts[1]))
+    return found
 
 
 def function_at(rows: list[tuple[int, int, str]], ip: int) -> str | None:

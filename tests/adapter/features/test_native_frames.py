@@ -109,3 +109,73 @@ def test_process_symbols_read_the_perf_map_and_its_changes():
         os.unlink(path)
         del address
         jit.close()
+
+
+def _libpython(symbols: ProcessSymbols):
+    module = next((m for m in symbols.modules if "libpython" in os.path.basename(m.path)), None)
+    if module is None:
+        pytest.skip("this interpreter is not linked against a shared libpython")
+    return module
+
+
+def test_no_frame_is_named_after_a_section_marker_or_data_of_libpython():
+    """Issue 35: a data-breakpoint stop showed `__GNU_EH_FRAME_HDR+0x85d58 [libpython3.11.so.1.0]`,
+    an address in libpython's data named after a section marker (a size-0 STT_NOTYPE symbol
+    that ran on to the next function symbol, past the end of the code). On this process's own
+    libpython: an address in .eh_frame_hdr, .data, .bss or the GOT gets no symbol, and its frame
+    shows the address with the module only; a real function still gets its name."""
+    from elftools.elf.elffile import ELFFile
+    symbols = ProcessSymbols(os.getpid())
+    symbols.refresh()
+    module = _libpython(symbols)
+    with open(module.path, "rb") as f:
+        elf = ELFFile(f)
+        sections = {name: elf.get_section_by_name(name)["sh_addr"] + module.base
+                    for name in (".eh_frame_hdr", ".data", ".bss", ".got")
+                    if elf.get_section_by_name(name) is not None}
+    assert ".eh_frame_hdr" in sections and ".data" in sections
+    for name, address in sections.items():
+        found = symbols.symbolize(address + 0x10)
+        assert found is None, (name, found)
+    address = sections[".eh_frame_hdr"] + 0x10
+    frame, = NativeFrameMaker().frames(symbols, [address], "at the write")
+    assert frame["name"] == f"{address:#x} [{os.path.basename(module.path)}, at the write]", frame
+    # the stop's description (data_breakpoints._symbol) says the same
+    from adapter.features.data_breakpoints import DataBreakpoints
+    assert DataBreakpoints._symbol(None, address, symbols) == \
+        f"{address:#x} ({os.path.basename(module.path)})"
+    # a real function of libpython keeps its name
+    function = ctypes.cast(ctypes.pythonapi.PyLong_FromLong, ctypes.c_void_p).value
+    found = symbols.symbolize(function + 2)
+    assert found is not None and found.name == "PyLong_FromLong" and found.offset == 2, found
+    assert DataBreakpoints._symbol(None, function + 2, symbols) == \
+        f"PyLong_FromLong+0x2 ({os.path.basename(module.path)}, ip {function + 2:#x})"
+
+
+def test_elf_function_symbols_keep_functions_only():
+    """pt_decoder.symbols on libpython: every symbol it gives is an STT_FUNC or STT_GNU_IFUNC
+    of an executable section, and none runs past the end of its section."""
+    from elftools.elf.elffile import ELFFile
+
+    from pt_decoder.symbols import elf_function_symbols
+    symbols = ProcessSymbols(os.getpid())
+    symbols.refresh()
+    module = _libpython(symbols)
+    with open(module.path, "rb") as f:
+        elf = ELFFile(f)
+        code = [(s["sh_addr"], s["sh_addr"] + s["sh_size"]) for s in elf.iter_sections()
+                if s["sh_flags"] & 0x4]  # SHF_EXECINSTR
+        entries = elf_function_symbols(elf, 0)
+        kinds = {}
+        for section in (".symtab", ".dynsym"):
+            table = elf.get_section_by_name(section)
+            for s in (table.iter_symbols() if table is not None else ()):
+                kinds.setdefault((s["st_value"], s.name), s["st_info"]["type"])
+    assert entries
+    names = {name for _, _, name in entries}
+    assert "__GNU_EH_FRAME_HDR" not in names and "_DYNAMIC" not in names
+    assert "_GLOBAL_OFFSET_TABLE_" not in names and "__bss_start" not in names
+    for start, size, name in entries:
+        assert kinds[(start, name)] in ("STT_FUNC", "STT_GNU_IFUNC"), (name, kinds[(start, name)])
+        assert size > 0, name
+        assert any(lo <= start and start + size <= hi for lo, hi in code), (name, start, size)

@@ -105,6 +105,7 @@ rpc.exports = {
       throw new Error('thread ' + tid + ' is already recorded');
     const ring = mapShared(ringPath, ringBytes);
     followed.set(tid, {ring, ringBytes});
+    Stalker.garbageCollect();
     Stalker.follow(tid, {transform: transformFor(ring)});
     return nextId;
   },

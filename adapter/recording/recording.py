@@ -285,9 +285,17 @@ class Recording:
     # -- what the time is ----------------------------------------------------------------
     @property
     def stepper(self) -> bool:
-        """Whether the ptrace stepper recorded the bundle: its times and cycles are then
-        stepper time (wall-clock ns of a ptrace-slowed thread), not CPU time."""
-        return self.manifest.get("backend") == "stepper"
+        """Whether the bundle's times are a wall clock of a thread the recorder slowed (the
+        ptrace stepper's, or the DBI recorder's, whose manifest says `timing.clock` "wall"),
+        not CPU time: its times and cycles are then "stepper time" in the views."""
+        return self.manifest.get("backend") == "stepper" or \
+            (self.manifest.get("timing") or {}).get("clock") == "wall"
+
+    @property
+    def slowed_by(self) -> str:
+        """What slowed the recorded thread, in words (for the labels of a wall-clock time)."""
+        return ("Frida's dynamic instrumentation" if self.manifest.get("backend") == "dbi"
+                else "ptrace")
 
     @property
     def cycles_name(self) -> str:
@@ -306,8 +314,8 @@ class Recording:
     def clock_label(self) -> str:
         """The clock in words, for a view that shows times or cycles (the capture event)."""
         if self.stepper:
-            return (f"{STEPPER_TIME}: wall-clock ns of a thread slowed by ptrace, not CPU "
-                    "time; its cycles are those ns")
+            return (f"{STEPPER_TIME}: wall-clock ns of a thread slowed by {self.slowed_by}, "
+                    "not CPU time; its cycles are those ns")
         timing = self.manifest.get("timing") or {}
         return ("CPU time: TSC; cycles from CYC packets" if timing.get("cyc")
                 else "CPU time: TSC; no CYC packets were recorded, so cycles are not "
@@ -323,8 +331,10 @@ class Recording:
         count = self.total_instructions
         rate = f", {spent / count / 1000:.1f} us an instruction in this recording" if count \
             else ""
-        return (f"recorded by the ptrace stepper: times and cycles are {STEPPER_TIME} (the "
-                f"wall-clock ns of a thread slowed by ptrace{rate}), not CPU time; "
+        recorder = "the DBI recorder" if self.manifest.get("backend") == "dbi" \
+            else "the ptrace stepper"
+        return (f"recorded by {recorder}: times and cycles are {STEPPER_TIME} (the "
+                f"wall-clock ns of a thread slowed by {self.slowed_by}{rate}), not CPU time; "
                 "instruction counts are exact")
 
     # -- opening -------------------------------------------------------------------------

@@ -74,6 +74,8 @@ from pt_decoder import bundle_reader
 FORMAT = "ptdebug-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
+CAPTURE_PRIVATE = (".lease", ".pinned")
+"""Files a captures directory keeps in a capture's bundle directory (retention.py)."""
 
 
 class BundleError(Exception):
@@ -213,11 +215,16 @@ class BundleWriter:
                  timing: dict | None = None, command: list[str] | None = None,
                  pid: int | None = None, copy_images: bool = True):
         self.root = pathlib.Path(path)
-        if self.root.exists() and any(self.root.iterdir()):
+        # a capture directory's lease and pin (adapter/capture/retention.py) are not the
+        # bundle's: the lease is held (flock) from before the recorder writes here
+        there = [p for p in self.root.iterdir() if p.name not in CAPTURE_PRIVATE] \
+            if self.root.is_dir() else []
+        if there:
             if not (self.root / MANIFEST).exists():
                 raise BundleError(f"{self.root}: exists and is not a bundle; refusing to "
                                   "write into it")
-            shutil.rmtree(self.root)
+            for p in there:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         for sub in ("streams", "images", "sideband"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.copy_images = copy_images

@@ -32,7 +32,7 @@ import pathlib
 import shutil
 import tempfile
 
-from adapter.capture.bundle import BundleError, file_stat, read_manifest
+from adapter.capture.bundle import CAPTURE_PRIVATE, BundleError, file_stat, read_manifest
 from pt_decoder import bundle_reader
 
 STORE = bundle_reader.STORE_DIRECTORY
@@ -208,8 +208,7 @@ def stored_keys(manifest: dict) -> set[str]:
 
 
 # --- leaving the store --------------------------------------------------------------------
-PRIVATE = (".lease", ".pinned")
-"""Files of a capture that belong to its captures directory, not to the bundle."""
+PRIVATE = CAPTURE_PRIVATE
 
 
 def pack(capture: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> dict:

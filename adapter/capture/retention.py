@@ -31,11 +31,11 @@ import re
 import shutil
 
 from adapter.capture import image_store
-from adapter.capture.bundle import BundleError, read_manifest
+from adapter.capture.bundle import CAPTURE_PRIVATE, BundleError, read_manifest
 
 DEFAULT_LIMIT = 2 << 30
 """2 GiB: a few captures of a large inference service (libtorch_cpu.so alone is ~490 MB)."""
-LEASE, PIN = ".lease", ".pinned"
+LEASE, PIN = CAPTURE_PRIVATE
 SETTINGS = "settings.json"
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10 ** 6,
           "mib": 1 << 20, "g": 1 << 30, "gb": 10 ** 9, "gib": 1 << 30, "t": 1 << 40,

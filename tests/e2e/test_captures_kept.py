@@ -1,7 +1,8 @@
 """Captures outlive their session: a Python session's capture (the demo service's native helper,
 recorded by a record breakpoint) and a Go session's (an HTTP handler, Delve handing the thread
 over) are in the captures directory after the adapter has exited, export, and decode the same
-path after the bundle was copied elsewhere and the recorded program's files were removed (the
+path after the bundle was packed (`ptdebug captures pack`: its images are in the captures
+store beside it), copied elsewhere and the recorded program's files were removed (the
 Go binary ptdebug built is removed by ptdebug itself at the end of the session). Before,
 record_breakpoints.close removed /tmp/ptdebug-captures-*, and a Go capture's manifest named
 /tmp/ptdebug-go-*/__debug_bin, gone with the session."""
@@ -34,16 +35,22 @@ def decoded_ips(bundle: pathlib.Path) -> list[str]:
 
 def check_self_contained(bundle: pathlib.Path, elsewhere: pathlib.Path,
                          originals: list[pathlib.Path]) -> None:
-    """The bundle holds every image its decode reads: after a copy to `elsewhere`, with the
-    original bundle and the program's files `originals` removed, it decodes the same path."""
+    """The bundle names every image its decode reads in the captures store beside it (issue
+    33: one copy for all the captures of the directory), and `ptdebug captures pack` makes it
+    self-contained: the packed copy, moved to `elsewhere` with the captures directory (store
+    included) and the program's files `originals` removed, decodes the same path."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["status"] == "complete", manifest.get("partial_reason")
-    assert manifest["images"] and all(not pathlib.Path(i["file"]).is_absolute()
+    assert manifest["images"] and all(i["file"].startswith(("../.store/images/", "images/"))
                                       for i in manifest["images"]), manifest["images"]
+    assert any(i["file"].startswith("../.store/images/") for i in manifest["images"])
     before = decoded_ips(bundle)
     assert len(before) > 20
-    shutil.copytree(bundle, elsewhere)
-    shutil.rmtree(bundle)
+    packed = elsewhere.parent / "packed"
+    ptdebug("captures", "--dir", str(bundle.parent), "pack", bundle.name, "-o", str(packed))
+    shutil.copytree(packed, elsewhere)
+    shutil.rmtree(packed)
+    shutil.rmtree(bundle.parent)
     for original in originals:
         original.unlink(missing_ok=True)
     assert decoded_ips(elsewhere) == before
@@ -66,6 +73,7 @@ def test_a_python_sessions_capture_is_kept_in_the_workspace(start_adapter, tmp_p
     client.call("configurationDone", {})
     assert client.expect_response(launch)["success"]
     client.expect_stopped("breakpoint", timeout=60)
+    assert client.events("ptdebug/capture"), run.log()[-6000:]
     bundle = pathlib.Path(client.events("ptdebug/capture")[0]["body"]["bundle"])
     assert bundle.parent == workspace / ".ptdebug" / "captures", bundle
     assert "service-capture-1" in bundle.name
@@ -143,9 +151,10 @@ def test_an_adapter_killed_mid_recording_leaves_a_bundle_marked_partial(start_ad
     assert client.expect_response(launch)["success"]
     captures = workspace / ".ptdebug" / "captures"
     deadline = time.monotonic() + 30
-    while not (captures.is_dir() and any(captures.iterdir())) and time.monotonic() < deadline:
+    while not (captures.is_dir() and any(not p.name.startswith(".") for p in captures.iterdir())) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
-    bundle = next(captures.iterdir())
+    bundle = next(p for p in captures.iterdir() if not p.name.startswith("."))
     time.sleep(1.0)
     run.track()
     assert json.loads((bundle / "manifest.json").read_text())["status"] == "partial"

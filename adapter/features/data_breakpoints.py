@@ -827,7 +827,7 @@ class DataBreakpoints:
         if symbol is None:
             return f"{ip:#x}"
         module = symbol.module.rsplit("/", 1)[-1]
-        return f"{symbol.name}+{symbol.offset:#x} ({module}, ip {ip:#x})"
+        return f"{symbol.display}+{symbol.offset:#x} ({module}, ip {ip:#x})"
 
     def close(self) -> None:
         self._closed.set()

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
 
 

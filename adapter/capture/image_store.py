@@ -247,7 +247,7 @@ def _make_room(out: pathlib.Path, force: bool) -> None:
     if not (out.exists() or out.is_symlink()):
         return
     if not force:
-        raise StoreError(f"{out}: exists (--force replaces it)")
+        raise StoreError(f"{out} exists; give --force to replace it")
     if out.is_symlink() or not out.is_dir():
         out.unlink()
     elif (out / "manifest.json").is_file() or not any(out.iterdir()):

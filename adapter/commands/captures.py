@@ -154,6 +154,8 @@ def _pack(directory: pathlib.Path, options) -> tuple[dict, str]:
     from adapter.capture import image_store, retention
     if len(options.names) != 1 or not options.output:
         raise retention.RetentionError("pack takes one CAPTURE and -o OUT")
+    if os.path.lexists(options.output) and not options.force:
+        raise retention.RetentionError(f"{options.output} exists; give --force to replace it")
     name = options.names[0]
     path = pathlib.Path(name)
     capture = path if (path / "manifest.json").is_file() else retention.find(directory,

@@ -183,7 +183,7 @@ def test_a_packed_capture_decodes_elsewhere_without_the_store(template, captures
     again = ptdebug("captures", "--dir", str(captures), "pack", "capture-1", "-o", str(packed),
                     check=False)
     assert again.returncode == 2 and again.stderr.strip() == \
-        f"ptdebug captures: {packed}: exists (--force replaces it)"
+        f"ptdebug captures: {packed} exists; give --force to replace it"
     # elsewhere, the captures directory (and its store) gone: the same path
     shutil.rmtree(captures)
     elsewhere = tmp_path / "elsewhere"

@@ -31,8 +31,10 @@ How a record breakpoint fires (Python backend):
   Each capture's steps are timed in one INFO line of the adapter's log (StepClock).
 - Each capture is decoded into a History, kept in `captures`, and announced by the custom event
   `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps). Its bundle is in
-  the session's captures directory (adapter/capture/captures_dir.py), made self-contained
-  after the decode (bundle.copy_images_in), and outlives the session: only the user removes it.
+  the session's captures directory (adapter/capture/captures_dir.py), its program files put
+  into the directory's captures store after the decode (image_store.store_images_in), leased
+  while the session lasts, and outlives the session; the directory's size limit removes the
+  oldest captures no session uses and no one pinned (retention.enforce).
 - A replayed bundle's threads become captures too (`adopt_replay`, for backends.replay).
 - Data breakpoints armed at the same time share the thread's debug registers with the
   recorder (it uses the slots they leave); a failure is told to the user in an `output` event

@@ -89,6 +89,51 @@ def test_a_python_sessions_capture_is_kept_in_the_workspace(start_adapter, tmp_p
     check_self_contained(bundle, tmp_path / "moved" / bundle.name, [library])
 
 
+def test_a_sessions_limit_removes_older_captures_never_a_pinned_one_nor_its_own(
+        start_adapter, tmp_path):
+    """`capturesLimit` far below what the directory holds: once the session's capture is kept,
+    the older unpinned capture is removed, the pinned one and the session's own (leased) stay,
+    and an output event says so (issue 33)."""
+    workspace = tmp_path / "workspace"
+    captures = workspace / ".ptdebug" / "captures"
+    program = tmp_path / "hotpath"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(program),
+                    str(ROOT / "tests/fixtures/programs/hotpath.c")], check=True)
+    for name in ("20000101-000000-old-capture-1", "20000101-000001-kept-capture-1"):
+        ptdebug("record", "--backend", "stepper", "--from", "serve", "--until-return", "-o",
+                str(captures / name), "--", str(program), "2")
+    ptdebug("captures", "--dir", str(captures), "pin", "20000101-000001-kept-capture-1")
+    library = pathlib.Path(build_kvcache(tmp_path))
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {
+        "program": str(SERVICE), "args": [str(library), "20"], "console": "internalConsole",
+        "cwd": str(workspace), "capturesLimit": "1KB",
+        "recordWindow": {"function": "kv_update", "timeout": 15}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 3"},
+        {"line": line_of(SERVICE, "after_request"), "condition": "request_id == 4"}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+    client.expect_stopped("breakpoint", timeout=60)
+    assert client.events("ptdebug/capture"), run.log()[-6000:]
+    bundle = pathlib.Path(client.events("ptdebug/capture")[0]["body"]["bundle"])
+    said = [e["body"]["output"] for e in client.events("output")
+            if "reached their limit" in e["body"].get("output", "")]
+    assert said and "removed 20000101-000000-old-capture-1" in said[0] and \
+        "still over it (what is left is pinned or in use)" in said[0], said
+    listing = json.loads(ptdebug("captures", "--dir", str(captures), "--json"))
+    assert [(c["name"], c["pinned"], c["in_use"]) for c in listing["items"]] == [
+        ("20000101-000001-kept-capture-1", True, False), (bundle.name, False, True)]
+    client.call("disconnect", {"terminateDebuggee": True})
+    assert run.wait_exit() == 0
+    listing = json.loads(ptdebug("captures", "--dir", str(captures), "--json"))
+    assert [c["in_use"] for c in listing["items"]] == [False, False]
+    assert (bundle / "manifest.json").is_file()
+
+
 def test_a_go_sessions_capture_is_kept_with_the_built_binary(start_adapter, tmp_path):
     from go_support import copy_package, go_marker, start_go
     from test_go_record import GO_HTTP, WANTED, Requests, _port

@@ -18,7 +18,11 @@ bundle, so two sessions held 978 MB. Now a capture's image entries name the stor
                                    file's `file_size` and `file_mtime_ns`
 
 pt_decoder/bundle_reader.py accepts exactly that form of reference and refuses a stored file
-that changed. `pack` writes a self-contained copy of a capture (its images inside it) for
+that changed. The store never hard-links the program's own file: a library rebuilt or copied
+over in place would change the stored code under every capture (and the kernel refuses links
+to another user's files, /usr/lib's, under protected_hardlinks); a reflink is copy-on-write, so
+it is taken where the file system offers one. A file without a GNU build-id (a Go binary built
+without `-ldflags=-B`) is hashed once per session to find its key. `pack` writes a self-contained copy of a capture (its images inside it) for
 moving it to another machine.
 """
 from __future__ import annotations

@@ -104,13 +104,17 @@ def _take_exclusive(capture: pathlib.Path) -> int | None:
 
 def in_use(capture: str | os.PathLike) -> bool:
     """Whether a session holds `capture`'s lease (no lease file: no one ever did)."""
-    if not os.path.lexists(os.path.join(capture, LEASE)):
+    try:  # read-only: a listing of a directory one cannot write still tells
+        fd = os.open(os.path.join(capture, LEASE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lease file: no session ever held it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return False
-    fd = _take_exclusive(pathlib.Path(capture))
-    if fd is None:
+    except OSError:
         return True
-    os.close(fd)
-    return False
+    finally:
+        os.close(fd)
 
 
 # --- what the directory holds -------------------------------------------------------------

@@ -150,6 +150,9 @@ class RecordBreakpoints:
         """The captures directory of the session, once the first capture made it."""
         self._stored_images: dict[tuple, str] = {}
         """(path, inode, size, mtime) of a program file -> its key in the captures store."""
+        self._told_over = False
+        """The directory was over its limit with nothing left to remove, and the user was
+        told (not again after every capture)."""
         self._leases: list = []
         """retention.Lease of every capture of the session (recorded or replayed): while the
         session lasts, the captures directory's limit never removes them."""
@@ -1014,7 +1017,8 @@ class RecordBreakpoints:
         except (retention.RetentionError, OSError) as exc:
             log.warning("keeping %s within its limit failed: %s", self._directory, exc)
             return
-        if outcome["removed"] or outcome["over"]:
+        if outcome["removed"] or (outcome["over"] and not self._told_over):
+            self._told_over = outcome["over"]  # once a session while nothing can go
             text = (f"ptdebug: the captures in {self._directory} reached their limit of "
                     f"{retention.show_size(outcome['limit'])}: removed "
                     f"{', '.join(outcome['removed']) or 'nothing'} "

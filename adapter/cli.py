@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lsp": ("adapter.lsp.server", "hot-path language server over the latest capture"),
     "export": ("adapter.commands.export", "export a bundle to pprof or Perfetto"),
     "latency": ("adapter.commands.latency", "latency percentiles between two code points of a bundle"),
+    "captures": ("adapter.commands.captures", "list, pin, remove and pack the kept captures; "
+                                              "their size limit"),
 }
 
 # Exceptions that mean the input was bad (exit 2) when a command lets one through:

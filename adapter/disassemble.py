@@ -182,7 +182,7 @@ class Disassembler:
         for insn in insns:
             symbol = image.symbolize(insn[0])
             if symbol is not None:
-                names[insn[0]] = symbol.name
+                names[insn[0]] = symbol.display
         return names
 
     def _image_for(self, insns: list[tuple]):

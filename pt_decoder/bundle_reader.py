@@ -18,6 +18,16 @@ RecursionError tracebacks, a stream `"file": "/dev/zero"` MemoryError, a FIFO a 
   --no-copy-images, or a DAP capture before its images were copied in, references the recorded
   program's files where they were, and says so this way; any other absolute or escaping path
   is refused.
+- An image's `file` may also name the captures store beside the bundle (issue 33: a capture
+  references the code it ran through one content-addressed store shared by every capture of the
+  captures directory, adapter/capture/image_store.py): exactly `../.store/images/KEY`, KEY a
+  build-id or content hash of the form STORE_KEY, where `.store` and `.store/images` are real
+  directories (not links) and the file a regular file (not a link). Nothing else may leave the
+  bundle.
+- An image entry may record the file's `file_size` and `file_mtime_ns` when the capture was
+  made; a file whose size differs, or whose mtime differs and whose build-id no longer is the
+  recorded `build_id`, is refused as changed since the capture (`check_unchanged`), never
+  decoded as if it were the code that ran.
 - Every file is opened without blocking and must be a regular file (not a FIFO, a device, a
   directory), and is read up to a bound (`read_regular_file`).
 """
@@ -40,6 +50,12 @@ MAX_STREAM_BYTES = 1 << 40
 """Largest trace stream read (far beyond any recording; /dev/zero and friends are refused as
 not regular files before this matters)."""
 ADDRESS_LIMIT = 1 << 64
+STORE_DIRECTORY = ".store"
+"""The content-addressed image store, a sibling of the captures in a captures directory."""
+STORE_KEY = re.compile(r"(?:bid-[0-9a-f]{8,80}-[0-9]{1,20}|sha256-[0-9a-f]{64})")
+"""A store entry's name: `bid-BUILDID-SIZE` for an ELF file with a GNU build-id, else
+`sha256-HASH` of its bytes."""
+STORE_PREFIX = f"../{STORE_DIRECTORY}/images/"
 
 
 class ManifestError(ValueError):
@@ -129,7 +145,7 @@ _TIMING = {"tsc_hz": _INT, "tsc_source": _STR, "mtc_freq": _INT, "nom_freq": _IN
            "cycles_per_unit": _STR}
 _STREAM = {"tid": _INT, "pid": _INT, "cpu": _INT, "file": _STR, "size": _INT}
 _IMAGE = {"path": _STR, "file": _STR, "kind": _STR, "build_id": _STR, "load_address": _INT,
-          "offset": _INT, "size": _INT, "pid": _INT}
+          "offset": _INT, "size": _INT, "pid": _INT, "file_size": _INT, "file_mtime_ns": _INT}
 _THREAD = {"tid": _INT, "pid": _INT, "comm": _STR}
 _SIDEBAND = {"file": _STR, "kind": _STR}
 _SYMBOL_MAP = {"file": _STR, "kind": _STR, "pid": _INT, "path": _STR}
@@ -203,7 +219,8 @@ def check_manifest(manifest, path: str = MANIFEST) -> None:
                 _fields(where, entry, kinds, required)
                 if "offset" in entry and entry["offset"] is None:
                     entry["offset"] = 0  # readers take a missing offset as 0: so is null
-                for number in ("tid", "pid", "cpu", "size", "offset"):
+                for number in ("tid", "pid", "cpu", "size", "offset", "file_size",
+                               "file_mtime_ns"):
                     _range(f"{where}.{number}", entry.get(number), 0, 1 << 63)
                 _range(f"{where}.load_address", entry.get("load_address"), 0, ADDRESS_LIMIT)
                 if key == "images" and entry["load_address"] + (entry.get("size") or 0) \
@@ -223,6 +240,8 @@ def bundle_file(root: str | os.PathLike, entry: dict, where: str,
     file = entry["file"]
     if "\0" in file:
         raise ManifestError(f"{root}: {where}.file holds a NUL byte")
+    if absolute_image and file.startswith(STORE_PREFIX):
+        return store_file(root, file, where)
     if os.path.isabs(file):
         recorded = entry.get("path")
         if absolute_image and isinstance(recorded, str) and os.path.isabs(recorded) and (
@@ -238,6 +257,66 @@ def bundle_file(root: str | os.PathLike, entry: dict, where: str,
     return resolved
 
 
+def store_file(root: str | os.PathLike, file: str, where: str) -> str:
+    """The path of an image `file` that names the captures store beside bundle `root`
+    (`../.store/images/KEY`): KEY must be a store key, `.store` and `.store/images` real
+    directories and the entry a regular file, none of them a link. Raises ManifestError
+    naming the entry, and saying so when the store or the entry is not there."""
+    root = os.fspath(root)
+    key = file[len(STORE_PREFIX):]
+    if not STORE_KEY.fullmatch(key):
+        raise ManifestError(f"{root}: {where}.file {file!r} is outside the bundle (a store "
+                            "reference names ../.store/images/ and a build-id or sha256 key)")
+    store = os.path.join(os.path.dirname(os.path.realpath(root)), STORE_DIRECTORY)
+    path = os.path.join(store, "images", key)
+    for part, kind in ((store, stat.S_ISDIR), (os.path.dirname(path), stat.S_ISDIR),
+                       (path, stat.S_ISREG)):
+        try:
+            mode = os.lstat(part).st_mode
+        except OSError:
+            raise ManifestError(f"{root}: {where}.file: {key} is not in the captures store "
+                                f"{store} (the store was removed, or the capture was moved "
+                                "without `ptdebug captures pack`)") from None
+        if not kind(mode):
+            raise ManifestError(f"{root}: {where}.file: {part} is not a "
+                                f"{'directory' if kind is stat.S_ISDIR else 'regular file'}")
+    return path
+
+
+def check_unchanged(path: str, entry: dict, where: str, build_id_of=None) -> None:
+    """Refuse (ManifestError) an image file that changed since the capture: its size differs
+    from the recorded `file_size`, or its mtime from `file_mtime_ns` while its build-id
+    (`build_id_of(path)`, when the entry records one) is not the recorded `build_id` any more.
+    An entry that records neither is not checked (bundles written before issue 33)."""
+    size, mtime = entry.get("file_size"), entry.get("file_mtime_ns")
+    if size is None and mtime is None:
+        return
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ManifestError(f"{where}.file: cannot stat {path}: {exc.strerror}") from None
+    if size is not None and st.st_size != size:
+        raise ManifestError(f"{where}.file: {path} changed since the capture ({st.st_size} "
+                            f"bytes, {size} when recorded): the code that ran is not there "
+                            "any more")
+    if mtime is None or st.st_mtime_ns == mtime:
+        return
+    recorded = entry.get("build_id")
+    now = build_id_of(path) if recorded and build_id_of is not None else None
+    if recorded and now == recorded:
+        return  # touched or copied, the same build
+    raise ManifestError(f"{where}.file: {path} changed since the capture (modified "
+                        f"{_when(st.st_mtime_ns)}, recorded {_when(mtime)}"
+                        + (f"; build-id {now}, recorded {recorded}" if recorded else "")
+                        + "): the code that ran is not there any more")
+
+
+def _when(ns: int) -> str:
+    import datetime
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC")
+
+
 def stream_bytes(root: str | os.PathLike, entry: dict, where: str = "stream") -> bytes:
     """The bytes of a checked manifest's stream entry (a regular file inside the bundle)."""
     path = bundle_file(root, entry, where)
@@ -246,8 +325,24 @@ def stream_bytes(root: str | os.PathLike, entry: dict, where: str = "stream") ->
 
 def image_file(root: str | os.PathLike, entry: dict, where: str = "image") -> str:
     """The path of a checked manifest's image entry, checked to be a regular file (so that
-    mapping it neither blocks nor reads a device)."""
-    return _regular(bundle_file(root, entry, where, absolute_image=True), root, where)
+    mapping it neither blocks nor reads a device) and unchanged since the capture where the
+    entry says how it was (`check_unchanged`)."""
+    path = _regular(bundle_file(root, entry, where, absolute_image=True), root, where)
+    check_unchanged(path, entry, f"{os.fspath(root)}: {where}", file_build_id)
+    return path
+
+
+def file_build_id(path: str) -> str | None:
+    """The GNU build-id of the ELF file at `path`, or None (no note, not ELF, unreadable)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    from .image import elf_build_id
+    try:
+        with open(path, "rb") as f:
+            return elf_build_id(ELFFile(f))
+    except (OSError, ELFError, ValueError):
+        return None
 
 
 def stream_file(root: str | os.PathLike, entry: dict, where: str = "stream") -> str:

@@ -38,6 +38,13 @@ class Symbol(NamedTuple):
     offset: int
     module: str
 
+    @property
+    def display(self) -> str:
+        """The name as a view shows it: C++ and Rust names demangled (pt_decoder/demangle.py);
+        `name` stays the linkage name the symbol table holds."""
+        from .demangle import demangle
+        return demangle(self.name)
+
 
 class SymbolTable:
     """The function symbols of one module at their runtime addresses.

@@ -38,13 +38,16 @@ manifest.json (format "ptdebug-bundle", version 1)::
       "streams": [ {"tid": 1234, "pid": 1234, "cpu": null,
                     "file": "streams/1234.pt", "size": 4096} ],
       "images": [ {"path": "/usr/bin/prog",         # where it was on the recorded machine
-                   "file": "images/prog-1a2b" | "/usr/bin/prog",  # relative = copied into
-                                                    # the bundle, absolute = referenced
+                   "file": "images/prog-1a2b" | "/usr/bin/prog"  # relative = copied into
+                         | "../.store/images/KEY",  # the bundle, absolute = referenced,
+                                                    # ../.store = the captures store
                    "kind": "elf" | "file" | "snapshot",
                    "build_id": "hex" | null,
                    "load_address": 0x555555554000,  # virtual address of file byte `offset`
                    "offset": 0, "size": 8192,       # the mapped part of the file
-                   "pid": 1234 | null} ],
+                   "pid": 1234 | null,
+                   "file_size": 8192, "file_mtime_ns": 1764...} ],  # optional: the file as
+                                                    # it was, to tell it changed since
       "threads": [ {"tid": 1234, "pid": 1234, "comm": "prog"} ],
       "sideband": [ {"file": "sideband/perf.pevent", "kind": "perf-records",
                      "sample_type": int, ...} ],
@@ -71,6 +74,8 @@ from pt_decoder import bundle_reader
 FORMAT = "ptdebug-bundle"
 VERSION = 1
 MANIFEST = "manifest.json"
+CAPTURE_PRIVATE = (".lease", ".pinned")
+"""Files a captures directory keeps in a capture's bundle directory (retention.py)."""
 
 
 class BundleError(Exception):
@@ -210,11 +215,16 @@ class BundleWriter:
                  timing: dict | None = None, command: list[str] | None = None,
                  pid: int | None = None, copy_images: bool = True):
         self.root = pathlib.Path(path)
-        if self.root.exists() and any(self.root.iterdir()):
+        # a capture directory's lease and pin (adapter/capture/retention.py) are not the
+        # bundle's: the lease is held (flock) from before the recorder writes here
+        there = [p for p in self.root.iterdir() if p.name not in CAPTURE_PRIVATE] \
+            if self.root.is_dir() else []
+        if there:
             if not (self.root / MANIFEST).exists():
                 raise BundleError(f"{self.root}: exists and is not a bundle; refusing to "
                                   "write into it")
-            shutil.rmtree(self.root)
+            for p in there:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         for sub in ("streams", "images", "sideband"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.copy_images = copy_images
@@ -263,6 +273,8 @@ class BundleWriter:
             file = self._copied[key]
         entry = {"path": path, "file": file, "kind": kind, "build_id": build_id,
                  "load_address": load_address, "offset": offset, "size": size, "pid": pid}
+        if not self.copy_images:
+            entry.update(file_stat(path))  # a reference: what it was, to tell a change
         self.manifest["images"].append(entry)
         return entry
 
@@ -347,6 +359,17 @@ class BundleWriter:
         self.manifest["partial_reason"] = partial_reason
         self.write_manifest()
         return self.manifest
+
+
+def file_stat(path: str | os.PathLike) -> dict:
+    """`file_size` and `file_mtime_ns` of an image file, as an image entry records them so
+    that a reader can tell the file changed since (bundle_reader.check_unchanged); empty when
+    the file cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}
+    return {"file_size": st.st_size, "file_mtime_ns": st.st_mtime_ns}
 
 
 def _short_hash(text: str) -> str:

@@ -1,5 +1,6 @@
 """Where a debug session keeps its captures: a directory that outlives the session, one bundle
-directory per capture, removed only by the user.
+directory per capture (kept within a size limit, oldest unpinned and unused first:
+retention.py; the program files they ran through stored once beside them: image_store.py).
 
 Layer: adapter.capture (storage, beside bundle.py). Knows paths and the launch configuration's
 two keys that place them (`captures`, `cwd`); nothing of DAP or of how a capture is recorded.

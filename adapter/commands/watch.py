@@ -81,7 +81,7 @@ class Symbolizer:
                 pass  # refused (not a regular file of the process's user): as at the start
             sym = self.image.symbolize(addr)
         if sym is not None:
-            return f"{sym.name}+{sym.offset:#x}" if sym.offset else sym.name
+            return f"{sym.display}+{sym.offset:#x}" if sym.offset else sym.display
         table = self._line_table(addr) if self._is_go(addr) else None
         found = table.function(addr) if table is not None else None  # Go pclntab names
         if found is not None:

@@ -269,8 +269,10 @@ def build_profile(decoded: Recording) -> bytes:
         function_id = functions.get(fkey)
         if function_id is None:
             function_id = functions[fkey] = len(functions) + 1
+            # Function.name: demangled; system_name: the linkage (mangled) name
+            system = decoded.linkage_name(ip) or name
             function_messages.append(Message().int(1, function_id).int(2, strings(name))
-                                     .int(3, strings(name)).int(4, strings(file)))
+                                     .int(3, strings(system)).int(4, strings(file)))
         found = locations[ip] = len(locations) + 1
         location = Message().int(1, found).int(2, _mapping_of(mappings, ip, starts)).int(3, ip)
         location.message(4, Message().int(1, function_id).int(2, line[1] if line else 0))

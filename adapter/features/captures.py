@@ -85,14 +85,21 @@ class Capture:
                                                                   accept=user_code))
         return self._lines
 
+    def linkage_name(self, ip: int) -> str | None:
+        """The symbol table's (mangled) name of the function holding `ip`, or None."""
+        symbol = self.trace.symbols.symbolize(ip)
+        return symbol.name if symbol is not None else None
+
     def line(self, ip: int) -> tuple[str, int] | None:
         return self.lines.lookup(ip)
 
     def function(self, ip: int) -> tuple[str, int]:
-        """(function name, offset of `ip` in it); a module label where no symbol covers it."""
+        """(function name, offset of `ip` in it); a module label where no symbol covers it.
+        The name is as views show it (C++ and Rust demangled: pt_decoder/demangle.py);
+        `linkage_name` gives the symbol's own."""
         symbol = self.trace.symbols.symbolize(ip)
         if symbol is not None:
-            return symbol.name, symbol.offset
+            return symbol.display, symbol.offset
         module = self.trace.symbols.module_at(ip)
         label = module.path.rsplit("/", 1)[-1] if module is not None else "unknown code"
         return f"[{label}]", ip - (module.load_address if module is not None else ip)

@@ -842,7 +842,7 @@ class DataBreakpoints:
             module = image.module_at(ip)
             return f"{ip:#x} ({module.path.rsplit('/', 1)[-1]})" if module is not None else f"{ip:#x}"
         module = symbol.module.rsplit("/", 1)[-1]
-        return f"{symbol.name}+{symbol.offset:#x} ({module}, ip {ip:#x})"
+        return f"{symbol.display}+{symbol.offset:#x} ({module}, ip {ip:#x})"
 
     def close(self) -> None:
         self._closed.set()

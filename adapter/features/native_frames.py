@@ -87,7 +87,7 @@ class NativeFrameMaker:
             symbol = image.symbolize(where)
             if module is None and symbol is None:
                 break
-            name = f"{symbol.name}+{symbol.offset + ip - where:#x}" if symbol else f"{ip:#x}"
+            name = f"{symbol.display}+{symbol.offset + ip - where:#x}" if symbol else f"{ip:#x}"
             library = os.path.basename(module.path) if module else "?"
             frame = {"id": self._frame_id(), "name": f"{name} [{library}, {when}]",
                      "line": 0, "column": 0, "instructionPointerReference": f"{ip:#x}",

@@ -31,8 +31,10 @@ How a record breakpoint fires (Python backend):
   Each capture's steps are timed in one INFO line of the adapter's log (StepClock).
 - Each capture is decoded into a History, kept in `captures`, and announced by the custom event
   `ptdebug/capture` (id, thread, window, instructions, cycles, duration, gaps). Its bundle is in
-  the session's captures directory (adapter/capture/captures_dir.py), made self-contained
-  after the decode (bundle.copy_images_in), and outlives the session: only the user removes it.
+  the session's captures directory (adapter/capture/captures_dir.py), its program files put
+  into the directory's captures store after the decode (image_store.store_images_in), leased
+  while the session lasts, and outlives the session; the directory's size limit removes the
+  oldest captures no session uses and no one pinned (retention.enforce).
 - A replayed bundle's threads become captures too (`adopt_replay`, for backends.replay).
 - Data breakpoints armed at the same time share the thread's debug registers with the
   recorder (it uses the slots they leave); a failure is told to the user in an `output` event
@@ -146,8 +148,14 @@ class RecordBreakpoints:
         self._next_reference = LOCAL_REFERENCE_BASE
         self._directory: str | None = None
         """The captures directory of the session, once the first capture made it."""
-        self._copied_images: dict[tuple, str] = {}
-        """(path, inode, size, mtime) of a program file -> its copy in an earlier capture."""
+        self._stored_images: dict[tuple, str] = {}
+        """(path, inode, size, mtime) of a program file -> its key in the captures store."""
+        self._told_over = False
+        """The directory was over its limit with nothing left to remove, and the user was
+        told (not again after every capture)."""
+        self._leases: list = []
+        """retention.Lease of every capture of the session (recorded or replayed): while the
+        session lasts, the captures directory's limit never removes them."""
         self._busy = threading.Lock()
         self._recording: set[int] = set()
         """DAP ids of the threads a capture holds: from its stop until the recorder lets the
@@ -497,6 +505,7 @@ class RecordBreakpoints:
         manifest = replayed.trace.manifest
         stats = manifest.get("stats") or {}
         window = ReplayedWindow(text=replayed.describe())
+        self._lease_replayed(replayed.path)
         first: dict[int, Capture] = {}
         for thread in replayed.threads:
             shared = first.get(thread.stream)
@@ -513,6 +522,17 @@ class RecordBreakpoints:
                 self.captures.append(capture)
                 for listener in self._listeners:
                     listener(capture)
+
+    def _lease_replayed(self, path) -> None:
+        """A replayed bundle is not removed by a captures directory's limit while the session
+        replays it (a bundle anywhere else, or one that cannot take a lease, is left as is)."""
+        from adapter.capture import image_store, retention
+        if not image_store.store_directory(pathlib.Path(path).parent).is_dir():
+            return  # not in a captures directory: no limit removes it
+        try:
+            self._leases.append(retention.Lease(path))
+        except (retention.RetentionError, OSError) as exc:
+            log.info("no lease on the replayed bundle %s: %s", path, exc)
 
     def _pause(self, request: Request) -> object:
         """A `pause` while a debugpy window records: the window closes now, and the pause goes
@@ -940,7 +960,7 @@ class RecordBreakpoints:
         `.ptdebug/captures/`, else the user's data directory), created on first use. A
         directory that cannot be made is told to the user, and the user's data directory
         serves instead."""
-        from adapter.capture import captures_dir
+        from adapter.capture import captures_dir, retention
         arguments = self.session.launch_arguments
         if self._directory is None:
             wanted = captures_dir.captures_directory(arguments.get("captures"),
@@ -960,28 +980,65 @@ class RecordBreakpoints:
                     raise AdapterError(f"cannot keep captures in {wanted} ({exc}) nor in "
                                        f"{fallback} ({again})") from None
             log.info("captures of this session go to %s", self._directory)
-        return captures_dir.new_capture_directory(pathlib.Path(self._directory),
+        path = captures_dir.new_capture_directory(pathlib.Path(self._directory),
                                                   arguments.get("program"), number)
+        # leased before the recorder writes its manifest: the limit never removes it
+        self._leases.append(retention.Lease(path))
+        return path
 
     def _make_self_contained(self, output: str, trace) -> None:
-        """Copy into the bundle the recorded program's files its decode reads (the built Go
-        binary, the user's libraries), so the capture decodes after they are gone and after
-        the bundle has moved; a file another capture of the session copied is hard-linked.
-        A copy that fails leaves the bundle referencing the originals, and the user is told."""
-        from adapter.capture.bundle import BundleError, copy_images_in
+        """Put the recorded program's files its decode reads (the built Go binary, the user's
+        libraries) into the captures store, once for every capture of the directory, so the
+        capture decodes after they are gone (adapter/capture/image_store.py); then keep the
+        directory within its limit (retention.enforce). A copy that fails leaves the bundle
+        referencing the originals, and the user is told."""
+        from adapter.capture.bundle import BundleError
+        from adapter.capture.image_store import store_images_in
         ips = sorted(set().union(*(t.history.distinct_ips for t in trace.threads)))
         try:
-            copy_images_in(output, ips, self._copied_images)
+            _, added, warnings = store_images_in(output, ips, self._stored_images)
+            log.info("capture %s: the captures store grew by %d bytes", output, added)
         except (BundleError, OSError) as exc:
-            log.warning("capture %s: copying its images failed: %s", output, exc)
+            log.warning("capture %s: storing its images failed: %s", output, exc)
             self.session.client.send_event("output", {"category": "important", "output":
                 f"ptdebug: the capture {output} references the program's files instead of "
-                f"holding copies (copying failed: {exc}); it decodes only while they exist\n"})
+                f"holding copies (storing failed: {exc}); it decodes only while they exist\n"})
+            warnings = []
+        for warning in warnings:
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: capture {output}: {warning}\n"})
+        self._keep_within_limit()
+
+    def _keep_within_limit(self) -> None:
+        """Remove the oldest captures of the directory, neither pinned nor in use by any
+        session, until it fits its limit (the launch's `capturesLimit`, else the directory's,
+        adapter/capture/retention.py); say what was removed."""
+        from adapter.capture import retention
+        configured = self.session.launch_arguments.get("capturesLimit")
+        try:
+            limit = retention.parse_size(configured) if configured is not None else None
+            outcome = retention.enforce(self._directory, limit)
+        except (retention.RetentionError, OSError) as exc:
+            log.warning("keeping %s within its limit failed: %s", self._directory, exc)
+            return
+        if outcome["removed"] or (outcome["over"] and not self._told_over):
+            self._told_over = outcome["over"]  # once a session while nothing can go
+            text = (f"ptdebug: the captures in {self._directory} reached their limit of "
+                    f"{retention.show_size(outcome['limit'])}: removed "
+                    f"{', '.join(outcome['removed']) or 'nothing'} "
+                    f"({retention.show_size(outcome['freed_bytes'])})")
+            if outcome["over"]:
+                text += "; still over it (what is left is pinned or in use)"
+            self.session.client.send_event("output", {"category": "console",
+                                                      "output": text + "\n"})
 
     def close(self) -> None:
         """The session ends: a recording still running is stopped (its bundle is kept, marked
-        partial by the recorder). Captures are never removed: they are the user's."""
+        partial by the recorder), and the session's leases on its captures are let go (the
+        directory's limit may remove them later, oldest first, unless pinned)."""
         self._workers.stop_all()  # a recording in progress ends partial
+        for lease in self._leases:
+            lease.release()
 
 
 class StepClock:

@@ -123,6 +123,10 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
                                    "complete"), "type": "", "variablesReference":
          recording.reference(gap_items) if gaps else 0},
     ]
+    linkage = capture.linkage_name(ip)
+    if linkage is not None and linkage != capture.function(ip)[0]:
+        # frames, this scope and the exports show the demangled name; the linkage name is here
+        variables.append(plain("linkage name", linkage, "mangled symbol"))
     if capture.partial:
         variables.append(plain("partial", capture.partial))
     # a Python capture: the Python frame here, its line's run, the cost of each of its lines

@@ -10,12 +10,23 @@ object. Requests that are only forwarded to a backend are not modelled here (see
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import InvalidLaunchConfig, InvalidRequest
+
+SIZE = re.compile(r"\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B?|[kmgt]i?b?|B|b)?\s*")
+"""A size as `capturesLimit` takes it: bytes, or a number with K/M/G/T, KB/KiB, ..."""
+
+
+def check_size(key: str, value: str | None) -> None:
+    """Refuse (InvalidLaunchConfig naming `key`) a size the captures limit cannot read."""
+    if value is not None and not SIZE.fullmatch(value):
+        raise InvalidLaunchConfig(f"{key} must be a size such as \"2GiB\" or \"500MB\", "
+                                  f"got {value!r}")
 
 # Every request the DAP specification defines (debugAdapterProtocol.json, 'Request' subtypes;
 # tests/adapter/protocol/test_schema.py keeps this equal to the schema). The adapter uses it to
@@ -95,12 +106,18 @@ class LaunchConfig:
     import`, a kept capture): its recorded threads step through the history, backwards too."""
     captures: str | None = None
     """Where captures are kept (default: `.ptdebug/captures` in `cwd`, else the user's data
-    directory); they outlive the session and are removed only by the user."""
+    directory); they outlive the session. The directory keeps within its size limit by
+    removing the oldest captures neither pinned nor in use (`ptdebug captures`)."""
+    capturesLimit: str | None = None
+    """The captures directory's size limit for this session, e.g. "2GiB", "500MB" (default:
+    the directory's, set with `ptdebug captures limit SIZE`, else 2GiB); the oldest captures
+    neither pinned nor in use are removed when it is reached."""
 
     def __post_init__(self) -> None:
         if self.program is None and self.module is None and self.replay is None:
             raise InvalidLaunchConfig("launch needs 'program' (or 'module' for Python, or "
                                       "'replay' for a trace bundle)")
+        check_size("capturesLimit", self.capturesLimit)
 
 
 @dataclass
@@ -133,9 +150,14 @@ class AttachConfig:
     """The trace window of record-mode breakpoints (ptdebug's own)."""
     captures: str | None = None
     """Where captures are kept (default: the user's data directory); they outlive the
-    session and are removed only by the user."""
+    session. The directory keeps within its size limit by removing the oldest captures
+    neither pinned nor in use (`ptdebug captures`)."""
+    capturesLimit: str | None = None
+    """The captures directory's size limit for this session, e.g. "2GiB", "500MB" (default:
+    the directory's, set with `ptdebug captures limit SIZE`, else 2GiB)."""
 
     def __post_init__(self) -> None:
+        check_size("capturesLimit", self.capturesLimit)
         if self.pid is None:
             self.pid = self.processId
         if (self.pid is None) == (self.connect is None):

@@ -553,17 +553,24 @@ class Recording:
         return self._go_functions
 
     def function(self, ip: int) -> tuple[str, int]:
-        """(function name, entry address) holding `ip`; ("[unknown]", ip) if none is known."""
+        """(function name, entry address) holding `ip`; ("[unknown]", ip) if none is known.
+        The name is as views show it (C++ and Rust demangled); `linkage_name` gives the
+        symbol's own."""
         found = self._function_cache.get(ip)
         if found is None:
             symbol = self.symbols.symbolize(ip)
             if symbol is not None:
-                found = (symbol.name, ip - symbol.offset)
+                found = (symbol.display, ip - symbol.offset)
             else:
                 go = self.go_functions.function(ip)
                 found = go if go is not None else (_module_label(self.manifest, ip), ip)
             self._function_cache[ip] = found
         return found
+
+    def linkage_name(self, ip: int) -> str | None:
+        """The symbol table's (mangled) name of the function holding `ip`, or None."""
+        symbol = self.symbols.symbolize(ip)
+        return symbol.name if symbol is not None else None
 
     def line(self, ip: int) -> tuple[str, int] | None:
         """(source file, line) of `ip`, or None where there is no line information."""

@@ -56,12 +56,17 @@ BAD_INPUT = [
     (["lsp", "--bogus"], "unrecognized arguments: --bogus"),
     (["export", "svg", "{dir}", "-o", "{dir}/x"], "invalid choice: 'svg'"),
     (["latency", "{dir}"], "the following arguments are required: --from, --to"),
+    (["captures", "--dir", MISSING], f"{MISSING}: no captures directory"),
+    (["captures", "--dir", "{dir}", "pin", "nope"], "nope: no such capture in {dir}"),
+    (["captures", "--dir", "{dir}", "gc", "--limit", "lots"], "'lots' is not a size"),
+    (["captures", "frob"], "invalid choice: 'frob'"),
     # an existing output without --force
     (["record", "-o", "{dir}", "--", "true"], "{dir} exists; give --force to replace it"),
     (["import", "{out}", "-o", "{dir}"], "{dir} exists; give --force to replace it"),
     (["export", "pprof", "{dir}", "-o", "{out}"], "{out} exists; give --force to replace it"),
     (["latency", "{dir}", "--from", "a", "--to", "b", "--png", "{out}"],
      "{out} exists; give --force to replace it"),
+    (["captures", "pack", "{dir}", "-o", "{out}"], "{out} exists; give --force to replace it"),
 ]
 
 

@@ -1,7 +1,8 @@
 """Captures outlive their session: a Python session's capture (the demo service's native helper,
 recorded by a record breakpoint) and a Go session's (an HTTP handler, Delve handing the thread
 over) are in the captures directory after the adapter has exited, export, and decode the same
-path after the bundle was copied elsewhere and the recorded program's files were removed (the
+path after the bundle was packed (`ptdebug captures pack`: its images are in the captures
+store beside it), copied elsewhere and the recorded program's files were removed (the
 Go binary ptdebug built is removed by ptdebug itself at the end of the session). Before,
 record_breakpoints.close removed /tmp/ptdebug-captures-*, and a Go capture's manifest named
 /tmp/ptdebug-go-*/__debug_bin, gone with the session."""
@@ -34,16 +35,22 @@ def decoded_ips(bundle: pathlib.Path) -> list[str]:
 
 def check_self_contained(bundle: pathlib.Path, elsewhere: pathlib.Path,
                          originals: list[pathlib.Path]) -> None:
-    """The bundle holds every image its decode reads: after a copy to `elsewhere`, with the
-    original bundle and the program's files `originals` removed, it decodes the same path."""
+    """The bundle names every image its decode reads in the captures store beside it (issue
+    33: one copy for all the captures of the directory), and `ptdebug captures pack` makes it
+    self-contained: the packed copy, moved to `elsewhere` with the captures directory (store
+    included) and the program's files `originals` removed, decodes the same path."""
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["status"] == "complete", manifest.get("partial_reason")
-    assert manifest["images"] and all(not pathlib.Path(i["file"]).is_absolute()
+    assert manifest["images"] and all(i["file"].startswith(("../.store/images/", "images/"))
                                       for i in manifest["images"]), manifest["images"]
+    assert any(i["file"].startswith("../.store/images/") for i in manifest["images"])
     before = decoded_ips(bundle)
     assert len(before) > 20
-    shutil.copytree(bundle, elsewhere)
-    shutil.rmtree(bundle)
+    packed = elsewhere.parent / "packed"
+    ptdebug("captures", "--dir", str(bundle.parent), "pack", bundle.name, "-o", str(packed))
+    shutil.copytree(packed, elsewhere)
+    shutil.rmtree(packed)
+    shutil.rmtree(bundle.parent)
     for original in originals:
         original.unlink(missing_ok=True)
     assert decoded_ips(elsewhere) == before
@@ -66,6 +73,7 @@ def test_a_python_sessions_capture_is_kept_in_the_workspace(start_adapter, tmp_p
     client.call("configurationDone", {})
     assert client.expect_response(launch)["success"]
     client.expect_stopped("breakpoint", timeout=60)
+    assert client.events("ptdebug/capture"), run.log()[-6000:]
     bundle = pathlib.Path(client.events("ptdebug/capture")[0]["body"]["bundle"])
     assert bundle.parent == workspace / ".ptdebug" / "captures", bundle
     assert "service-capture-1" in bundle.name
@@ -79,6 +87,51 @@ def test_a_python_sessions_capture_is_kept_in_the_workspace(start_adapter, tmp_p
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert any(i["path"] == str(library) for i in manifest["images"])
     check_self_contained(bundle, tmp_path / "moved" / bundle.name, [library])
+
+
+def test_a_sessions_limit_removes_older_captures_never_a_pinned_one_nor_its_own(
+        start_adapter, tmp_path):
+    """`capturesLimit` far below what the directory holds: once the session's capture is kept,
+    the older unpinned capture is removed, the pinned one and the session's own (leased) stay,
+    and an output event says so (issue 33)."""
+    workspace = tmp_path / "workspace"
+    captures = workspace / ".ptdebug" / "captures"
+    program = tmp_path / "hotpath"
+    subprocess.run(["gcc", "-O0", "-g", "-o", str(program),
+                    str(ROOT / "tests/fixtures/programs/hotpath.c")], check=True)
+    for name in ("20000101-000000-old-capture-1", "20000101-000001-kept-capture-1"):
+        ptdebug("record", "--backend", "stepper", "--from", "serve", "--until-return", "-o",
+                str(captures / name), "--", str(program), "2")
+    ptdebug("captures", "--dir", str(captures), "pin", "20000101-000001-kept-capture-1")
+    library = pathlib.Path(build_kvcache(tmp_path))
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {
+        "program": str(SERVICE), "args": [str(library), "20"], "console": "internalConsole",
+        "cwd": str(workspace), "capturesLimit": "1KB",
+        "recordWindow": {"function": "kv_update", "timeout": 15}})
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
+        {"line": line_of(SERVICE, "request"), "mode": "record", "condition": "request_id == 3"},
+        {"line": line_of(SERVICE, "after_request"), "condition": "request_id == 4"}]})
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+    client.expect_stopped("breakpoint", timeout=60)
+    assert client.events("ptdebug/capture"), run.log()[-6000:]
+    bundle = pathlib.Path(client.events("ptdebug/capture")[0]["body"]["bundle"])
+    said = [e["body"]["output"] for e in client.events("output")
+            if "reached their limit" in e["body"].get("output", "")]
+    assert said and "removed 20000101-000000-old-capture-1" in said[0] and \
+        "still over it (what is left is pinned or in use)" in said[0], said
+    listing = json.loads(ptdebug("captures", "--dir", str(captures), "--json"))
+    assert [(c["name"], c["pinned"], c["in_use"]) for c in listing["items"]] == [
+        ("20000101-000001-kept-capture-1", True, False), (bundle.name, False, True)]
+    client.call("disconnect", {"terminateDebuggee": True})
+    assert run.wait_exit() == 0
+    listing = json.loads(ptdebug("captures", "--dir", str(captures), "--json"))
+    assert [c["in_use"] for c in listing["items"]] == [False, False]
+    assert (bundle / "manifest.json").is_file()
 
 
 def test_a_go_sessions_capture_is_kept_with_the_built_binary(start_adapter, tmp_path):
@@ -143,9 +196,10 @@ def test_an_adapter_killed_mid_recording_leaves_a_bundle_marked_partial(start_ad
     assert client.expect_response(launch)["success"]
     captures = workspace / ".ptdebug" / "captures"
     deadline = time.monotonic() + 30
-    while not (captures.is_dir() and any(captures.iterdir())) and time.monotonic() < deadline:
+    while not (captures.is_dir() and any(not p.name.startswith(".") for p in captures.iterdir())) \
+            and time.monotonic() < deadline:
         time.sleep(0.05)
-    bundle = next(captures.iterdir())
+    bundle = next(p for p in captures.iterdir() if not p.name.startswith("."))
     time.sleep(1.0)
     run.track()
     assert json.loads((bundle / "manifest.json").read_text())["status"] == "partial"

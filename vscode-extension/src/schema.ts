@@ -32,8 +32,10 @@ export interface LaunchConfig {
     buildFlags?: string | null;
     /** A trace bundle to replay instead of running a program (`ptdebug record`, `ptdebug import`, a kept capture): its recorded threads step through the history, backwards too. */
     replay?: string | null;
-    /** Where captures are kept (default: `.ptdebug/captures` in `cwd`, else the user's data directory); they outlive the session and are removed only by the user. */
+    /** Where captures are kept (default: `.ptdebug/captures` in `cwd`, else the user's data directory); they outlive the session. The directory keeps within its size limit by removing the oldest captures neither pinned nor in use (`ptdebug captures`). */
     captures?: string | null;
+    /** The captures directory's size limit for this session, e.g. "2GiB", "500MB" (default: the directory's, set with `ptdebug captures limit SIZE`, else 2GiB); the oldest captures neither pinned nor in use are removed when it is reached. */
+    capturesLimit?: string | null;
 }
 
 /** `attach` arguments: a process id, or a debugpy server to connect to. */
@@ -52,8 +54,10 @@ export interface AttachConfig {
     stopAllThreadsOnSuspend?: boolean;
     /** The trace window of record-mode breakpoints (ptdebug's own). */
     recordWindow?: RecordWindowSettings | null;
-    /** Where captures are kept (default: the user's data directory); they outlive the session and are removed only by the user. */
+    /** Where captures are kept (default: the user's data directory); they outlive the session. The directory keeps within its size limit by removing the oldest captures neither pinned nor in use (`ptdebug captures`). */
     captures?: string | null;
+    /** The captures directory's size limit for this session, e.g. "2GiB", "500MB" (default: the directory's, set with `ptdebug captures limit SIZE`, else 2GiB). */
+    capturesLimit?: string | null;
 }
 
 /** `ptdebug/goroutineHistory` (Go sessions): which goroutine ran which recorded instructions, from a recording's PTWRITE goids and its flow (docs/go.md). */

@@ -35,6 +35,8 @@ def test_launch_config_types_and_defaults():
     ({"program": "a.py", "stopOnEntry": 1}, "arguments.stopOnEntry must be a boolean"),
     ({"program": "a.py", "backend": "rust"}, "arguments.backend must be one of"),
     ({}, "needs 'program'"),
+    ({"program": "a.py", "capturesLimit": "lots"}, "capturesLimit must be a size such as"),
+    ({"program": "a.py", "capturesLimit": 2048}, "arguments.capturesLimit must be a string"),
 ])
 def test_launch_config_errors_name_the_field(arguments, text):
     with pytest.raises(InvalidLaunchConfig, match=text):
@@ -49,6 +51,10 @@ def test_attach_takes_pid_or_processid_or_connect():
         schema.parse(schema.AttachConfig, {})
     with pytest.raises(InvalidLaunchConfig, match="arguments.connect.port is required"):
         schema.parse(schema.AttachConfig, {"connect": {}})
+    assert schema.parse(schema.AttachConfig, {"pid": 7, "capturesLimit": "500MB"}) \
+        .capturesLimit == "500MB"
+    with pytest.raises(InvalidLaunchConfig, match="capturesLimit must be a size"):
+        schema.parse(schema.AttachConfig, {"pid": 7, "capturesLimit": "-1"})
 
 
 def test_request_arguments_reject_bools_as_integers_and_wrong_enums():

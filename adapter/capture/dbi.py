@@ -429,25 +429,47 @@ class Window:
             _punch(self.fd, RING_HEADER + 4 * first, 4 * PUNCH_SLOTS)
             self.punched += PUNCH_SLOTS
 
-    def stop_following(self, settle_s: float = 2.0) -> bool:
+    def stop_following(self, settle_s: float = 10.0) -> bool:
         """Unfollow the thread and wait until its ring count stands still for 20 ms (it has
-        left Stalker's code). False when it still moved after `settle_s`."""
+        left Stalker's code). A thread looping in blocks Stalker has already linked never
+        re-enters Stalker's runtime, where an unfollow takes effect: the blocks it ran last
+        (the ring's newest ids) are invalidated, so the next of them it runs takes it there;
+        again with the newest ones while it still records. False when it still moved after
+        `settle_s` (its mappings must then stay, see DbiSession.close)."""
         session = self.session
-        starts = [hex(start) for start in session.all_starts()]
-        try:
-            session.api.unfollow(self.tid, starts)
-        except Exception as exc:  # noqa: BLE001 - the process may have exited
-            session.log(f"DBI unfollow of {self.tid}: {exc}")
-            return True
+        first = True
         deadline = time.monotonic() + settle_s
         last = self.count()
-        while time.monotonic() < deadline:
+        while True:
+            try:
+                if first:
+                    session.api.unfollow(self.tid, self._recent_starts())
+                    first = False
+                else:
+                    session.api.invalidate(self.tid, self._recent_starts())
+            except Exception as exc:  # noqa: BLE001 - the process may have exited
+                session.log(f"DBI unfollow of {self.tid}: {exc}")
+                return True
             time.sleep(0.02)
             now = self.count()
             if now == last:
                 return True
             last = now
-        return False
+            if time.monotonic() > deadline:
+                return False
+
+    def _recent_starts(self, newest: int = 4096) -> list[str]:
+        """The starts of the distinct blocks among the thread's `newest` ring entries."""
+        written = self.count()
+        lo = max(0, written - newest, written - RING_SLOTS)
+        ids = [int(self.ids[k % RING_SLOTS]) for k in range(lo, written)]
+        defined = self.session.defined_ids()
+        starts = set()
+        for block_id in set(ids):
+            if block_id < defined:
+                starts.add(struct.unpack_from("<Q", self.session._table,
+                                              TABLE_HEADER + TABLE_ENTRY * block_id)[0])
+        return [hex(start) for start in starts]
 
     def finish(self, result: DrainResult | None) -> bytes:
         """The whole PT stream of the window, its end written."""

@@ -4,9 +4,10 @@
  * Layer: adapter.capture, the in-process half of the DBI recorder (adapter/capture/dbi.py
  * is the other half, and the only one that talks to this file). It knows nothing of PT,
  * bundles or DAP: it writes, for every basic block a followed thread executes, the block's
- * id into a ring in shared memory, and, once per block when Frida's Stalker compiles it,
- * the block's start, last instruction and instruction count into a table. No callout, no
- * JS on the execution path, no Stalker event queue (which drops events when it fills).
+ * id into a ring in shared memory, and, once per block when Frida's Stalker compiles it (a
+ * transform in C, below), the block's start, last instruction and instruction count into a
+ * table. No callout, no JS on the execution path, no Stalker event queue (which drops events
+ * when it fills).
  *
  * Shared files (created and sized by dbi.py, mapped MAP_SHARED here and there):
  *   table   one per session. u64 at 0: block ids defined so far; u64 at 8: 1 once the table
@@ -39,7 +40,7 @@ const libc = {
 const O_RDWR = 2, PROT_READ_WRITE = 3, MAP_SHARED = 1;
 const TABLE_ENTRY = 24, TABLE_HEADER = 64, RING_HEADER = 4096;
 
-let table = null, tableBytes = 0, tableCapacity = 0, nextId = 0;
+let table = null, tableBytes = 0, tableCapacity = 0;
 const followed = new Map();   // tid -> {ring, ringBytes}
 const retired = [];           // mappings of windows that ended, unmapped by release()
 
@@ -54,41 +55,87 @@ function mapShared(path, size) {
   return where;
 }
 
-function u32le(value) {
-  return [value & 0xff, (value >>> 8) & 0xff, (value >>> 16) & 0xff, (value >>> 24) & 0xff];
+// The transform runs in C (Frida's CModule, compiled by its TinyCC when the agent loads): a
+// JS transform costs ~0.1 ms a block Stalker compiles, which a Python thread entering a
+// window (thousands of blocks: the interpreter, numpy) pays again in every window.
+const transformer = new CModule(`
+#include <gum/gumstalker.h>
+
+typedef struct { guint8 * ring; guint8 * table; guint64 capacity; } Window;
+
+void
+transform (GumStalkerIterator * iterator, GumStalkerOutput * output, gpointer user_data)
+{
+  Window * w = user_data;
+  const cs_insn * insn;
+  GumX86Writer * cw = output->writer.x86;
+  guint64 * defined = (guint64 *) w->table;
+  guint64 start = 0, last = 0, id = 0;
+  guint32 count = 0;
+  gboolean recorded = FALSE;
+
+  while (gum_stalker_iterator_next (iterator, &insn))
+  {
+    if (count == 0)
+    {
+      start = insn->address;
+      id = defined[0];
+      if (id < w->capacity)
+      {
+        static const guint8 before[] = { 0x48, 0x8d, 0x64, 0x24, 0x80, 0x50, 0x51 };
+        guint8 store[] = { 0x48, 0x8b, 0x08, 0x8d, 0x0c, 0x8d, 0x00, 0x00, 0x00, 0x00,
+                           0xc7, 0x84, 0x08, 0x00, 0x10, 0x00, 0x00, 0, 0, 0, 0 };
+        static const guint8 after[] = { 0x48, 0x8b, 0x08, 0x48, 0x8d, 0x49, 0x01, 0x48, 0x89,
+                                        0x08, 0x59, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00,
+                                        0x00, 0x00 };
+        store[17] = id & 0xff;
+        store[18] = (id >> 8) & 0xff;
+        store[19] = (id >> 16) & 0xff;
+        store[20] = (id >> 24) & 0xff;
+        gum_x86_writer_put_bytes (cw, before, sizeof (before));
+        gum_x86_writer_put_mov_reg_address (cw, GUM_X86_RAX, GUM_ADDRESS (w->ring));
+        gum_x86_writer_put_bytes (cw, store, sizeof (store));
+        gum_x86_writer_put_bytes (cw, after, sizeof (after));
+        recorded = TRUE;
+      }
+      else
+      {
+        defined[1] = 1;   /* the table is full: this block runs unrecorded */
+      }
+    }
+    last = insn->address;
+    count++;
+    gum_stalker_iterator_keep (iterator);
+  }
+  if (recorded)
+  {
+    guint8 * entry = w->table + TABLE_HEADER + id * TABLE_ENTRY;
+    *(guint64 *) entry = start;
+    *(guint64 *) (entry + 8) = last;
+    *(guint32 *) (entry + 16) = count;
+    defined[0] = id + 1;   /* after the entry: dbi.py reads the entries below this */
+  }
+}
+`.replace(/TABLE_HEADER/g, String(TABLE_HEADER)).replace(/TABLE_ENTRY/g, String(TABLE_ENTRY)));
+
+function windowData(ring) {
+  const data = Memory.alloc(24);
+  data.writePointer(ring);
+  data.add(8).writePointer(table);
+  data.add(16).writeU64(tableCapacity);
+  return data;
 }
 
-function transformFor(ring) {
-  return function (iterator) {
-    let insn = iterator.next();
-    const start = insn.address;
-    const id = nextId;
-    if (id >= tableCapacity) {
-      // out of ids: the block runs unrecorded, and the table says it is full (dbi.py ends
-      // the window there, as partial)
-      do { iterator.keep(); } while (iterator.next() !== null);
-      table.add(8).writeU64(1);
-      return;
+function invalidate(tid, starts) {
+  let failed = 0;
+  for (const start of starts) {
+    try {
+      Stalker.invalidate(tid, ptr(start));
+    } catch (e) {
+      failed++;   // not compiled for this thread (any more): nothing to invalidate there
     }
-    nextId = id + 1;
-    iterator.putBytes([0x48, 0x8d, 0x64, 0x24, 0x80, 0x50, 0x51]);
-    iterator.putMovRegAddress('rax', ring);
-    iterator.putBytes([0x48, 0x8b, 0x08, 0x8d, 0x0c, 0x8d, 0x00, 0x00, 0x00, 0x00,
-                       0xc7, 0x84, 0x08, 0x00, 0x10, 0x00, 0x00].concat(u32le(id)));
-    iterator.putBytes([0x48, 0x8b, 0x08, 0x48, 0x8d, 0x49, 0x01, 0x48, 0x89, 0x08,
-                       0x59, 0x58, 0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00]);
-    let count = 0, last = start;
-    do {
-      last = insn.address;
-      count++;
-      iterator.keep();
-    } while ((insn = iterator.next()) !== null);
-    const entry = table.add(TABLE_HEADER + id * TABLE_ENTRY);
-    entry.writeU64(uint64(start.toString()));
-    entry.add(8).writeU64(uint64(last.toString()));
-    entry.add(16).writeU32(count);
-    table.writeU64(nextId);   // after the entry: dbi.py reads the entries below this
-  };
+  }
+  return failed;
 }
 
 rpc.exports = {
@@ -104,10 +151,11 @@ rpc.exports = {
     if (followed.has(tid))
       throw new Error('thread ' + tid + ' is already recorded');
     const ring = mapShared(ringPath, ringBytes);
-    followed.set(tid, {ring, ringBytes});
     Stalker.garbageCollect();
-    Stalker.follow(tid, {transform: transformFor(ring)});
-    return nextId;
+    const data = windowData(ring);
+    followed.set(tid, {ring, ringBytes, data});
+    Stalker.follow(tid, {transform: transformer.transform, data});
+    return table.readU64().toNumber();
   },
   // Stop following `tid`. Stalker lets go of a thread when it next enters Stalker's
   // runtime, which a thread looping in blocks already compiled and linked never does (it
@@ -119,17 +167,14 @@ rpc.exports = {
     if (state === undefined)
       return false;
     Stalker.unfollow(tid);
-    for (const start of starts) {
-      try {
-        Stalker.invalidate(tid, ptr(start));
-      } catch (e) {
-        // the thread has already left Stalker (its code is gone): nothing to invalidate
-        break;
-      }
-    }
+    invalidate(tid, starts);
     followed.delete(tid);
     retired.push(state);
     return true;
+  },
+  // Invalidate more of an unfollowed thread's blocks (it kept running in others).
+  invalidate(tid, starts) {
+    return invalidate(tid, starts);
   },
   // Release everything: compiled code and the shared mappings. dbi.py calls it once the
   // ring counts of every window stood still (the threads have left Stalker's code, which

@@ -158,6 +158,8 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
     if end.until_return and not start:
         raise RecordFailed("--until-return needs --from (the function whose return ends it)")
     frida = dbi.frida_module()
+    from adapter.capture.recorders import DBI_CAVEAT
+    log(DBI_CAVEAT)
     launched = None
     if command:
         try:
@@ -249,7 +251,7 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
             images.snapshot_used(sorted(window.starts))
         session.close(unmap=settled)
         if not settled:
-            log("the recorded thread was still in Stalker's code 2 s after the window ended: "
+            log("the recorded thread was still in Stalker's code 10 s after the window ended: "
                 "the recorder's ring stays mapped in the process (unmapping it would kill it)")
     if writer is None:
         raise RecordFailed("could not create the bundle")

@@ -235,7 +235,8 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
                 window.drain(limit, end.until_return)
                 partial = reason = "the program exited before the window's end"
                 break
-            images.snapshot_used(sorted(window.starts))
+            if result.new_blocks:
+                images.snapshot_used(sorted(window.starts))
             time.sleep(POLL_S)
     except KeyboardInterrupt as exc:
         partial = reason = str(exc) or "interrupted by the user"

@@ -45,6 +45,7 @@ from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
 from . import Backend, BackendHooks, dial, hang_up
+from .delve_detach import DelveDetach
 from .delve_handover import DelveHandover
 from .delve_process import (
     CONNECT_TIMEOUT,
@@ -78,7 +79,7 @@ GOROUTINES = "ptdebug/goroutines"
 with pprof labels, wait reasons and OS threads, which DAP's `threads` cannot carry."""
 
 
-class DelveBackend(DelveHandover, DelveProcesses, Backend):
+class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
     name = "delve"
     title = "Delve"
     native_data_breakpoints = False
@@ -117,6 +118,9 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
         self._connected = threading.Event()
         """Clear while no Delve holds the program (a recording): requests wait for it."""
         self._connected.set()
+        self.left_running = False
+        """True once a disconnect without terminateDebuggee let go of the program
+        (delve_detach.py): close() then neither detaches nor kills it."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -225,7 +229,8 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
     def close(self, timeout: float = STOP_GRACE) -> None:
         self.closing = True
         rpc = self.rpc
-        if rpc is not None and not rpc.closed.is_set() and self.process is not None:
+        if (rpc is not None and not rpc.closed.is_set() and self.process is not None
+                and not self.left_running):
             try:
                 # Delve ends (launch) or lets go of (attach) the debuggee itself
                 rpc.detach(kill=self.launched, timeout=timeout)
@@ -242,10 +247,10 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
                 log.warning("Delve did not exit within %g s; killing it", timeout)
                 _kill_group(process.pid, signal.SIGKILL)
                 process.wait(timeout)
-            if self.launched and self.pid is not None:
+            if self.launched and self.pid is not None and not self.left_running:
                 # Delve killed by someone else leaves its debuggee detached and running
                 _kill_pid(self.pid)
-        if self.program is not None:
+        if self.program is not None and not self.left_running:
             self.program.kill()  # and reaped: it is our child
         if self.channel is not None:
             self.channel.join(timeout)

@@ -231,11 +231,17 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         rpc = self.rpc
         if (rpc is not None and not rpc.closed.is_set() and self.process is not None
                 and not self.left_running):
-            try:
-                # Delve ends (launch) or lets go of (attach) the debuggee itself
-                rpc.detach(kill=self.launched, timeout=timeout)
-            except BackendError as exc:
-                log.info("Detach: %s", exc.message)
+            if not self.launched and self.pid is not None:
+                # the session ends without a disconnect (the client hung up): an attached
+                # program is let go as a disconnect would (delve_detach.py)
+                text = self._detach_untouched()
+                if text:
+                    log.warning("%s", text)
+            else:
+                try:
+                    rpc.detach(kill=self.launched, timeout=timeout)  # Delve ends the program
+                except BackendError as exc:
+                    log.info("Detach: %s", exc.message)
         if rpc is not None:
             rpc.close()
         self._close_socket()

@@ -8,7 +8,9 @@ planted (the user's breakpoints and Delve's own at runtime.fatalpanic, fatalthro
 Delve's JSON-RPC `Detach`, which clears them all and lets go of every thread, waits while the
 program runs (it needs the target, which a running `Continue` holds). So ptdebug stops the
 program first (DAP `pause`: the Continue is its DAP server's), then asks
-`Detach{Kill: false}`, and answers the client only when the program runs untraced again.
+`Detach{Kill: false}`, and answers the client only when the program runs untraced again. A
+program ptdebug launched is also made to outlive ptdebug (HeldProgram.outlive_ptdebug: no
+parent-death signal, its output to /dev/null).
 
 A Delve that does not let go in time is killed, and the bytes it left are put back by ptdebug
 (adapter/hw/left_breakpoints.py), which the client is told. Knows nothing of the requests
@@ -17,6 +19,7 @@ Delve answers, nor of recordings (delve_handover.py).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import threading
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from adapter.hw import left_breakpoints
+from adapter.left_running import leave as leave_running
 from adapter.protocol.errors import BackendError
 from adapter.protocol.messages import Event, Response
 
@@ -57,6 +61,7 @@ class DelveDetach:
     channel: Channel | None
     rpc: DelveRpc | None
     left_running: bool
+    program: object
 
     def disconnect(self, arguments: dict | None,
                    answered: Callable[[Response], None]) -> None:
@@ -75,6 +80,8 @@ class DelveDetach:
     def _leave_running(self, answered: Callable[[Response], None]) -> None:
         started = time.monotonic()
         text = self._detach_untouched()
+        if self.program is not None:  # launched: it must outlive ptdebug too
+            text = "; ".join(filter(None, (text, self._outlive_ptdebug())))
         log.info("disconnect: program %d let go in %.3f s", self.pid,
                  time.monotonic() - started)
         if text:
@@ -105,6 +112,19 @@ class DelveDetach:
             return self._kill_and_put_back("the program was still traced after Detach")
         return None
 
+    def _outlive_ptdebug(self) -> str | None:
+        """The program ptdebug launched is let live on after ptdebug
+        (adapter/golang/launch.py, HeldProgram.outlive_ptdebug); None when it is, else what
+        the user must know."""
+        try:
+            self.program.outlive_ptdebug()
+            leave_running(self.pid)
+        except OSError as exc:
+            log.warning("process %d cannot outlive ptdebug: %s", self.pid, exc)
+            return (f"process {self.pid}, started by ptdebug, could not be made to outlive it "
+                    f"({exc}): it ends with this session")
+        return None
+
     def _pause(self) -> None:
         """Stop the running program through Delve's DAP server, which runs it: a JSON-RPC
         halt is not that server's, which continues again after a stop it did not ask for
@@ -117,13 +137,16 @@ class DelveDetach:
         if not answered.wait(HALT_S):
             raise BackendError(f"Delve did not pause the program within {HALT_S:g} s")
 
-    def _kill_and_put_back(self, why: str) -> str:
-        """Delve failed to let go: kill it, and put back the bytes it planted."""
+    def _kill_and_put_back(self, why: str) -> str | None:
+        """Delve failed to let go: kill it, and put back the bytes it planted. None when the
+        program had ended anyway (Delve could not detach from nothing)."""
         _kill_group(self.process.pid, signal.SIGKILL)
         try:
             self.process.wait(STOP_GRACE)
         except subprocess.TimeoutExpired:
             pass
+        if not os.path.exists(f"/proc/{self.pid}"):
+            return None
         try:
             done = left_breakpoints.put_back(self.pid)
         except OSError as exc:

@@ -109,12 +109,17 @@ def _in_background(ask, address: str, kind: str = "work") -> threading.Thread:
     return thread
 
 
-def _disconnect_and_check(run, service: Service, *, stopped_request=None) -> None:
-    """disconnect {terminateDebuggee: false}; then the service answers every request for
+def _disconnect_and_check(run, service: Service, *, stopped_request=None,
+                          hang_up: bool = False) -> None:
+    """disconnect {terminateDebuggee: false} (or, `hang_up`, the client closes its stream
+    without a word, as a crashed editor does); then the service answers every request for
     SERVING_S, a recovered panic included, and is left as it was."""
     client = run.client
     started = time.monotonic()
-    client.call("disconnect", {"terminateDebuggee": False}, timeout=30)
+    if hang_up:
+        client.wfile.close()
+    else:
+        client.call("disconnect", {"terminateDebuggee": False}, timeout=30)
     assert run.wait_exit() == 0
     ended = time.monotonic() - started
     first = service.ask(service.address, 0)
@@ -139,7 +144,8 @@ def _stop_at_breakpoint(client, service: Service):
     return client.expect_stopped("breakpoint", timeout=60), request
 
 
-def _attach(start_adapter, service: Service, source, marker: str, moment: str) -> None:
+def _attach(start_adapter, service: Service, source, marker: str, moment: str,
+            hang_up: bool = False) -> None:
     run = start_adapter()
     client = run.client
     start_go(client, "attach", {"pid": service.pid}, source=source, breakpoints={marker: {}})
@@ -152,7 +158,7 @@ def _attach(start_adapter, service: Service, source, marker: str, moment: str) -
         assert not request.is_alive()
         time.sleep(0.2)  # Delve's DAP server is back in its Continue
         request = None
-    _disconnect_and_check(run, service, stopped_request=request)
+    _disconnect_and_check(run, service, stopped_request=request, hang_up=hang_up)
 
 
 @pytest.mark.parametrize("moment", ["running", "stopped"])
@@ -165,6 +171,17 @@ def test_attach_to_net_http_then_disconnect_leaves_it_serving(start_adapter, tmp
         service.end()
 
 
+def test_attach_to_net_http_then_the_client_hangs_up_leaves_it_serving(start_adapter,
+                                                                       tmp_path):
+    """No disconnect at all (the editor crashed): the session's end lets go the same way."""
+    package = copy_package(SERVICE, tmp_path)
+    service = _start(build(package, tmp_path / "service"), _http)
+    try:
+        _attach(start_adapter, service, package / "main.go", "work", "running", hang_up=True)
+    finally:
+        service.end()
+
+
 def test_attach_to_grpc_then_disconnect_leaves_it_serving(start_adapter, grpc_binary):
     service = _start(grpc_binary, _grpc_probe(grpc_binary))
     try:
@@ -173,8 +190,6 @@ def test_attach_to_grpc_then_disconnect_leaves_it_serving(start_adapter, grpc_bi
         service.end()
 
 
-@pytest.mark.xfail(strict=True, reason="the launched program dies with ptdebug "
-                   "(PR_SET_PDEATHSIG, adapter/golang/launch.py)")
 @pytest.mark.parametrize("moment", ["running", "stopped"])
 def test_launch_then_disconnect_without_terminate_leaves_it_serving(start_adapter, tmp_path,
                                                                     moment):

@@ -118,6 +118,8 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         self._connected = threading.Event()
         """Clear while no Delve holds the program (a recording): requests wait for it."""
         self._connected.set()
+        self._attach_pid: int | None = None
+        """`attach {pid}`'s pid (Delve tells it only once the program stops)."""
         self.left_running = False
         """True once a disconnect without terminateDebuggee let go of the program
         (delve_detach.py): close() then neither detaches nor kills it."""
@@ -134,6 +136,7 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
             self.address = (config.connect.host, config.connect.port)
         else:
             self.launched = isinstance(config, LaunchConfig)
+            self._attach_pid = None if self.launched else config.pid
             env = _environment(getattr(config, "env", None) or {})
             dlv = find_dlv()
             if isinstance(config, LaunchConfig):
@@ -208,11 +211,16 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         self.channel.send_request("attach", arguments, answered)
 
     def _learn_pid(self) -> None:
-        try:
-            pid = self.rpc.process_pid()
-        except BackendError as exc:
-            log.warning("Delve did not tell the debuggee's pid: %s", exc.message)
-            return
+        # ptdebug knows the pid of a program it started or was told to attach to: Delve's
+        # ProcessPid waits for the target, which a running program holds until it first
+        # stops (and a disconnect before that must know whom to let go: delve_detach.py)
+        pid = self.program.pid if self.program is not None else self._attach_pid
+        if pid is None:  # a Delve the user runs
+            try:
+                pid = self.rpc.process_pid()
+            except BackendError as exc:
+                log.warning("Delve did not tell the debuggee's pid: %s", exc.message)
+                return
         self.pid = pid
         name = ""
         try:

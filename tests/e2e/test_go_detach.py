@@ -149,6 +149,11 @@ def _attach(start_adapter, service: Service, source, marker: str, moment: str,
     run = start_adapter()
     client = run.client
     start_go(client, "attach", {"pid": service.pid}, source=source, breakpoints={marker: {}})
+    if moment == "never stopped":  # the breakpoint's line not run before the disconnect
+        assert client.expect_event("process")["body"]["systemProcessId"] == service.pid
+        time.sleep(0.2)  # Delve's DAP server is in its Continue
+        _disconnect_and_check(run, service, hang_up=hang_up)
+        return
     stopped, request = _stop_at_breakpoint(client, service)
     # Delve tells the pid when the program first stops (its RPC waits while it runs)
     assert client.expect_event("process")["body"]["systemProcessId"] == service.pid
@@ -161,7 +166,7 @@ def _attach(start_adapter, service: Service, source, marker: str, moment: str,
     _disconnect_and_check(run, service, stopped_request=request, hang_up=hang_up)
 
 
-@pytest.mark.parametrize("moment", ["running", "stopped"])
+@pytest.mark.parametrize("moment", ["running", "stopped", "never stopped"])
 def test_attach_to_net_http_then_disconnect_leaves_it_serving(start_adapter, tmp_path, moment):
     package = copy_package(SERVICE, tmp_path)
     service = _start(build(package, tmp_path / "service"), _http)

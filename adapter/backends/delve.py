@@ -137,6 +137,7 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         else:
             self.launched = isinstance(config, LaunchConfig)
             self._attach_pid = None if self.launched else config.pid
+            self.pid = self._attach_pid  # known before Delve tells it (_learn_pid)
             env = _environment(getattr(config, "env", None) or {})
             dlv = find_dlv()
             if isinstance(config, LaunchConfig):
@@ -158,6 +159,7 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         if self.program is not None:
             # Delve says it listens before it attaches, and accepts connections after: it
             # holds the program now, which runs at configurationDone
+            self.pid = self.program.pid
             self.program.resume()
 
     def _connect(self) -> None:

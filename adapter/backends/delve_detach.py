@@ -62,6 +62,7 @@ class DelveDetach:
     rpc: DelveRpc | None
     left_running: bool
     program: object
+    _wait_connected: Callable[[str], None]
 
     def disconnect(self, arguments: dict | None,
                    answered: Callable[[Response], None]) -> None:
@@ -79,6 +80,12 @@ class DelveDetach:
 
     def _leave_running(self, answered: Callable[[Response], None]) -> None:
         started = time.monotonic()
+        try:
+            # Delve away for a recording: the window was closed (the session's disconnect
+            # does that first), and the Delve that takes the program back is the one to let go
+            self._wait_connected("disconnect")
+        except BackendError as exc:
+            log.warning("disconnect: %s", exc.message)
         text = self._detach_untouched()
         if self.program is not None:  # launched: it must outlive ptdebug too
             text = "; ".join(filter(None, (text, self._outlive_ptdebug())))

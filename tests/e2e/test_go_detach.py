@@ -20,8 +20,8 @@ import time
 import urllib.request
 
 import pytest
-from conftest import PROGRAMS
-from go_support import build, copy_package, go_tool, start_go
+from conftest import INITIALIZE, PROGRAMS
+from go_support import build, copy_package, go_marker, go_tool, start_go
 from unharmed import assert_unharmed
 
 pytestmark = pytest.mark.timeout(300)
@@ -220,3 +220,30 @@ def test_launch_then_disconnect_without_terminate_leaves_it_serving(start_adapte
     finally:
         service.end()
 
+
+
+def test_disconnect_while_a_record_window_holds_a_thread(start_adapter, tmp_path, monkeypatch):
+    """disconnect {terminateDebuggee: false} while Delve is away for a recording (a long window
+    on the handler's line): the window closes, Delve comes back, and only then is the program
+    let go as after any disconnect."""
+    monkeypatch.setenv("PTDEBUG_PROGRESS_DELAY", "0")
+    package = copy_package(SERVICE, tmp_path)
+    source = package / "main.go"
+    service = _start(build(package, tmp_path / "service"), _http)
+    try:
+        run = start_adapter()
+        client = run.client
+        client.call("initialize", dict(INITIALIZE, supportsProgressReporting=True))
+        client.expect_response(client.send_request("attach", {"backend": "go",
+                                                              "pid": service.pid}), 60)
+        client.expect_event("initialized")
+        client.call("setBreakpoints", {"source": {"path": str(source)}, "breakpoints": [
+            {"line": go_marker(source, "work"), "mode": "record",
+             "recordWindow": {"instructions": 3_000_000}}]})
+        client.call("configurationDone", {})
+        request = _in_background(service.ask, service.address)
+        client.expect_event("progressStart", timeout=60, pred=lambda e: e["body"][
+            "title"].startswith("ptdebug: recording thread "))
+        _disconnect_and_check(run, service, stopped_request=request)
+    finally:
+        service.end()

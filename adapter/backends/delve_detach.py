@@ -111,11 +111,9 @@ class DelveDetach:
             return self._kill_and_put_back(exc.message)
         finally:
             rpc.close()
-        try:
-            self.process.wait(STOP_GRACE)  # a headless Delve exits once it has detached
-        except subprocess.TimeoutExpired:
-            _kill_group(self.process.pid, signal.SIGKILL)
-        if _tracer(self.pid):
+        # Delve has let go of every thread when Detach answers: the program runs from here
+        # (Delve exits meanwhile, close() waits for that)
+        if any(_tracer(tid) for tid in _threads(self.pid)):
             return self._kill_and_put_back("the program was still traced after Detach")
         return None
 
@@ -166,6 +164,13 @@ class DelveDetach:
         return (f"Delve did not let go of process {self.pid} ({why}) and was killed; "
                 f"ptdebug put back {len(done.addresses)} byte(s) of code under its "
                 "breakpoints and left the program running, untraced")
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(name) for name in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
 
 
 def _output(text: str) -> Event:

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 from conftest import INITIALIZE, PROGRAMS
 from go_support import build, copy_package, go_marker, go_tool, start_go
-from unharmed import assert_unharmed
+from unharmed import assert_unharmed, changed_code
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -110,11 +110,16 @@ def _in_background(ask, address: str, kind: str = "work") -> threading.Thread:
 
 
 def _disconnect_and_check(run, service: Service, *, stopped_request=None,
-                          hang_up: bool = False) -> None:
+                          hang_up: bool = False, recording: bool = False) -> None:
     """disconnect {terminateDebuggee: false} (or, `hang_up`, the client closes its stream
     without a word, as a crashed editor does); then the service answers every request for
     SERVING_S, a recovered panic included, and is left as it was."""
     client = run.client
+    if not recording:
+        # what the check after must find gone: INT3 bytes of the user's breakpoint and of
+        # Delve's own (runtime.fatalpanic, runtime.fatalthrow, ...), in the code now
+        planted = changed_code(service.pid)
+        assert len(planted) >= 3 and all(": 0xcc, file" in p for p in planted), planted
     started = time.monotonic()
     answered = None
     if hang_up:
@@ -250,6 +255,6 @@ def test_disconnect_while_a_record_window_holds_a_thread(start_adapter, tmp_path
         request = _in_background(service.ask, service.address)
         client.expect_event("progressStart", timeout=60, pred=lambda e: e["body"][
             "title"].startswith("ptdebug: recording thread "))
-        _disconnect_and_check(run, service, stopped_request=request)
+        _disconnect_and_check(run, service, stopped_request=request, recording=True)
     finally:
         service.end()

@@ -58,8 +58,22 @@ def _listening(line: str) -> str:
 
 
 def _start(binary, ask, *args) -> Service:
-    proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([str(binary), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     return Service(proc.pid, _listening(proc.stdout.readline()), ask, proc)
+
+
+def _crash(service: Service) -> None:
+    """An unrecovered panic after the detach ends the program as Go does (exit status 2, the
+    panic's text), not with SIGTRAP at an INT3 Delve kept at runtime.fatalpanic."""
+    try:
+        urllib.request.urlopen(f"http://{service.address}/crash", timeout=5).read()
+    except OSError:
+        pass  # it may die before it answers
+    status = service.proc.wait(15)
+    stderr = service.proc.stderr.read()
+    assert status == 2 and "panic: crash requested" in stderr, (status, stderr[-2000:])
+    assert "SIGTRAP" not in stderr
 
 
 def _http(address: str, seconds: float, kind: str = "work") -> list[str]:
@@ -183,6 +197,7 @@ def test_attach_to_net_http_then_disconnect_leaves_it_serving(start_adapter, tmp
     service = _start(build(package, tmp_path / "service"), _http)
     try:
         _attach(start_adapter, service, package / "main.go", "work", moment)
+        _crash(service)
     finally:
         service.end()
 

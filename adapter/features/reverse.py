@@ -197,12 +197,14 @@ class Reverse:
             return None
         from array import array
         live_line = lines.line_ids(array("Q", [pc]), statements=True)[0]
+        entered = (f"entered capture {capture.id} a line back from the live position (the "
+                   "calls of that line passed over)")
         if history.line_id(caller, lines) != live_line:
-            return history.line_start(caller, lines), "stepped back one line"
+            return history.line_start(caller, lines), entered
         step, others = self._prev_line_in_goroutine(capture, history.line_start(caller, lines))
         if step.reason != "found":
             return None
-        return step.position, "stepped back one line" + _passed_over(others)
+        return step.position, entered + _passed_over(others)
 
     def _to_the_end(self, capture) -> None:
         """Load the end of a capture loaded in part whose window is elsewhere: what the live

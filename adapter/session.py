@@ -349,7 +349,7 @@ class Session:
             self.finish()
 
         def forward() -> None:
-            backend.channel.send_request("disconnect", request.raw.get("arguments"), answered)
+            backend.disconnect(request.raw.get("arguments"), answered)
 
         recording = self.recording
         if recording is not None and recording.holds_a_thread():

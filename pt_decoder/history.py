@@ -456,6 +456,33 @@ class History:
             return self._bound_step(target, False, gap)
         return Step(target, "undecided" if hit == 2 and say_undecided else "found")
 
+    def line_start(self, pos: int, lines, statements: bool = True) -> int:
+        """The first instruction of the run of `pos`'s line in `pos`'s frame that `pos` is
+        in: walking back, the calls this frame made are passed over whole (a return is
+        followed to its call), instructions without a line are passed over, and the walk
+        stops at another line, at the frame's entry (the instruction before is a call), at a
+        gap or at the history's start. Raises IndexError if `pos` is outside."""
+        self._check(pos)
+        line = self.line_id(pos, lines, statements)
+        low, _ = self._low_bound(pos)
+        start = here = pos
+        while here > low:
+            before = here - 1
+            flags = self.flags(before)
+            if flags & insn_flags.CALL:
+                break  # `here` is the frame's entry
+            if flags & insn_flags.RETURN:
+                before = self.matching_call(before)
+                if before is None or before < low:
+                    break  # a callee entered before the history: the run is not known further
+            found = self.line_id(before, lines, statements)
+            if found and found != line:
+                break
+            if found:
+                start = before
+            here = before
+        return start
+
     def next_line(self, pos: int, lines, over_calls: bool = True, statements: bool = True) -> Step:
         """Step forward by source line: the first later instruction of another line in
         this frame (or in a callee without `over_calls`, or the caller once this frame

@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.__main__": {"adapter.cli"},
     "adapter.cli": {"adapter", "adapter.commands"},
     "adapter.spawn": set(),
+    "adapter.left_running": set(),  # which launched programs outlive ptdebug (issue 34)
     "adapter.hw": {"pt_decoder"},  # its ELF reading (mappings.load_bias)
     "adapter.protocol": set(),
     "adapter.powers": set(),
@@ -39,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.export": {"adapter.python", "adapter.recording", "pt_decoder"},
     "adapter.lsp": {"adapter.export", "adapter.recording", "pt_decoder"},
     "adapter.backends": {"adapter.disassemble", "adapter.golang", "adapter.hw",
-                         "adapter.protocol", "adapter.recording", "adapter.spawn", "pt_decoder"},
+                         "adapter.left_running", "adapter.protocol", "adapter.recording", "adapter.spawn", "pt_decoder"},
     "adapter.features": {"adapter.capture", "adapter.export", "adapter.golang", "adapter.memory",
                          "adapter.powers", "adapter.protocol", "adapter.python",
                          "adapter.recording", "adapter.session", "adapter.spawn",
@@ -50,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
                         "adapter.golang", "adapter.memory", "adapter.powers", "adapter.protocol",
                         "adapter.python"},
     "adapter.commands": {"adapter", "adapter.capture", "adapter.export", "adapter.hw",
+                         "adapter.left_running",
                          "adapter.recording", "adapter.session", "adapter.watch_traced",
                          "adapter.watchpoints", "pt_decoder", "pt_decoder.tools"},
 }

@@ -95,6 +95,13 @@ class Backend(abc.ABC):
         """The debugger process's exit status if it has ended, else None."""
         return self.process.poll() if self.process else None
 
+    def disconnect(self, arguments: dict | None,
+                   answered: Callable[[Response], None]) -> None:
+        """The client's `disconnect` (its `arguments`), sent to the debugger;
+        `answered(response)` gets the answer. A backend that must do more to leave the
+        program as the client asked does it here."""
+        self.channel.send_request("disconnect", arguments, answered)
+
     def disconnect_done(self, request: dict, response: dict) -> bool:
         """True when a failed `disconnect` did what it was asked all the same (the debugger
         stumbled over a debuggee that is already gone)."""

@@ -45,6 +45,7 @@ from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
 from . import Backend, BackendHooks, dial, hang_up
+from .delve_detach import DelveDetach
 from .delve_handover import DelveHandover
 from .delve_process import (
     CONNECT_TIMEOUT,
@@ -78,7 +79,7 @@ GOROUTINES = "ptdebug/goroutines"
 with pprof labels, wait reasons and OS threads, which DAP's `threads` cannot carry."""
 
 
-class DelveBackend(DelveHandover, DelveProcesses, Backend):
+class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
     name = "delve"
     title = "Delve"
     native_data_breakpoints = False
@@ -117,6 +118,11 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
         self._connected = threading.Event()
         """Clear while no Delve holds the program (a recording): requests wait for it."""
         self._connected.set()
+        self._attach_pid: int | None = None
+        """`attach {pid}`'s pid (Delve tells it only once the program stops)."""
+        self.left_running = False
+        """True once a disconnect without terminateDebuggee let go of the program
+        (delve_detach.py): close() then neither detaches nor kills it."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -130,6 +136,8 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
             self.address = (config.connect.host, config.connect.port)
         else:
             self.launched = isinstance(config, LaunchConfig)
+            self._attach_pid = None if self.launched else config.pid
+            self.pid = self._attach_pid  # known before Delve tells it (_learn_pid)
             env = _environment(getattr(config, "env", None) or {})
             dlv = find_dlv()
             if isinstance(config, LaunchConfig):
@@ -151,6 +159,7 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
         if self.program is not None:
             # Delve says it listens before it attaches, and accepts connections after: it
             # holds the program now, which runs at configurationDone
+            self.pid = self.program.pid
             self.program.resume()
 
     def _connect(self) -> None:
@@ -204,11 +213,16 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
         self.channel.send_request("attach", arguments, answered)
 
     def _learn_pid(self) -> None:
-        try:
-            pid = self.rpc.process_pid()
-        except BackendError as exc:
-            log.warning("Delve did not tell the debuggee's pid: %s", exc.message)
-            return
+        # ptdebug knows the pid of a program it started or was told to attach to: Delve's
+        # ProcessPid waits for the target, which a running program holds until it first
+        # stops (and a disconnect before that must know whom to let go: delve_detach.py)
+        pid = self.program.pid if self.program is not None else self._attach_pid
+        if pid is None:  # a Delve the user runs
+            try:
+                pid = self.rpc.process_pid()
+            except BackendError as exc:
+                log.warning("Delve did not tell the debuggee's pid: %s", exc.message)
+                return
         self.pid = pid
         name = ""
         try:
@@ -225,12 +239,19 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
     def close(self, timeout: float = STOP_GRACE) -> None:
         self.closing = True
         rpc = self.rpc
-        if rpc is not None and not rpc.closed.is_set() and self.process is not None:
-            try:
-                # Delve ends (launch) or lets go of (attach) the debuggee itself
-                rpc.detach(kill=self.launched, timeout=timeout)
-            except BackendError as exc:
-                log.info("Detach: %s", exc.message)
+        if (rpc is not None and not rpc.closed.is_set() and self.process is not None
+                and not self.left_running):
+            if not self.launched and self.pid is not None:
+                # the session ends without a disconnect (the client hung up): an attached
+                # program is let go as a disconnect would (delve_detach.py)
+                text = self._detach_untouched()
+                if text:
+                    log.warning("%s", text)
+            else:
+                try:
+                    rpc.detach(kill=self.launched, timeout=timeout)  # Delve ends the program
+                except BackendError as exc:
+                    log.info("Detach: %s", exc.message)
         if rpc is not None:
             rpc.close()
         self._close_socket()
@@ -242,10 +263,10 @@ class DelveBackend(DelveHandover, DelveProcesses, Backend):
                 log.warning("Delve did not exit within %g s; killing it", timeout)
                 _kill_group(process.pid, signal.SIGKILL)
                 process.wait(timeout)
-            if self.launched and self.pid is not None:
+            if self.launched and self.pid is not None and not self.left_running:
                 # Delve killed by someone else leaves its debuggee detached and running
                 _kill_pid(self.pid)
-        if self.program is not None:
+        if self.program is not None and not self.left_running:
             self.program.kill()  # and reaped: it is our child
         if self.channel is not None:
             self.channel.join(timeout)

@@ -4,7 +4,8 @@ Layer: adapter.commands, the entry point of the DAP server. Sets up logging, the
 hygiene, then runs one `Session`. It owns the guarantee that no process is left behind: the
 adapter makes itself a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER), so processes whose
 parent dies (the debuggee when debugpy is killed) are re-parented to it, and at exit it ends
-every descendant it still has (SIGTERM, then SIGKILL) and reaps them.
+every descendant it still has (SIGTERM, then SIGKILL) and reaps them, but a launched program
+the client asked to leave running (adapter/left_running.py).
 
 `--port` binds 127.0.0.1 only: a DAP server runs arbitrary code on request, so it is never
 offered to the network. `--port 0` picks a free port; the chosen one is printed on stderr as
@@ -106,8 +107,9 @@ def _become_subreaper() -> None:
         log.warning("cannot become a child subreaper: %s", exc)
 
 
-def descendants(root: int) -> list[int]:
-    """Process ids below `root`, read from /proc/*/stat (field 4 is the parent, proc(5))."""
+def descendants(root: int, spared: frozenset[int] = frozenset()) -> list[int]:
+    """Process ids below `root`, read from /proc/*/stat (field 4 is the parent, proc(5)),
+    without those in `spared` and what runs below them."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -123,15 +125,20 @@ def descendants(root: int) -> list[int]:
     out, stack = [], [root]
     while stack:
         for child in children.get(stack.pop(), ()):
+            if child in spared:
+                continue
             out.append(child)
             stack.append(child)
     return out
 
 
 def end_descendants(grace: float = 2.0) -> None:
-    """SIGTERM every descendant, SIGKILL what is left after `grace` seconds, reap them all."""
+    """SIGTERM every descendant, SIGKILL what is left after `grace` seconds, reap them all;
+    but not a program the client asked to leave running (adapter/left_running.py)."""
+    from adapter.left_running import spared
     me = os.getpid()
-    pids = descendants(me)
+    left = frozenset(spared())
+    pids = descendants(me, left)
     if not pids:
         return
     log.info("ending %d leftover process(es): %s", len(pids), pids)
@@ -140,13 +147,13 @@ def end_descendants(grace: float = 2.0) -> None:
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         _reap()
-        if not _alive(descendants(me)):
+        if not _alive(descendants(me, left)):
             return
         time.sleep(0.05)
-    for pid in descendants(me):
+    for pid in descendants(me, left):
         _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _alive(descendants(me)):
+    while time.monotonic() < deadline and _alive(descendants(me, left)):
         _reap()
         time.sleep(0.02)
     _reap()

@@ -233,17 +233,27 @@ class RecordBreakpoints:
                 raise AdapterError(f"breakpoint mode {mode!r} is not one of ptdebug's modes "
                                    "('normal', 'record')")
             modes.append(mode)
+        # index in `asked` -> why its window can never open: not sent to the debugger, and
+        # answered unverified with that reason (issue 34: a misspelt function failed at the hit)
+        refused: dict[int, str] = {}
+        for index, bp in enumerate(asked):
+            if bp.get("mode") == RECORD_MODE:
+                window = RecordWindow.from_dicts(self.session.launch_arguments.get(
+                    "recordWindow"), bp.get("recordWindow"))  # a bad window fails here, now
+                why = _window_refused(backend, window)
+                if why is not None:
+                    refused[index] = why
         arguments["breakpoints"] = [{k: v for k, v in bp.items()
-                                     if k not in ("mode", "recordWindow")} for bp in asked]
-        for bp in asked:
-            if bp.get("mode") == RECORD_MODE and bp.get("recordWindow") is not None:
-                RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
-                                        bp["recordWindow"])  # a bad window fails here, now
+                                     if k not in ("mode", "recordWindow")}
+                                    for index, bp in enumerate(asked) if index not in refused]
         request.raw["arguments"] = arguments
 
         def observe(response: dict) -> None:
             entry = SourceBreakpoints()
             answered = (response.get("body") or {}).get("breakpoints") or []
+            if refused and response.get("success"):
+                answered = _with_refused(asked, answered, refused, path)
+                response["body"]["breakpoints"] = answered
             entry.replay = [ReplayBreakpoint(
                 result.get("id") if isinstance(result.get("id"), int) else None, path,
                 bp.get("line"), str(bp.get("condition") or ""), str(bp.get("hitCondition") or ""))
@@ -1061,6 +1071,34 @@ class StepClock:
             last = at
         log.info("%s: %s (%.1f ms in all)", self.what, ", ".join(parts),
                  1e3 * (last - self.start))
+
+
+def _window_refused(backend, window: RecordWindow) -> str | None:
+    """Why a record breakpoint with `window` can never record in this session, found when it
+    is set; None when it may. In a Go session (the debugger hands the program over): the
+    window's function must be one of the program's."""
+    if not window.function or not isinstance(backend, HandsOverThreads):
+        return None
+    pid = getattr(backend, "pid", None)
+    if pid is None:
+        return None
+    from adapter.golang.functions import missing_function
+    return missing_function(pid, window.function)
+
+
+def _with_refused(asked: list[dict], answered: list[dict], refused: dict[int, str],
+                  path: str) -> list[dict]:
+    """The debugger's answers for the breakpoints it was sent, with an unverified one in the
+    place of each refused record breakpoint (DAP answers breakpoints in the order asked)."""
+    given = iter(answered)
+    merged = []
+    for index, bp in enumerate(asked):
+        if index in refused:
+            merged.append({"verified": False, "line": bp.get("line"), "source": {"path": path},
+                           "message": f"record: no window can open here: {refused[index]}"})
+        else:
+            merged.append(next(given, {"verified": False}))
+    return merged
 
 
 def _data_breakpoint_registers(session) -> int:

@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from adapter.features import python_replay, replay_hits
+from adapter.powers import HandsOverThreads
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, NotSupportedYet
 from adapter.protocol.messages import Request
@@ -132,6 +133,10 @@ class Reverse:
         position) in the capture's loaded history."""
         history = capture.history
         last = len(history) - 1
+        entered = (self._enter_over_calls(capture, args.threadId)
+                   if position is None and args.granularity != "instruction" else None)
+        if entered is not None:
+            return entered
         if position is None:
             target, why = last, (f"entered capture {capture.id} at its last instruction "
                                  "(the live position is just after it)")
@@ -167,6 +172,39 @@ class Reverse:
                 why += (f" (passed over {others} instructions other goroutines ran on the "
                         "recorded thread meanwhile)")
         return target, why
+
+    def _enter_over_calls(self, capture, thread_id: int) -> tuple[int, str] | None:
+        """A step back by line from the live position of a goroutine whose capture ends where
+        it stopped (a record window closed at a breakpoint): a reverse step-over, as Delve's
+        and rr's reverse `next` (issue 34: from the line after `mu.Unlock()` it walked
+        Unlock's lines first). The live pc (Delve's) is after the last recorded instruction;
+        the step lands on the first instruction of the line run before it in the live frame,
+        or of the line before that when the history ends inside the live line. None where
+        this does not apply (not a Go session, another goroutine ran last, no live pc, a
+        line the history does not place): the step then enters at the last instruction."""
+        backend = self.session.backend
+        history, lines = capture.history, capture.lines
+        last = len(history) - 1
+        if (not isinstance(backend, HandsOverThreads) or last < 0
+                or _last_of_goroutine(capture, thread_id) not in (None, last)):
+            return None
+        try:
+            _, pc = backend.thread_of(thread_id)
+        except AdapterError:
+            return None
+        caller = _last_in_live_frame(history, last)
+        if caller is None or not history.line_id(caller, lines):
+            return None
+        from array import array
+        live_line = lines.line_ids(array("Q", [pc]), statements=True)[0]
+        entered = (f"entered capture {capture.id} a line back from the live position (the "
+                   "calls of that line passed over)")
+        if history.line_id(caller, lines) != live_line:
+            return history.line_start(caller, lines), entered
+        step, others = self._prev_line_in_goroutine(capture, history.line_start(caller, lines))
+        if step.reason != "found":
+            return None
+        return step.position, entered + _passed_over(others)
 
     def _to_the_end(self, capture) -> None:
         """Load the end of a capture loaded in part whose window is elsewhere: what the live
@@ -536,6 +574,16 @@ def _last_of_goroutine(capture, goid: int) -> int | None:
     goroutines = capture_goroutines(capture)
     stretches = goroutines.index.ranges(goid) if goroutines is not None else []
     return stretches[-1][1] - 1 if stretches else None
+
+
+def _last_in_live_frame(history, last: int) -> int | None:
+    """The last recorded instruction of the frame the thread is in just after `last` (the
+    live position): the call that led to `last`'s return when `last` returns (None if that
+    call came before the history), else `last` itself."""
+    from pt_decoder import insn_flags
+    if history.flags(last) & insn_flags.RETURN:
+        return history.matching_call(last)
+    return last
 
 
 def _line_or_instruction(capture, history, position: int, granularity,

@@ -208,6 +208,21 @@ class HeldProgram:
             time.sleep(0.01)
         return self.status
 
+    def outlive_ptdebug(self) -> None:
+        """Let the program live on after ptdebug (a disconnect that leaves it running): its
+        parent-death signal, set at its start so that it dies with ptdebug however ptdebug
+        ends, is cleared (prctl(2) PR_SET_PDEATHSIG 0, made by its main thread, whose setting
+        it is), and its stdout and stderr, the pipe ptdebug reads, go to /dev/null: the pipe
+        ends with ptdebug, and the Go runtime dies of SIGPIPE writing to fds 1 and 2. Every
+        thread is held for the moment of it. Raises OSError when it cannot be done."""
+        from adapter.hw import hold, remote_syscall
+        held = hold.hold_all(self.pid)
+        try:
+            with remote_syscall.RemoteThread(self.pid, self.pid) as thread:
+                _outlive(thread)
+        finally:
+            hold.let_go(held)
+
     def kill(self) -> None:
         """SIGKILL the program (its whole session) and reap it."""
         if self.poll() is not None:
@@ -219,3 +234,29 @@ class HeldProgram:
             except (ProcessLookupError, PermissionError):
                 pass
         self.wait(5.0)
+
+
+# x86-64 system call numbers and flags (asm/unistd_64.h, asm-generic/mman-common.h, fcntl.h)
+_MMAP, _MUNMAP, _OPEN, _CLOSE, _DUP2, _PRCTL = 9, 11, 2, 3, 33, 157
+_PROT_RW, _MAP_PRIVATE_ANONYMOUS, _O_WRONLY_CLOEXEC = 3, 0x22, 0o1 | 0o2000000
+
+
+def _outlive(thread) -> None:
+    """The calls of HeldProgram.outlive_ptdebug, made by the program's main thread."""
+    def check(what: str, result: int) -> int:
+        if result < 0:
+            raise OSError(-result, f"{what} in process {thread.pid}: {os.strerror(-result)}")
+        return result
+
+    check("prctl(PR_SET_PDEATHSIG, 0)", thread.call(_PRCTL, PR_SET_PDEATHSIG, 0))
+    page = check("mmap", thread.call(_MMAP, 0, 4096, _PROT_RW, _MAP_PRIVATE_ANONYMOUS, -1, 0))
+    try:
+        thread.write(page, os.devnull.encode() + b"\0")
+        null = check("open(/dev/null)", thread.call(_OPEN, page, _O_WRONLY_CLOEXEC))
+        try:
+            for fd in (1, 2):
+                check(f"dup2(/dev/null, {fd})", thread.call(_DUP2, null, fd))
+        finally:
+            thread.call(_CLOSE, null)
+    finally:
+        thread.call(_MUNMAP, page, 4096)

@@ -184,3 +184,36 @@ def test_normal_breakpoint_inside_a_record_window_stops(gonum_downloaded, start_
     client.call("continue", {"threadId": stopped["threadId"]})
     assert service.wait(recorded) == reference
     client.call("disconnect", {"terminateDebuggee": True})
+
+
+@pytest.mark.parametrize("granularity", ["line", "instruction"])
+def test_step_back_by_line_from_the_live_stop_steps_over_a_call(gonum_downloaded, start_adapter,
+                                                                tmp_path, granularity):
+    """Issue 34, item 4: a window from `served++` to the normal breakpoint on the next line but
+    one, so that the recorded history ends inside sync.(*Mutex).Unlock's return. Stepping back
+    by line from the stop is a reverse step-over, as Delve's and rr's reverse `next`: it stays in
+    main.process and reaches the Unlock line, then `served++` (it entered Unlock and walked its
+    lines first). By instruction it still enters the callee: Unlock's last instruction."""
+    run, source, service = _launch(start_adapter, tmp_path, {"instructions": 400_000}, {
+        "count": {"mode": "record", "condition": RECORDED},
+        "reply": {"condition": RECORDED}})
+    client = run.client
+    service.get("usr-7a9f", "rec")
+    client.expect_event("ptdebug/capture", timeout=120)
+    stopped = client.expect_stopped("breakpoint", timeout=60)
+    thread = stopped["threadId"]
+    assert top_frame(client, thread)["line"] == go_marker(source, "reply")
+    if granularity == "instruction":
+        client.call("stepBack", {"threadId": thread, "granularity": "instruction"})
+        client.expect_stopped("step", timeout=30)
+        assert top_frame(client, thread)["name"].startswith("sync.(*Mutex).Unlock")
+    else:
+        seen = []
+        for _ in ("unlock", "count"):
+            client.call("stepBack", {"threadId": thread, "granularity": "line"})
+            client.expect_stopped("step", timeout=30)
+            frame = top_frame(client, thread)
+            seen.append((frame["name"].split(" [")[0], frame["line"]))
+        assert seen == [("main.process", go_marker(source, "unlock")),
+                        ("main.process", go_marker(source, "count"))], seen
+    client.call("disconnect", {"terminateDebuggee": True})

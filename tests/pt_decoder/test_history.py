@@ -419,3 +419,28 @@ def test_builder_in_pieces_equals_one_shot():
     assert err.value.code == ErrorCode.INVALID and "finished" in str(err.value)
     with pytest.raises(PtError):
         builder.append([1], [1], [1], [0])
+
+
+def ref_line_start(L, D, p):
+    """The contract of History.line_start, spelled out over explicit lists: back over this
+    frame's instructions (a callee's are deeper, the caller's shallower: the frame's entry)."""
+    start = p
+    for q in range(p - 1, -1, -1):
+        if D[q] > D[p]:
+            continue
+        if D[q] < D[p] or (L[q] and L[q] != L[p]):
+            break
+        if L[q]:
+            start = q
+    return start
+
+
+@pytest.mark.live
+def test_line_start_matches_its_reference_at_every_position(rec, hist, lines):
+    L = line_list(rec, lines)
+    D = rec.depths
+    assert [hist.line_start(p, lines) for p in range(len(L))] == [
+        ref_line_start(L, D, p) for p in range(len(L))]
+    # after square returns, the loop line's run starts before the call, not inside square
+    call = next(p for p in range(len(L)) if rec.flags[p] & F.CALL)
+    assert hist.line_start(call, lines) <= call and D[hist.line_start(call, lines)] == D[call]

@@ -5,7 +5,7 @@ get each one that is missing.
 
 Layer: adapter.commands, over adapter.hw and adapter.capture.recorders (probes only; it opens and
 closes perf events on its own process, reads /proc and /sys and asks tools for their version;
-the one process it touches is its own short-lived child, `sleep`, to which it attaches the
+the one process it touches is its own short-lived child (a sleeping Python), to which it attaches the
 DBI recorder and detaches again, to say whether dynamic instrumentation works here). The
 `record --recorder auto` choice reads `recorder_backend()` from here. Exit status 0: the report is the result,
 whatever it says.
@@ -82,8 +82,10 @@ def probe_dbi() -> dict:
     except dbi.DbiUnavailable as exc:
         return {**info, "usable": False, "why_not": [str(exc)],
                 "fix": f"pip install frida=={dbi.FRIDA_VERSION} (scripts/bootstrap.sh does)"}
-    child = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    import sys
+    # the probe's child is this interpreter (always there, whatever PATH holds), asleep
+    child = subprocess.Popen([sys.executable, "-I", "-c", "import time; time.sleep(30)"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         session = dbi.DbiSession(child.pid)
         info["repair"] = session.repair

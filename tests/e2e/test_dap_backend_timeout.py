@@ -54,7 +54,9 @@ def test_a_request_debugpy_never_answers_gets_backend_timeout(start_adapter, tmp
     run = start_adapter()
     client = run.client
     client.call("initialize", INITIALIZE)
-    client.call("launch", {"program": "x.py", "backend": "python"})
+    program = tmp_path / "x.py"      # (the launch checks that the program exists)
+    program.write_text("pass\n")
+    client.call("launch", {"program": str(program), "backend": "python"})
     client.expect_event("initialized")
     started = time.monotonic()
     response = client.request("threads", timeout=10)
@@ -85,7 +87,9 @@ def test_a_debugpy_that_answers_nothing_any_more_ends_the_session_with_a_word(
     run = start_adapter()
     client = run.client
     client.call("initialize", INITIALIZE)
-    client.call("launch", {"program": "x.py", "backend": "python"})
+    program = tmp_path / "x.py"      # (the launch checks that the program exists)
+    program.write_text("pass\n")
+    client.call("launch", {"program": str(program), "backend": "python"})
     client.expect_event("initialized")
     for _ in range(STUCK_AFTER - 1):
         assert client.request("threads", timeout=10)["body"]["error"]["id"] == 1402

@@ -125,11 +125,15 @@ def vscode(request, code_server_launcher, extensions_dir, browser, tmp_path, art
     started: list[tuple[CodeServer, Workbench, object]] = []
 
     def start(launch: dict | None = None, workspace_settings: dict | None = None,
-              user_settings: dict | None = None) -> Workbench:
+              user_settings: dict | None = None, server_path: str | None = None) -> Workbench:
         home = tmp_path / f"vscode{len(started)}"
         folder = copy_workspace(APP, home / "workspace", launch or LAUNCH, workspace_settings)
         settings = {**USER_SETTINGS, "ptdebug.adapterPath": str(PTDEBUG), **(user_settings or {})}
-        env = {**os.environ, "HOME": str(home)}  # no user's ~/.config or ~/.local leaks in
+        # HOME: no user's ~/.config, ~/.local or ~/.profile leaks in (the extension host's PATH
+        # is the login shell's, read from that HOME)
+        env = {**os.environ, "HOME": str(home)}
+        if server_path is not None:
+            env["PATH"] = server_path
         server = CodeServer(code_server_launcher, extensions_dir, home, settings, env)
         server.start()
         context = browser.new_context(viewport={"width": 1400, "height": 900})

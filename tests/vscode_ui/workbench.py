@@ -141,11 +141,16 @@ class Workbench:
         self.shots = 0
 
     # --- seeing -------------------------------------------------------------------------
-    def screenshot(self, name: str) -> pathlib.Path:
+    def screenshot(self, name: str, region: str | None = None) -> pathlib.Path:
+        """The page as PNG under artifacts/, numbered in order. `region` "sidebar" keeps the
+        side bar and the editor's left part only (docs/vscode.md's pictures, < 100 KB)."""
         self.shots += 1
         path = self.artifacts / f"{self.shots:02d}-{name}.png"
+        clip = None
+        if region == "sidebar":
+            clip = {"x": 0, "y": 0, "width": 720, "height": self.page.viewport_size["height"]}
         try:
-            self.page.screenshot(path=str(path))
+            self.page.screenshot(path=str(path), clip=clip)
         except Exception as error:  # noqa: BLE001 (a screenshot never hides the real failure)
             path.with_suffix(".txt").write_text(f"no screenshot: {error}")
         return path

@@ -62,7 +62,7 @@ fi
 [ -f "$NODE_DIR/include/node/node.h" ] || { echo "vscode_setup: $NODE_DIR has no headers" >&2; exit 1; }
 
 if [ ! -x "$CS_DIR/bin/code-server" ]; then
-    echo "vscode_setup: building code-server $CODE_SERVER_VERSION (about 9 minutes on 2 cores)"
+    echo "vscode_setup: building code-server $CODE_SERVER_VERSION (5-6 minutes on 2 cores)"
     tmp="$(mktemp -d "$CACHE/.code-server.XXXXXX")"
     trap 'rm -rf "$tmp"' EXIT
     # Node 24 first on PATH runs npm's lifecycle scripts; npm_config_nodedir makes node-gyp

@@ -20,7 +20,7 @@ import time
 
 import pytest
 from conftest import APP, PTDEBUG
-from workbench import UI_TIMEOUT, marker_line
+from workbench import DOC_BOTTOM, DOC_TOP, UI_TIMEOUT, marker_line
 
 pytestmark = [pytest.mark.vscode_ui, pytest.mark.timeout(300)]
 
@@ -39,14 +39,14 @@ def _top_frame(bench) -> str:
     return rows.first.inner_text().replace("\n", " ") if rows.count() else ""
 
 
-def _wait_paused_in(bench, function: str, line: int, what: str) -> str:
+def _wait_paused_in(bench, function: str, line: int, what: str, poll: float = 0.25) -> str:
     """Waits until the Call Stack's top frame is `function` at app.py:`line`; its text."""
     pattern = re.compile(rf"^{re.escape(function)}\b.*app\.py\s*{line}(:\d+)?$")
 
     def paused():
         top = _top_frame(bench)
         return top if pattern.search(top) else None
-    return bench.wait_for(what, paused)
+    return bench.wait_for(what, paused, poll=poll)
 
 
 def _start_at(bench, line: int, function: str) -> None:
@@ -66,7 +66,8 @@ def test_gutter_breakpoint_f5_stops_in_score_with_its_locals(vscode, artifacts):
     bench.focus_editor()
     started = time.monotonic()
     bench.press("F5")
-    top = _wait_paused_in(bench, "score", SCORE_RET, f"the stop in score at app.py:{SCORE_RET}")
+    top = _wait_paused_in(bench, "score", SCORE_RET, f"the stop in score at app.py:{SCORE_RET}",
+                          poll=0.02)  # timed (docs/PERFORMANCE.md): read the view often
     f5_to_stop = time.monotonic() - started
     assert "Paused on breakpoint" in bench.pane_header("Call Stack"), bench.describe()
     assert _top_frame(bench) == top
@@ -79,7 +80,7 @@ def test_gutter_breakpoint_f5_stops_in_score_with_its_locals(vscode, artifacts):
     bench.wait_for("n = 4, total = 18 in the Variables view",
                    lambda: bench.variable("n") == "4" and bench.variable("total") == "18")
     assert bench.variable("i") == "3", bench.describe()
-    bench.screenshot("stopped-in-score", region="sidebar")
+    bench.screenshot("stopped-in-score", clip=DOC_TOP)
     dap = _dap_first_stop(bench.workspace / "app.py", SCORE_RET)
     (artifacts / "timing.json").write_text(json.dumps(
         {"f5_to_stop_in_editor_s": round(f5_to_stop, 2), "launch_to_stop_over_dap_s": round(dap, 2)}))
@@ -148,7 +149,7 @@ def test_break_on_value_change_stops_on_the_write(vscode):
     bench.screenshot("data-breakpoint-set")
     bench.press("F5")
     _wait_paused_in(bench, "fill", WRITE, f"the stop on the write at app.py:{WRITE}")
-    bench.screenshot("stopped-on-the-write", region="sidebar")
+    bench.screenshot("stopped-on-the-write", clip=DOC_TOP)
     # the Call Stack's header carries the stop's description: what changed, and who wrote it
     header = bench.pane_header("Call Stack")
     assert "buf changed from [0, 0, 0, 0, 0, 0, 0, 0] to [1, 0, 0, 0, 0, 0, 0, 0]" in header, \
@@ -184,7 +185,7 @@ def test_record_mode_breakpoint_shows_its_capture_in_trace_captures(vscode):
         lambda: re.search(rf"app\.py:{SCORE_FIRST} \(breakpoint\)\s*([\d.]+k?) insns",
                           bench.pane_text("Trace Captures")))
     assert capture.group(1) not in ("0", "0.0"), bench.describe()
-    bench.screenshot("capture-shown", region="sidebar")
+    bench.screenshot("capture-shown", clip=DOC_BOTTOM)
 
 
 def test_step_back_in_the_debug_toolbar_walks_back_into_score(vscode):
@@ -202,7 +203,7 @@ def test_step_back_in_the_debug_toolbar_walks_back_into_score(vscode):
                           f"stepping back into score at app.py:{SCORE_RET}")
     assert "[recorded Python" in top, bench.describe()
     assert "stepped back one Python line" in bench.pane_header("Call Stack"), bench.describe()
-    bench.screenshot("stepped-back-into-score", region="sidebar")
+    bench.screenshot("stepped-back-into-score", clip=DOC_TOP)
 
 
 class NoNotification(AssertionError):

@@ -28,6 +28,12 @@ UI_TIMEOUT = 60.0
 2-core machine shared with other test runs was seen to take 20 s to load the workbench."""
 
 
+DOC_TOP = {"x": 0, "y": 0, "width": 700, "height": 680}
+"""The side bar's Variables and Call Stack beside the editor's upper lines (1400x900 page)."""
+DOC_BOTTOM = {"x": 0, "y": 430, "width": 700, "height": 440}
+"""The side bar's Call Stack, Breakpoints and Trace Captures beside the editor's lower lines."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -141,14 +147,11 @@ class Workbench:
         self.shots = 0
 
     # --- seeing -------------------------------------------------------------------------
-    def screenshot(self, name: str, region: str | None = None) -> pathlib.Path:
-        """The page as PNG under artifacts/, numbered in order. `region` "sidebar" keeps the
-        side bar and the editor's left part only (docs/vscode.md's pictures, < 100 KB)."""
+    def screenshot(self, name: str, clip: dict | None = None) -> pathlib.Path:
+        """The page as PNG under artifacts/, numbered in order; `clip` (x, y, width, height)
+        keeps part of it (DOC_TOP, DOC_BOTTOM: docs/vscode.md's pictures, under 100 KB)."""
         self.shots += 1
         path = self.artifacts / f"{self.shots:02d}-{name}.png"
-        clip = None
-        if region == "sidebar":
-            clip = {"x": 0, "y": 0, "width": 720, "height": self.page.viewport_size["height"]}
         try:
             self.page.screenshot(path=str(path), clip=clip)
         except Exception as error:  # noqa: BLE001 (a screenshot never hides the real failure)
@@ -223,7 +226,7 @@ class Workbench:
             return ""
 
     def wait_for(self, what: str, predicate: Callable[[], object],
-                 timeout: float = UI_TIMEOUT) -> object:
+                 timeout: float = UI_TIMEOUT, poll: float = 0.25) -> object:
         """Polls `predicate` until it is truthy; on time out fails saying `what` and what every
         view showed, beside a screenshot."""
         deadline = time.monotonic() + timeout
@@ -238,7 +241,7 @@ class Workbench:
                 shot = self.screenshot("timeout")
                 raise AssertionError(f"waited {timeout:.0f} s for {what}; screenshot {shot}\n"
                                      f"{self.describe()}\n[code-server log]\n{self.server.log()}")
-            time.sleep(0.25)
+            time.sleep(poll)
 
     # --- doing --------------------------------------------------------------------------
     def open(self, folder: pathlib.Path) -> None:

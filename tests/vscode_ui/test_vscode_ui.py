@@ -149,7 +149,6 @@ def test_break_on_value_change_stops_on_the_write(vscode):
     bench.screenshot("data-breakpoint-set")
     bench.press("F5")
     _wait_paused_in(bench, "fill", WRITE, f"the stop on the write at app.py:{WRITE}")
-    bench.screenshot("stopped-on-the-write", clip=DOC_TOP)
     # the Call Stack's header carries the stop's description: what changed, and who wrote it
     header = bench.pane_header("Call Stack")
     assert "buf changed from [0, 0, 0, 0, 0, 0, 0, 0] to [1, 0, 0, 0, 0, 0, 0, 0]" in header, \
@@ -157,6 +156,7 @@ def test_break_on_value_change_stops_on_the_write(vscode):
     assert "MainThread" in header, bench.describe()
     bench.expand_scope("Locals")
     bench.wait_for("r = 0 in fill's Variables", lambda: bench.variable("r") == "0")
+    bench.screenshot("stopped-on-the-write", clip=DOC_TOP)
 
 
 def _record_then_stop_after(bench) -> None:
@@ -203,6 +203,11 @@ def test_step_back_in_the_debug_toolbar_walks_back_into_score(vscode):
                           f"stepping back into score at app.py:{SCORE_RET}")
     assert "[recorded Python" in top, bench.describe()
     assert "stepped back one Python line" in bench.pane_header("Call Stack"), bench.describe()
+    # a recorded Python frame has no recorded values: the Variables view says so, and does not
+    # go on showing main()'s live locals as if they were score()'s
+    bench.wait_for("the 'Locals (not recorded)' scope of the recorded frame in Variables",
+                   lambda: bench.pane("Variables").locator(
+                       '.monaco-list-row[aria-label="Scope Locals (not recorded)"]').count())
     bench.screenshot("stepped-back-into-score", clip=DOC_TOP)
 
 

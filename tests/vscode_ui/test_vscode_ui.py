@@ -242,7 +242,7 @@ def test_missing_ptdebug_shows_a_notification(vscode, case):
     bench.wait_for(f"the ptdebug output channel naming {command!r}",
                    lambda: f": {command}" in bench.server.extension_logs())
     try:
-        text = bench.wait_for("a notification about ptdebug", bench.notifications, timeout=30)
+        text = bench.wait_for("a notification about ptdebug", bench.notifications, timeout=20)
     except AssertionError as error:
         raise NoNotification(str(error)) from None
     bench.screenshot("notification")

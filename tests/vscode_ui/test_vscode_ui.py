@@ -1,6 +1,6 @@
 """The extension in a real VS Code, used through its UI as a person uses it (the vscode_ui tier).
 
-code-server 1.139 with the .vsix of this checkout, Chromium driven by Playwright, real debugpy
+code-server 4.139.1 (VS Code 1.139.1) with the .vsix of this checkout, Chromium driven by Playwright, real debugpy
 behind the adapter: open app.py from the Explorer, click the gutter, press F5, read the Call
 Stack and Variables views; "Break on Value Change" in the Variables view's context menu; a
 breakpoint switched to Record mode with VS Code's breakpoint-mode UI and its capture in the
@@ -71,6 +71,9 @@ def test_gutter_breakpoint_f5_stops_in_score_with_its_locals(vscode, artifacts):
     f5_to_stop = time.monotonic() - started
     assert "Paused on breakpoint" in bench.pane_header("Call Stack"), bench.describe()
     assert _top_frame(bench) == top
+    # the editor shows it too: the paused-here arrow in the margin of line 19
+    bench.wait_for(f"the paused-here arrow at line {SCORE_RET} of the editor",
+                   lambda: bench.margin_lines("debug-stackframe") == [SCORE_RET])
     # the callers come when VS Code asks for the rest of the stack (it asks for one frame first)
     bench.wait_for(f"main at app.py:{CALL} below score in the Call Stack", lambda: re.search(
         rf"score\s+app\.py\s+{SCORE_RET}:1\s+main\s+app\.py\s+{CALL}:",
@@ -156,6 +159,8 @@ def test_break_on_value_change_stops_on_the_write(vscode):
     assert "MainThread" in header, bench.describe()
     bench.expand_scope("Locals")
     bench.wait_for("r = 0 in fill's Variables", lambda: bench.variable("r") == "0")
+    bench.wait_for(f"the paused-here arrow at line {WRITE} of the editor",
+                   lambda: bench.margin_lines("debug-stackframe") == [WRITE])
     bench.screenshot("stopped-on-the-write", clip=DOC_TOP)
 
 
@@ -203,6 +208,8 @@ def test_step_back_in_the_debug_toolbar_walks_back_into_score(vscode):
                           f"stepping back into score at app.py:{SCORE_RET}")
     assert "[recorded Python" in top, bench.describe()
     assert "stepped back one Python line" in bench.pane_header("Call Stack"), bench.describe()
+    bench.wait_for(f"the paused-here arrow at line {SCORE_RET} of the editor",
+                   lambda: bench.margin_lines("debug-stackframe") == [SCORE_RET])
     # a recorded Python frame has no recorded values: the Variables view says so, and does not
     # go on showing main()'s live locals as if they were score()'s
     bench.wait_for("the 'Locals (not recorded)' scope of the recorded frame in Variables",

@@ -295,6 +295,21 @@ class Workbench:
         self.press("Enter")
         self.wait_for(f"line {line} in the editor", lambda: self.line_box(line), timeout=20)
 
+    def margin_lines(self, codicon: str) -> list[int]:
+        """The lines whose margin shows glyph `codicon` (`debug-stackframe`: the editor's
+        arrow at the line where the program is paused), among the lines on screen."""
+        # The glyphs are widgets of their own (.glyph-margin-widgets), placed at their line's
+        # height: matched to the line numbers by their vertical middle.
+        glyphs = [g.bounding_box() for g in self.editor().locator(
+            f".glyph-margin-widgets .codicon-{codicon}").all()]
+        lines = []
+        for number in self.editor().locator(".margin-view-overlays .line-numbers").all():
+            box = number.bounding_box()
+            if box and any(g and box["y"] <= g["y"] + g["height"] / 2 <= box["y"] + box["height"]
+                           for g in glyphs):
+                lines.append(int(number.inner_text().strip()))
+        return lines
+
     def click_gutter(self, line: int) -> None:
         """Clicks the glyph margin left of line `line`: a person's way to set a breakpoint."""
         if not self.line_visible(line):

@@ -17,6 +17,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 from workbench import CodeServer, Workbench, copy_workspace
@@ -67,16 +68,35 @@ def code_server_launcher() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def vsix(tmp_path_factory) -> pathlib.Path:
-    """The .vsix of this checkout, packaged by vsce as a release is. --no-dependencies: the
-    extension is one bundled file (scripts/bundle.js), so vsce has no node_modules to walk
-    (and `npm list` fails on a node_modules that is a link to another checkout's)."""
+    """The .vsix of this checkout, packaged by vsce as a release is, from a copy of the
+    extension's files (git's list: tracked, and new ones not ignored) with the checkout's
+    node_modules linked in. A copy, because `vscode:prepublish` writes dist/, and tests/vscode
+    builds into the checkout's dist/ at the same time on the other pytest worker.
+    --no-dependencies: the extension is one bundled file (scripts/bundle.js), so vsce has no
+    node_modules to walk (and `npm list` fails on a linked node_modules)."""
     npm = shutil.which("npm")
     assert npm, "npm is not installed: scripts/bootstrap.sh installs Node.js and npm"
-    out = tmp_path_factory.mktemp("vsix") / "ptdebug.vsix"
+    modules = EXTENSION / "node_modules"
+    assert (modules / ".bin" / "vsce").exists(), \
+        "vscode-extension/node_modules is missing: run scripts/bootstrap.sh (npm ci)"
+    work = tmp_path_factory.mktemp("vsix")
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                             "-z", "--", "vscode-extension"], cwd=ROOT, capture_output=True,
+                            check=True, timeout=60).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file() and not name.startswith("vscode-extension/node_modules"):
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, work / name)
+    copy = work / "vscode-extension"
+    (copy / "node_modules").symlink_to(modules.resolve(), target_is_directory=True)
+    out = work / "ptdebug.vsix"
     package = subprocess.run([npm, "exec", "--", "vsce", "package", "--no-dependencies",
-                              "--allow-missing-repository", "--out", str(out)], cwd=EXTENSION,
+                              "--allow-missing-repository", "--out", str(out)], cwd=copy,
                              capture_output=True, text=True, timeout=240, check=False)
     assert package.returncode == 0 and out.is_file(), package.stdout + package.stderr
+    names = set(zipfile.ZipFile(out).namelist())
+    assert {"extension/package.json", "extension/dist/extension.js"} <= names, sorted(names)
     return out
 
 

@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# The real-VS-Code tier's code-server, Chromium and Playwright (tests/vscode_ui): cached under
+# ~/.cache/ptdebug, so only a fresh machine pays the build (5-6 minutes on 2 cores).
+bash scripts/vscode_setup.sh \
+    || echo "test: warning: scripts/vscode_setup.sh failed; tests/vscode_ui will say why" >&2
 export PATH="$(go env GOPATH 2>/dev/null || echo /nonexistent)/bin:$PATH"
 # Lint first (a second, the rules are [tool.ruff.lint] in pyproject.toml): a failure stops here.
 echo "test: ruff check"

@@ -12,6 +12,9 @@ workload:
                            drain keeps up when this stays small)
   pt_bytes_per_insn        the size of the PT written
   stop_ms                  unfollow until the thread left Stalker's code
+  written_blocks_per_s / encoded_blocks_per_s   what the thread wrote into the ring, and
+                           what the drain encoded, per second (a window whose drain falls
+                           64M blocks behind ends there: window_ended_by says so)
 Workloads: `c` (benchmarks/c/dbi_work.c, a branchy loop with calls and indirect calls),
 `cpython` (a pure-Python loop), `blas` (numpy matmul, OpenBLAS on one thread, so that the
 thread followed does the work). Then `damage`: tests/fixtures/programs/dbi_zmm.c and
@@ -89,12 +92,15 @@ def _measure(argv, seconds: float, env=None) -> dict:
         try:
             window = session.window(proc.pid)
             w0 = time.monotonic()
-            while time.monotonic() - w0 < seconds:
-                window.drain()
-                time.sleep(0.002)
+            ended_by = f"{seconds:g} s"
+            try:
+                while time.monotonic() - w0 < seconds:
+                    window.drain()
+                    time.sleep(0.002)
+            except dbi.DbiError as exc:          # the drain fell behind: the window ends
+                ended_by = str(exc)
             w1 = time.monotonic()
             lag = window.count() - window.read
-            window.drain()
             s0 = time.monotonic()
             settled = window.stop_following()
             stop_ms = (time.monotonic() - s0) * 1000
@@ -120,6 +126,9 @@ def _measure(argv, seconds: float, env=None) -> dict:
         "drain_lag_blocks": lag,
         "pt_bytes_per_insn": round(pt_bytes / instructions, 3) if instructions else None,
         "stop_ms": round(stop_ms, 1), "left_stalker": settled,
+        "window_s": round(w1 - w0, 2), "window_ended_by": ended_by,
+        "written_blocks_per_s": int((window.read + lag) / (w1 - w0)),
+        "encoded_blocks_per_s": int(window.read / (w1 - w0)),
     }
 
 

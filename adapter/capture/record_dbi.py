@@ -16,8 +16,9 @@ import time
 
 from adapter.capture import dbi
 from adapter.capture.bundle import BundleWriter, copy_images_in
-from adapter.capture.record import RecordFailed, RecordResult
+from adapter.capture.record import RecordFailed, RecordResult, _comm
 from adapter.capture.stepper import EndCondition
+from adapter.capture.target import TargetError, tgid_of
 from adapter.hw import cpu as cpu_mod
 from pt_decoder import block_encoder as be
 
@@ -292,18 +293,6 @@ def _pid_of(tid: int | None) -> int:
     if tid is None:
         raise RecordFailed("give a command, a pid or a tid")
     try:
-        with open(f"/proc/{tid}/status") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    raise RecordFailed(f"no thread {tid} (it is not running)")
-
-
-def _comm(tid: int) -> str | None:
-    try:
-        with open(f"/proc/{tid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return None
+        return tgid_of(tid)
+    except TargetError as exc:
+        raise RecordFailed(str(exc)) from None

@@ -122,15 +122,15 @@ class Target:
         """Seize a running process (every thread, following new ones) or one
         thread, and stop what was seized."""
         if tid is not None:
-            tgid = _tgid_of(tid)
+            tgid = tgid_of(tid)
             target = cls(tgid, None)
             target._seize(tid, 0)
             target._interrupt_and_wait(tid)
             return target
         if not os.path.isdir(f"/proc/{pid}"):
             raise TargetError(f"no process {pid} (it is not running)")
-        if _tgid_of(pid) != pid:
-            raise TargetError(f"{pid} is a thread of process {_tgid_of(pid)}: use --tid {pid}")
+        if tgid_of(pid) != pid:
+            raise TargetError(f"{pid} is a thread of process {tgid_of(pid)}: use --tid {pid}")
         target = cls(pid, None)
         try:
             seen = set()
@@ -578,7 +578,8 @@ def _threads(pid: int) -> list[int]:
         raise TargetError(f"no process {pid} (it is not running)") from None
 
 
-def _tgid_of(tid: int) -> int:
+def tgid_of(tid: int) -> int:
+    """The process (thread group) of thread `tid`. Raises TargetError when it is not running."""
     try:
         with open(f"/proc/{tid}/status") as f:
             for line in f:

@@ -132,14 +132,11 @@ def choose_recorder(args) -> tuple[str, str]:
 
 
 def _pid_of_tid(tid: int) -> int | None:
+    from adapter.capture.target import TargetError, tgid_of
     try:
-        with open(f"/proc/{tid}/status") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
+        return tgid_of(tid)
+    except TargetError:
+        return None
 
 
 def describe_exit(code: int) -> str:

@@ -124,6 +124,30 @@ class BlockInfo:
     target: int
 
 
+AT_REST_WAIT_S = 2.0
+
+
+def main_thread_at_rest(pid: int, wait_s: float = AT_REST_WAIT_S) -> bool:
+    """Whether process `pid`'s main thread is seen waiting in a system call within `wait_s`.
+    Frida's injector runs its bootstrap code on the main thread and restores only its
+    general registers: in a thread interrupted in its own computation, xmm0-7's low halves and
+    zmm16 then come back changed (seen once per attach in about half the tries on a thread
+    busy with zmm registers or numpy). In a thread blocked in a system call, which it entered
+    through a C function call, every vector register is caller-saved and dead, so nothing the
+    program needs changes."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                if not f.read().startswith("running"):
+                    return True
+        except OSError:
+            return True                       # gone, or not readable: frida says why
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
 class DbiSession:
     """Frida attached to process `pid` with the agent loaded (see the module doc). Raises
     DbiUnavailable when Frida cannot attach or the AVX-512 repair cannot be applied."""
@@ -148,6 +172,14 @@ class DbiSession:
         all went well)."""
         self._mem = None
         self._flow = FlowEncoder(self.read_code)
+        if not main_thread_at_rest(pid):
+            self._remove_files()
+            raise DbiUnavailable(
+                f"the main thread of process {pid} kept running its own code for "
+                f"{AT_REST_WAIT_S:g} s: Frida injects its agent by running code on that thread, "
+                "which clobbers its vector registers (xmm0-7's low halves, zmm16) where the "
+                "program may still need them; DBI attaches only while it waits in a system "
+                "call (docs/recording.md)")
         try:
             self._session = frida.attach(pid)
         except Exception as exc:  # noqa: BLE001 - frida raises its own types for every refusal

@@ -276,7 +276,7 @@ def recorder_backend(report: dict | None = None) -> dict:
     if report["ptrace"]["usable"]:
         why = "no usable Intel PT here; the ptrace stepper records instead"
         if dbi is not None and dbi["usable"] and not recorders.DBI_BY_DEFAULT:
-            why += f" (DBI works here, only when asked for: {recorders.DBI_CAVEAT})"
+            why += " (DBI works here, used when asked for: --recorder dbi)"
         if dbi is not None and not dbi["usable"]:
             why = f"no usable Intel PT, and DBI does not work here ({dbi['why_not'][0]}); " \
                   "the ptrace stepper records instead"

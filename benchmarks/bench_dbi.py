@@ -40,8 +40,10 @@ from adapter.capture import dbi, dbi_repair
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
 
+# The Python workloads run on a worker thread, as the C one does (the main thread waits:
+# DBI attaches only while it is in a system call); each prints "t TID" first.
 CPYTHON_WORK = r"""
-import sys, time
+import threading, time
 def unit(n):
     acc = 0
     for i in range(n):
@@ -50,16 +52,26 @@ def unit(n):
         else:
             acc ^= i
     return acc
+def work():
+    print("t", threading.get_native_id(), flush=True)
+    while True:
+        t = time.monotonic_ns(); unit(20000); print("u", time.monotonic_ns() - t, flush=True)
+threading.Thread(target=work, daemon=True).start()
 while True:
-    t = time.monotonic_ns(); unit(20000); print("u", time.monotonic_ns() - t, flush=True)
+    time.sleep(1)
 """
 BLAS_WORK = r"""
-import time, numpy as np
+import threading, time, numpy as np
 a = np.random.default_rng(1).standard_normal((160, 160)); b = a.T.copy()
+def work():
+    print("t", threading.get_native_id(), flush=True)
+    while True:
+        t = time.monotonic_ns()
+        for _ in range(4): a @ b
+        print("u", time.monotonic_ns() - t, flush=True)
+threading.Thread(target=work, daemon=True).start()
 while True:
-    t = time.monotonic_ns()
-    for _ in range(4): a @ b
-    print("u", time.monotonic_ns() - t, flush=True)
+    time.sleep(1)
 """
 
 
@@ -69,6 +81,7 @@ class _Units:
     def __init__(self, proc):
         self.proc = proc
         self.units: list[tuple[float, int]] = []
+        self.tid = int(proc.stdout.readline().split()[1])      # "t TID": the worker thread
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -90,7 +103,7 @@ def _measure(argv, seconds: float, env=None) -> dict:
         native_before = units.between(t0, time.monotonic())
         session = dbi.DbiSession(proc.pid)
         try:
-            window = session.window(proc.pid)
+            window = session.window(units.tid)
             w0 = time.monotonic()
             ended_by = f"{seconds:g} s"
             try:
@@ -138,7 +151,7 @@ def _damage(quick: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if dbi_repair.cpu_has_avx512():
             exe = pathlib.Path(tmp) / "dbi_zmm"
-            subprocess.run(["gcc", "-O1", "-mavx512f", "-mavx512bw", "-o", str(exe),
+            subprocess.run(["gcc", "-O1", "-pthread", "-mavx512f", "-mavx512bw", "-o", str(exe),
                             str(PROGRAMS / "dbi_zmm.c")], check=True)
             out["zmm"] = _windows_then_report([str(exe)], windows)
         out["numpy"] = _windows_then_report([sys.executable,
@@ -149,11 +162,11 @@ def _damage(quick: bool) -> dict:
 def _windows_then_report(argv, windows: int) -> str:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        proc.stdout.readline()
+        tid = int(proc.stdout.readline().split()[1])           # "ready TID"
         session = dbi.DbiSession(proc.pid)
         try:
             for _ in range(windows):
-                window = session.window(proc.pid)
+                window = session.window(tid)
                 time.sleep(0.05)
                 window.stop_following()
         finally:
@@ -170,8 +183,8 @@ def run(quick: bool = False) -> dict:
     seconds = 2.0 if quick else 4.0
     with tempfile.TemporaryDirectory() as tmp:
         exe = pathlib.Path(tmp) / "dbi_work"
-        subprocess.run(["gcc", "-O1", "-o", str(exe), str(ROOT / "benchmarks/c/dbi_work.c")],
-                       check=True)
+        subprocess.run(["gcc", "-O1", "-pthread", "-o", str(exe),
+                        str(ROOT / "benchmarks/c/dbi_work.c")], check=True)
         figures = {"c": _measure([str(exe), "400000"], seconds)}
     figures["cpython"] = _measure([sys.executable, "-c", CPYTHON_WORK], seconds)
     figures["blas"] = _measure([sys.executable, "-c", BLAS_WORK], seconds,

@@ -193,11 +193,11 @@ cdef class BlockEncoder:
             self.out = <unsigned char *>_grow(self.out, self.out_cap)
         return 0
 
-    cdef inline void _put1(self, unsigned char b):
+    cdef inline void _put1(self, unsigned char b) noexcept:
         self.out[self.out_len] = b
         self.out_len += 1
 
-    cdef inline Py_ssize_t _offset(self):
+    cdef inline Py_ssize_t _offset(self) noexcept:
         return self.out_base + self.out_len
 
     def take(self) -> bytes:
@@ -335,7 +335,8 @@ cdef class BlockEncoder:
         self.stack_len = 0
         return 0
 
-    cdef inline void _push(self, uint64_t ret):
+    cdef inline void _push(self, uint64_t ret) noexcept:
+        cdef int i
         if self.stack_len == RETURN_STACK_DEPTH:
             for i in range(RETURN_STACK_DEPTH - 1):
                 self.stack[i] = self.stack[i + 1]

@@ -26,6 +26,12 @@ USAGE = ("ptdebug record [--recorder auto|intel_pt|dbi|stepper] [--pid PID | --t
          "--duration MS] -o BUNDLE [--force] [--json] [-- CMD ARGS...]")
 
 
+STEPPER_MAX_INSTRUCTIONS = 10_000_000
+"""--max-instructions' default for the stepper (10^4-10^5 instructions a second)."""
+DBI_MAX_INSTRUCTIONS = 1_000_000_000
+"""... and for DBI (10^8 a second): its window's memory is bounded anyway (dbi.MAX_LAG)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ptdebug record", usage=USAGE,
                                 description="Record the instruction flow of a command or a "
@@ -64,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "target, nothing patched); auto picks")
     p.add_argument("--exact-returns", action="store_true",
                    help="stepper: stop at every return instead of following proven ones")
-    p.add_argument("--max-instructions", type=int, default=10_000_000,
-                   help="stepper: never record more than this (default 10,000,000)")
+    p.add_argument("--max-instructions", type=int, default=None,
+                   help="never record more than this (default: 10,000,000 with the stepper, "
+                        "10^9 with dbi)")
     p.add_argument("--trigger-timeout", type=float, metavar="S",
                    help="give up if no thread reaches --from within S seconds")
     p.add_argument("--snapshot", action="store_true",
@@ -105,7 +112,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--count must be a positive number of instructions")
     if args.duration is not None and args.duration <= 0:
         parser.error("--duration must be a positive number of milliseconds")
-    if args.max_instructions <= 0:
+    if args.max_instructions is not None and args.max_instructions <= 0:
         parser.error("--max-instructions must be a positive number of instructions")
     if not (args.until_return or args.count or args.until or args.duration):
         args.count = 100_000  # a bounded default: the stepper is slow on purpose-free runs
@@ -234,7 +241,8 @@ def main(argv: list[str]) -> int:
             start=args.start, end=end, predict_returns=not args.exact_returns,
             copy_images=not args.no_copy_images, no_aslr=args.no_aslr,
             trigger_timeout=args.trigger_timeout, log=log, breakpoints=args.breakpoints,
-            max_instructions=args.max_instructions, wait_for_exit=True, python=args.python)
+            max_instructions=args.max_instructions or STEPPER_MAX_INSTRUCTIONS,
+            wait_for_exit=True, python=args.python)
     except record.RecordFailed as exc:
         return _failed(exc, log)
     return _report(args, result, backend=backend, why=why, log=log)
@@ -269,7 +277,7 @@ def _record_dbi(args, log):
         return (record_dbi.record_dbi(
             args.output, command=args.command or None, pid=args.pid, tid=args.tid,
             start=args.start, end=end, copy_images=not args.no_copy_images,
-            max_instructions=args.max_instructions, log=log,
+            max_instructions=args.max_instructions or DBI_MAX_INSTRUCTIONS, log=log,
             trigger_timeout=args.trigger_timeout),)
     except dbi.DbiUnavailable as exc:
         log(f"DBI cannot record this target: {exc}")

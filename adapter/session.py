@@ -352,12 +352,25 @@ class Session:
             backend.disconnect(request.raw.get("arguments"), answered)
 
         recording = self.recording
-        if recording is not None and recording.holds_a_thread():
-            # the recorded thread is let go first (RecordBreakpoints.let_go_before_disconnect),
-            # off the reader thread: the capture's own requests and events go on meanwhile
+        holds = recording is not None and recording.holds_a_thread()
+        # the watches matter only to a program that outlives the session
+        terminate = (request.raw.get("arguments") or {}).get("terminateDebuggee",
+                                                             backend.launched)
+        watches = self.data_breakpoints if not terminate else None
+        if holds or watches is not None:
+            # What ptdebug put into the program goes first, while the backend still answers
+            # (docs/protocol.md, "Attach and detach (Python)"): the recorded thread is let go
+            # (RecordBreakpoints.let_go_before_disconnect), the watches are removed and the
+            # SIGTRAP action restored (DataBreakpoints.let_go_before_disconnect). Off the
+            # reader thread: the capture's own requests and events go on meanwhile.
             def let_go_then_forward() -> None:
                 try:
-                    recording.let_go_before_disconnect()
+                    if holds:
+                        recording.let_go_before_disconnect()
+                    if watches is not None:
+                        watches.let_go_before_disconnect()
+                except Exception:
+                    log.exception("letting the program go before the disconnect failed")
                 finally:
                     forward()
 

@@ -1,0 +1,140 @@
+"""What a Python session leaves behind when it ends (issue 34; docs/protocol.md, "Attach and
+detach (Python)"): a threaded service (tests/fixtures/programs/py_detach_service.py) keeps
+serving, with no trace of ptdebug left in it: SIGTRAP's action and mask as they were before the
+session (ptdebug installs a SIGTRAP handler for data breakpoints, features/writer_trap.py), no
+thread traced or stopped, no debug register armed.
+
+Real debugpy, real processes: the service runs under `python -m debugpy --listen` (attach with
+`connect`) or is launched by ptdebug."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import INITIALIZE, PROGRAMS
+from dapclient import free_port, listening
+from unharmed import assert_unharmed
+
+pytestmark = pytest.mark.timeout(120)
+
+SERVICE = PROGRAMS / "py_detach_service.py"
+SIGTRAP_BIT = 1 << (5 - 1)
+"""SIGTRAP (5) in the signal masks of /proc/PID/status (proc(5): bit N-1 is signal N)."""
+
+
+def sigtrap_state(pid: int) -> dict:
+    """SIGTRAP's disposition in `pid` (caught, ignored: process-wide) and the threads that
+    block it (SigBlk is per thread)."""
+    def bits(text: str, key: str) -> int:
+        return int(re.search(rf"^{key}:\s+([0-9a-f]+)", text, re.M).group(1), 16)
+
+    with open(f"/proc/{pid}/status") as f:
+        status = f.read()
+    blocked = []
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                if bits(f.read(), "SigBlk") & SIGTRAP_BIT:
+                    blocked.append(tid)
+        except OSError:
+            continue  # the thread ended meanwhile
+    return {"caught": bool(bits(status, "SigCgt") & SIGTRAP_BIT),
+            "ignored": bool(bits(status, "SigIgn") & SIGTRAP_BIT), "blocked": blocked}
+
+
+def ask(port: int, line: str, timeout: float = 5.0) -> str:
+    """One request to the service, its answer line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(line.encode() + b"\n")
+        return sock.makefile("rb").readline().decode().strip()
+
+
+def keeps_serving(port: int, seconds: float = 1.0) -> int:
+    """Requests answered for `seconds`, each a write and its sum checked; returns how many."""
+    answered = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = answered + 1
+        assert ask(port, f"write 3 {value}").startswith("ok "), "the service stopped answering"
+        answered += 1
+    return answered
+
+
+@pytest.fixture
+def service():
+    """start(debugpy_port=None) -> (process, service port, cache address); killed after."""
+    procs = []
+
+    def start(debugpy_port: int | None = None):
+        prefix = ([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{debugpy_port}"]
+                  if debugpy_port else [sys.executable])
+        proc = subprocess.Popen([*prefix, str(SERVICE), "0"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        procs.append(proc)
+        words = proc.stdout.readline().split()
+        assert words[:1] == [b"serving"], words
+        if debugpy_port:
+            deadline = time.monotonic() + 15
+            while not listening(debugpy_port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return proc, int(words[1]), int(words[2], 16)
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(10)
+
+
+def _watch(client, address: int) -> dict:
+    client.expect_event("capabilities", timeout=30,
+                        pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
+    info = client.call("dataBreakpointInfo", {"name": hex(address), "asAddress": True,
+                                              "bytes": 8})
+    body = client.call("setDataBreakpoints", {"breakpoints": [{"dataId": info["dataId"]}]})
+    assert body["breakpoints"][0]["verified"] is True, body
+    return body["breakpoints"][0]
+
+
+@pytest.mark.parametrize("hit", [True, False], ids=["stopped_at_a_hit", "running"])
+def test_connect_attach_with_a_data_breakpoint_leaves_sigtrap_as_it_was(start_adapter, service,
+                                                                          hit):
+    """Seen before: after the session the service still had ptdebug's SIGTRAP handler
+    (SigCgt), the log saying "SIGTRAP action not restored: debugpy went away before
+    answering 'evaluate'": the handler was to be removed after debugpy was let go."""
+    debugpy_port = free_port()
+    proc, port, address = service(debugpy_port)
+    assert ask(port, "sum") == "ok 0"
+    before = sigtrap_state(proc.pid)
+    assert not before["caught"], before
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
+                                                        "port": debugpy_port}})
+    client.expect_event("initialized", timeout=30)
+    client.call("configurationDone", {})
+    assert client.expect_response(attach, timeout=30)["success"]
+    armed = _watch(client, address + 8 * 2)  # slot 2
+    assert sigtrap_state(proc.pid)["caught"], "the handler was not installed"
+    pending = None
+    if hit:
+        pending = socket.create_connection(("127.0.0.1", port), timeout=30)
+        pending.sendall(b"write 2 42\n")
+        stopped = client.expect_stopped("data breakpoint", timeout=30)
+        assert stopped["hitBreakpointIds"] == [armed["id"]], stopped
+    client.call("disconnect", {"terminateDebuggee": False})
+    assert run.wait_exit() == 0
+    assert not [e for e in client.events("output") if "SIGTRAP" in e["body"]["output"]]
+    if pending is not None:  # the writer held at its write was let go: its request is answered
+        assert pending.makefile("rb").readline().strip() == b"ok 42"
+        pending.close()
+    assert proc.poll() is None, "the service died"
+    assert keeps_serving(port) > 0
+    assert sigtrap_state(proc.pid) == before
+    assert_unharmed(proc.pid)
+    assert "SIGTRAP action not restored" not in run.log()

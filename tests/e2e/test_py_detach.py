@@ -55,12 +55,13 @@ def ask(port: int, line: str, timeout: float = 5.0) -> str:
 
 
 def keeps_serving(port: int, seconds: float = 1.0) -> int:
-    """Requests answered for `seconds`, each a write and its sum checked; returns how many."""
+    """Requests answered for `seconds`, each a write into slot 2 (the one the tests watched:
+    a perf breakpoint left armed would now end the program with SIGTRAP); returns how many."""
     answered = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        value = answered + 1
-        assert ask(port, f"write 3 {value}").startswith("ok "), "the service stopped answering"
+        value = answered + 100
+        assert ask(port, f"write 2 {value}") == f"ok {value}", "the service stopped answering"
         answered += 1
     return answered
 
@@ -138,3 +139,44 @@ def test_connect_attach_with_a_data_breakpoint_leaves_sigtrap_as_it_was(start_ad
     assert sigtrap_state(proc.pid) == before
     assert_unharmed(proc.pid)
     assert "SIGTRAP action not restored" not in run.log()
+
+
+def test_a_launched_service_let_go_with_terminate_debuggee_false_runs_on(start_adapter):
+    """Seen before: `disconnect {terminateDebuggee: false}` after a launch was answered after
+    5 s (ptdebug's limit for debugpy's answer: debugpy's adapter waits up to 30 s for a
+    launched program to exit, then kills its process group) and the service was killed."""
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {"program": str(SERVICE), "args": ["0"],
+                                            "console": "internalConsole"})
+    client.expect_event("initialized", timeout=30)
+    client.call("configurationDone", {})
+    assert client.expect_response(launch, timeout=30)["success"]
+    serving = client.expect_event("output", timeout=30, pred=lambda e: e["body"][
+        "output"].startswith("serving "))["body"]["output"].split()
+    port, address = int(serving[1]), int(serving[2], 16)
+    pid = client.expect_event("process", timeout=30)["body"]["systemProcessId"]
+    _watch(client, address + 8 * 2)
+    assert sigtrap_state(pid)["caught"], "the handler was not installed"
+    pending = socket.create_connection(("127.0.0.1", port), timeout=30)
+    pending.sendall(b"write 2 42\n")
+    client.expect_stopped("data breakpoint", timeout=30)
+    run.track()
+    started = time.monotonic()
+    response = client.request("disconnect", {"terminateDebuggee": False}, timeout=15)
+    answered_in = time.monotonic() - started
+    assert response["success"], response
+    assert answered_in < 1.0, f"disconnect answered in {answered_in:.2f} s"
+    assert run.wait_exit() == 0
+    print(f"disconnect answered in {answered_in:.3f} s")
+    assert pending.makefile("rb").readline().strip() == b"ok 42"  # the held writer goes on
+    pending.close()
+    assert keeps_serving(port) > 0
+    assert sigtrap_state(pid) == {"caught": False, "ignored": False, "blocked": []}
+    assert_unharmed(pid)
+    # its output went to debugpy's launcher, which is gone: /dev/null now, not a broken pipe
+    assert [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (1, 2)] == [os.devnull] * 2
+    assert not [e for e in client.events("output") if "could not be let go" in
+                e["body"]["output"]]
+    os.kill(pid, 9)

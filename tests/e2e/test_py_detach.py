@@ -101,12 +101,14 @@ def _watch(client, address: int) -> dict:
     return body["breakpoints"][0]
 
 
+@pytest.mark.parametrize("end", ["disconnect", "hang_up"])
 @pytest.mark.parametrize("hit", [True, False], ids=["stopped_at_a_hit", "running"])
 def test_connect_attach_with_a_data_breakpoint_leaves_sigtrap_as_it_was(start_adapter, service,
-                                                                          hit):
+                                                                          hit, end):
     """Seen before: after the session the service still had ptdebug's SIGTRAP handler
     (SigCgt), the log saying "SIGTRAP action not restored: debugpy went away before
-    answering 'evaluate'": the handler was to be removed after debugpy was let go."""
+    answering 'evaluate'": the handler was to be removed after debugpy was let go. The same
+    when the client hangs up without a `disconnect`."""
     debugpy_port = free_port()
     proc, port, address = service(debugpy_port)
     assert ask(port, "sum") == "ok 0"
@@ -128,7 +130,10 @@ def test_connect_attach_with_a_data_breakpoint_leaves_sigtrap_as_it_was(start_ad
         pending.sendall(b"write 2 42\n")
         stopped = client.expect_stopped("data breakpoint", timeout=30)
         assert stopped["hitBreakpointIds"] == [armed["id"]], stopped
-    client.call("disconnect", {"terminateDebuggee": False})
+    if end == "disconnect":
+        client.call("disconnect", {"terminateDebuggee": False})
+    else:
+        client.wfile.close()
     assert run.wait_exit() == 0
     assert not [e for e in client.events("output") if "SIGTRAP" in e["body"]["output"]]
     if pending is not None:  # the writer held at its write was let go: its request is answered

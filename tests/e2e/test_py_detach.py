@@ -66,6 +66,37 @@ def keeps_serving(port: int, seconds: float = 1.0) -> int:
     return answered
 
 
+def connections(pid: int) -> list[str]:
+    """The TCP sockets of `pid` that are not listening, as `state local remote` lines of
+    /proc/net/tcp (proc(5); hex addresses): pydevd's to debugpy's adapter among them while
+    debugpy holds the program."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[9] in inodes and fields[3] != "0A":
+                    found.append(f"{fields[3]} {fields[1]} {fields[2]}")
+    return found
+
+
+def no_connections_left(pid: int, timeout: float = 5.0) -> list[str]:
+    """connections(pid) once none is left, or after `timeout` what is left (a served client's
+    socket closes a moment after its answer)."""
+    deadline = time.monotonic() + timeout
+    while connections(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return connections(pid)
+
+
 @pytest.fixture
 def service():
     """start(debugpy_port=None) -> (process, service port, cache address); killed after."""
@@ -131,7 +162,10 @@ def test_connect_attach_with_a_data_breakpoint_leaves_sigtrap_as_it_was(start_ad
         stopped = client.expect_stopped("data breakpoint", timeout=30)
         assert stopped["hitBreakpointIds"] == [armed["id"]], stopped
     if end == "disconnect":
+        started = time.monotonic()
         client.call("disconnect", {"terminateDebuggee": False})
+        print(f"connect-attach ({'stopped' if hit else 'running'}): disconnect answered in "
+              f"{time.monotonic() - started:.3f} s")
     else:
         client.wfile.close()
     assert run.wait_exit() == 0
@@ -184,4 +218,6 @@ def test_a_launched_service_let_go_with_terminate_debuggee_false_runs_on(start_a
     assert [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (1, 2)] == [os.devnull] * 2
     assert not [e for e in client.events("output") if "could not be let go" in
                 e["body"]["output"]]
+    # pydevd let go of its connection to debugpy's adapter (its threads ended with it)
+    assert no_connections_left(pid) == []
     os.kill(pid, 9)

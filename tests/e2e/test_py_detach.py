@@ -221,3 +221,35 @@ def test_a_launched_service_let_go_with_terminate_debuggee_false_runs_on(start_a
     # pydevd let go of its connection to debugpy's adapter (its threads ended with it)
     assert no_connections_left(pid) == []
     os.kill(pid, 9)
+
+
+def test_debugpy_brought_in_after_the_threads_names_the_writer_and_leaves_sigtrap(
+        start_adapter, service):
+    """The state an attach by `pid` leaves a service in (debugpy arrives after its threads
+    started), without gdb, which cannot call into a process on every machine: the service
+    starts debugpy itself (`debugpy.listen`) on request. The writer's stop names its Python
+    thread (`kv-writer`), and the session's end leaves SIGTRAP as it was."""
+    proc, port, address = service()
+    before = sigtrap_state(proc.pid)
+    debugpy_port = free_port()
+    assert ask(port, f"debug {debugpy_port}", timeout=30) == "ok listening"
+    run = start_adapter()
+    client = run.client
+    started = time.monotonic()
+    client.call("initialize", INITIALIZE)
+    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
+                                                        "port": debugpy_port}})
+    client.expect_event("initialized", timeout=30)
+    client.call("configurationDone", {})
+    assert client.expect_response(attach, timeout=30)["success"]
+    print(f"attach answered in {time.monotonic() - started:.3f} s")
+    armed = _watch(client, address + 8 * 7)  # slot 7: kv-writer's, every 20 ms
+    stopped = client.expect_stopped("data breakpoint", timeout=30)
+    assert stopped["hitBreakpointIds"] == [armed["id"]], stopped
+    assert "by thread 'kv-writer'" in stopped["description"], stopped
+    assert "held at the write" in stopped["description"], stopped
+    client.call("disconnect", {"terminateDebuggee": False})
+    assert run.wait_exit() == 0
+    assert keeps_serving(port) > 0
+    assert sigtrap_state(proc.pid) == before
+    assert_unharmed(proc.pid)

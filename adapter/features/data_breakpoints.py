@@ -537,14 +537,39 @@ class DataBreakpoints:
     def _report_unstopped(self, hit, reason: str) -> None:
         armed = self._armed_of(hit)
         label = armed.target.label if armed else "a watched address"
-        try:
-            with open(f"/proc/{hit.pid}/task/{hit.tid}/comm") as f:
-                name = f" ({f.read().strip()!r})"
-        except OSError:
-            name = " (exited)"
+        name = self._python_thread_name(hit.tid)
+        if name is not None:
+            name = f" ({name!r})"
+        else:
+            # the OS name: the executable's ('python') for every thread of a CPython before
+            # 3.14, which names no OS thread; said as such, so it is not taken for the thread's
+            try:
+                with open(f"/proc/{hit.pid}/task/{hit.tid}/comm") as f:
+                    name = f" (OS name {f.read().strip()!r})"
+            except OSError:
+                name = " (exited)"
         self._tell(f"ptdebug: a data breakpoint hit was not turned into a stop: {label} at "
                    f"{hit.address:#x} written by thread tid {hit.tid}{name} at ip {hit.ip:#x}: "
                    f"{reason}\n")
+
+    def _python_thread_name(self, tid: int) -> str | None:
+        """The `threading` name of OS thread `tid` in the debuggee (a frameless evaluation:
+        the thread need not be stopped), or None (no such Python thread, no answer)."""
+        # prefixed: debugpy shows a str result in the repl without quotes (1.8.22), and
+        # "None" must not read as a thread named so
+        expression = (f"'ptdebug:' + next((t.name for t in __import__('threading')"
+                      f".enumerate() if t.native_id == {tid}), '')")
+        try:
+            response = self.session.backend.request(
+                "evaluate", {"expression": expression, "context": "repl"}, timeout=2)
+        except AdapterError:
+            return None
+        result = (response.raw.get("body") or {}).get("result") if response.success else None
+        if isinstance(result, str) and result[:1] in ("'", '"') and result[-1:] == result[:1]:
+            result = result[1:-1]
+        if not isinstance(result, str) or not result.startswith("ptdebug:"):
+            return None
+        return result[len("ptdebug:"):] or None
 
     def _trap_errors(self) -> str:
         try:

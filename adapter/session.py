@@ -356,8 +356,10 @@ class Session:
         # the watches matter only to a program that outlives the session
         terminate = (request.raw.get("arguments") or {}).get("terminateDebuggee",
                                                              backend.launched)
-        watches = self.data_breakpoints if not terminate else None
-        if holds or watches is not None:
+        # (Go's data breakpoints are Delve's: its detach clears them, delve_detach.py)
+        let_go_watches = None if terminate else getattr(self.data_breakpoints,
+                                                        "let_go_before_disconnect", None)
+        if holds or let_go_watches is not None:
             # What ptdebug put into the program goes first, while the backend still answers
             # (docs/protocol.md, "Attach and detach (Python)"): the recorded thread is let go
             # (RecordBreakpoints.let_go_before_disconnect), the watches are removed and the
@@ -367,8 +369,8 @@ class Session:
                 try:
                     if holds:
                         recording.let_go_before_disconnect()
-                    if watches is not None:
-                        watches.let_go_before_disconnect()
+                    if let_go_watches is not None:
+                        let_go_watches()
                 except Exception:
                     log.exception("letting the program go before the disconnect failed")
                 finally:

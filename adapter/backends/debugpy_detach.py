@@ -50,15 +50,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ptdebug.dap")
 
-LET_GO = (
-    "(lambda os, stat, pydevd: ("
-    " [os.dup2(os.open(os.devnull, os.O_RDWR), fd) for fd in (0, 1, 2)"
-    "  if stat.S_ISFIFO(os.fstat(fd).st_mode)],"
-    " pydevd.get_global_debugger().enable_output_redirection(False, False),"
-    " __import__('_pydevd_bundle.pydevd_api', fromlist=['_']).PyDevdAPI().request_disconnect("
-    "  pydevd.get_global_debugger(), resume_threads=True),"
-    " 'let go')[-1])(__import__('os'), __import__('stat'), __import__('pydevd'))")
-"""Evaluated in the program: step 1 of the header; evaluates to 'let go'."""
+LET_GO_SOURCE = '''
+def let_go():
+    import os, stat, pydevd
+    from _pydevd_bundle.pydevd_api import PyDevdAPI
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in (0, 1, 2):
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.dup2(null, fd)
+            except OSError:
+                pass  # a descriptor the program closed: nothing to replace
+    finally:
+        os.close(null)
+    debugger = pydevd.get_global_debugger()
+    debugger.enable_output_redirection(False, False)
+    PyDevdAPI().request_disconnect(debugger, resume_threads=True)
+    return "let go"
+'''
+"""Step 1 of the header, run in the program."""
+LET_GO = f"(lambda ns: (exec({LET_GO_SOURCE!r}, ns), ns['let_go']())[1])({{}})"
+"""The expression that runs LET_GO_SOURCE; evaluates to 'let go'."""
 LET_GO_S = 5.0
 """Seconds debugpy gets to answer the evaluation of LET_GO."""
 

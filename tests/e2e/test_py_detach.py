@@ -261,3 +261,33 @@ def test_debugpy_brought_in_after_the_threads_names_the_writer_and_leaves_sigtra
     assert keeps_serving(port) > 0
     assert sigtrap_state(proc.pid) == before
     assert_unharmed(proc.pid)
+
+
+def test_a_restore_that_fails_is_told_to_the_user(start_adapter, service):
+    """No failure is only a log line: where the program's SIGTRAP action cannot be put back
+    (here the handler's uninstall made to raise in the program), the client hears it in an
+    `output` event (category important) before its disconnect is answered, and the program
+    is still let go."""
+    debugpy_port = free_port()
+    proc, port, address = service(debugpy_port)
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
+                                                        "port": debugpy_port}})
+    client.expect_event("initialized", timeout=30)
+    client.call("configurationDone", {})
+    assert client.expect_response(attach, timeout=30)["success"]
+    _watch(client, address + 8 * 2)
+    client.call("evaluate", {"context": "repl", "expression":
+                             "setattr(__import__('sys').modules['_ptdebug_trap'], 'uninstall', "
+                             "lambda: 1 / 0)"})
+    client.call("disconnect", {"terminateDebuggee": False})
+    assert run.wait_exit() == 0
+    told = [e["body"] for e in client.events("output") if "SIGTRAP" in e["body"]["output"]]
+    assert len(told) == 1, told
+    assert told[0]["category"] == "important", told
+    assert f"stays installed in process {proc.pid}" in told[0]["output"], told
+    assert "ZeroDivisionError" in told[0]["output"], told
+    assert keeps_serving(port) > 0  # no watch is left to signal: the handler is never run
+    assert sigtrap_state(proc.pid)["caught"]

@@ -291,3 +291,28 @@ def test_a_restore_that_fails_is_told_to_the_user(start_adapter, service):
     assert "ZeroDivisionError" in told[0]["output"], told
     assert keeps_serving(port) > 0  # no watch is left to signal: the handler is never run
     assert sigtrap_state(proc.pid)["caught"]
+
+
+def test_a_launched_program_without_pydevd_is_said_to_end(start_adapter):
+    """Where ptdebug cannot let go of a launched program (`noDebug`: no pydevd in it to ask),
+    the disconnect is debugpy's, which ends it, and the client is told so rather than left to
+    believe it runs on."""
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {"program": str(SERVICE), "args": ["0"],
+                                            "console": "internalConsole", "noDebug": True})
+    assert client.expect_response(launch, timeout=30)["success"]  # no configuration phase
+    pid = client.expect_event("process", timeout=30)["body"]["systemProcessId"]
+    port = int(client.expect_event("output", timeout=30, pred=lambda e: e["body"][
+        "output"].startswith("serving "))["body"]["output"].split()[1])
+    assert ask(port, "sum") == "ok 0"
+    run.track()
+    client.request("disconnect", {"terminateDebuggee": False}, timeout=30)
+    assert run.wait_exit(40) == 0
+    told = [e["body"] for e in client.events("output")
+            if "could not be let go" in e["body"]["output"]]
+    assert len(told) == 1 and told[0]["category"] == "important", told
+    assert f"process {pid}" in told[0]["output"] and "ends with this session" in told[0][
+        "output"], told
+    run.assert_nothing_left(timeout=10)

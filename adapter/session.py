@@ -352,12 +352,27 @@ class Session:
             backend.disconnect(request.raw.get("arguments"), answered)
 
         recording = self.recording
-        if recording is not None and recording.holds_a_thread():
-            # the recorded thread is let go first (RecordBreakpoints.let_go_before_disconnect),
-            # off the reader thread: the capture's own requests and events go on meanwhile
+        holds = recording is not None and recording.holds_a_thread()
+        # the watches matter only to a program that outlives the session
+        terminate = (request.raw.get("arguments") or {}).get("terminateDebuggee",
+                                                             backend.launched)
+        # (Go's data breakpoints are Delve's: its detach clears them, delve_detach.py)
+        let_go_watches = None if terminate else getattr(self.data_breakpoints,
+                                                        "let_go_before_disconnect", None)
+        if holds or let_go_watches is not None:
+            # What ptdebug put into the program goes first, while the backend still answers
+            # (docs/protocol.md, "Attach and detach (Python)"): the recorded thread is let go
+            # (RecordBreakpoints.let_go_before_disconnect), the watches are removed and the
+            # SIGTRAP action restored (DataBreakpoints.let_go_before_disconnect). Off the
+            # reader thread: the capture's own requests and events go on meanwhile.
             def let_go_then_forward() -> None:
                 try:
-                    recording.let_go_before_disconnect()
+                    if holds:
+                        recording.let_go_before_disconnect()
+                    if let_go_watches is not None:
+                        let_go_watches()
+                except Exception:
+                    log.exception("letting the program go before the disconnect failed")
                 finally:
                     forward()
 

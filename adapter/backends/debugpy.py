@@ -38,6 +38,7 @@ from adapter.protocol.schema import AttachConfig, LaunchConfig
 from adapter.spawn import package_main_command
 
 from . import Backend, BackendHooks, dial, hang_up
+from .debugpy_detach import DebugpyDetach
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -96,7 +97,7 @@ def check_launch_paths(config: LaunchConfig) -> None:
                                      not os.path.isabs(config.program) else "") + ")")
 
 
-class DebugpyBackend(Backend):
+class DebugpyBackend(DebugpyDetach, Backend):
     name = "debugpy"
     title = "debugpy"
 

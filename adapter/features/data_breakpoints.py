@@ -276,7 +276,10 @@ class DataBreakpoints:
                 results[index] = done.get(key) or self._arm(key, wanted[key], bp.accessType)
                 done[key] = results[index]
             if not self.armed:
-                self._uninstall_trap()
+                why = self._uninstall_trap()
+                if why is not None:
+                    self._tell(f"ptdebug: could not restore the program's SIGTRAP action: "
+                               f"{why}\n")
         if self.armed:
             self._start_warming()
         if self.armed and self._poller is None:
@@ -323,19 +326,20 @@ class DataBreakpoints:
                        "pause the program after the write instead, at the writer's next "
                        "Python line\n")
 
-    def _uninstall_trap(self) -> None:
-        """Restore the debuggee's SIGTRAP action once no watch signals any more."""
+    def _uninstall_trap(self) -> str | None:
+        """Restore the debuggee's SIGTRAP action once no watch signals any more; None when it
+        is restored, else why not (the caller says it to the user while it still can)."""
         if not self.trap:
-            return
+            return None
         self.trap = False
         try:
             response = self.session.backend.request(
                 "evaluate", {"expression": UNINSTALL_EXPRESSION, "context": "repl"}, timeout=5)
             if not response.success:
-                self._tell(f"ptdebug: could not restore the program's SIGTRAP action: "
-                           f"{response.error_text.strip()}\n")
-        except AdapterError as exc:  # the program or debugpy is gone: nothing to restore
-            log.info("data breakpoints: SIGTRAP action not restored: %s", exc.message)
+                return response.error_text.strip() or "the evaluation failed"
+        except AdapterError as exc:  # the program or debugpy is gone
+            return exc.message
+        return None
 
     def _tell(self, text: str) -> None:
         self.session.client.send_event("output", {"category": "important", "output": text})
@@ -533,14 +537,39 @@ class DataBreakpoints:
     def _report_unstopped(self, hit, reason: str) -> None:
         armed = self._armed_of(hit)
         label = armed.target.label if armed else "a watched address"
-        try:
-            with open(f"/proc/{hit.pid}/task/{hit.tid}/comm") as f:
-                name = f" ({f.read().strip()!r})"
-        except OSError:
-            name = " (exited)"
+        name = self._python_thread_name(hit.tid)
+        if name is not None:
+            name = f" ({name!r})"
+        else:
+            # the OS name: the executable's ('python') for every thread of a CPython before
+            # 3.14, which names no OS thread; said as such, so it is not taken for the thread's
+            try:
+                with open(f"/proc/{hit.pid}/task/{hit.tid}/comm") as f:
+                    name = f" (OS name {f.read().strip()!r})"
+            except OSError:
+                name = " (exited)"
         self._tell(f"ptdebug: a data breakpoint hit was not turned into a stop: {label} at "
                    f"{hit.address:#x} written by thread tid {hit.tid}{name} at ip {hit.ip:#x}: "
                    f"{reason}\n")
+
+    def _python_thread_name(self, tid: int) -> str | None:
+        """The `threading` name of OS thread `tid` in the debuggee (a frameless evaluation:
+        the thread need not be stopped), or None (no such Python thread, no answer)."""
+        # prefixed: debugpy shows a str result in the repl without quotes (1.8.22), and
+        # "None" must not read as a thread named so
+        expression = (f"'ptdebug:' + next((t.name for t in __import__('threading')"
+                      f".enumerate() if t.native_id == {tid}), '')")
+        try:
+            response = self.session.backend.request(
+                "evaluate", {"expression": expression, "context": "repl"}, timeout=2)
+        except AdapterError:
+            return None
+        result = (response.raw.get("body") or {}).get("result") if response.success else None
+        if isinstance(result, str) and result[:1] in ("'", '"') and result[-1:] == result[:1]:
+            result = result[1:-1]
+        if not isinstance(result, str) or not result.startswith("ptdebug:"):
+            return None
+        return result[len("ptdebug:"):] or None
 
     def _trap_errors(self) -> str:
         try:
@@ -844,6 +873,29 @@ class DataBreakpoints:
         module = symbol.module.rsplit("/", 1)[-1]
         return f"{symbol.display}+{symbol.offset:#x} ({module}, ip {ip:#x})"
 
+    def let_go_before_disconnect(self) -> None:
+        """The client is leaving: remove every watch and restore the program's SIGTRAP action
+        now, while debugpy still answers `evaluate`. After debugpy's disconnect an attached
+        program (`connect`, `pid`) runs on without debugpy's answers, and the handler would
+        stay in it for good (issue 34). The watches go first: a perf SIGTRAP after the
+        restore would meet the program's own action, by default the end of the program.
+        A restore that fails is told to the user (`output`, category important) here, the
+        last moment the client still listens."""
+        self._closed.set()
+        if self._poller is not None:
+            self._poller.join(1.0)
+        with self._lock:
+            self.watcher.close()
+            self.armed.clear()
+            if not self.trap or self.session.backend is None:
+                return
+            why = self._uninstall_trap()
+        if why is not None:
+            self._tell(f"ptdebug: the data-breakpoint SIGTRAP handler stays installed in "
+                       f"process {self.watcher.pid} ({why.splitlines()[-1]}): a later "
+                       "SIGTRAP in it is passed on to the action it had before, but the "
+                       "process shows SIGTRAP as caught until it exits\n")
+
     def close(self) -> None:
         self._closed.set()
         if self._poller is not None:
@@ -852,7 +904,9 @@ class DataBreakpoints:
             self.watcher.close()
             self.armed.clear()
             if self.trap and self.session.backend is not None:
-                self._uninstall_trap()
+                why = self._uninstall_trap()  # debugpy lets go after: only the log can say
+                if why is not None:
+                    log.warning("data breakpoints: SIGTRAP action not restored: %s", why)
 
 
 HANDLER_FRAMES = 4

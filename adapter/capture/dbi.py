@@ -7,10 +7,11 @@ in-process agent (dbi_agent.js, the only file that runs in the target), applies 
 repair (dbi_repair.py) and encodes with pt_decoder.block_encoder; it knows nothing of DAP.
 
 How a window runs:
-  1. `DbiSession(pid)` attaches Frida to the process once, loads the agent, rewrites Stalker's
-     vector restore on AVX-512 CPUs (or refuses DBI there, saying why), and maps the block
-     table (ids -> start, last instruction, instruction count) that the agent fills as Stalker
-     compiles blocks.
+  1. `DbiSession(pid)` waits until the main thread rests in a system call (Frida's injection
+     runs on it: main_thread_at_rest), attaches Frida to the process once, loads the agent,
+     rewrites Stalker's vector restore on AVX-512 CPUs (or refuses DBI there, saying why), and
+     maps the block table (ids -> start, last instruction, instruction count) that the agent
+     fills as Stalker compiles blocks.
   2. `session.window(tid)` follows the thread: from then on each block it runs writes its id
      into the window's ring (4 GiB of u32, sparse; dbi_agent.js has the layout).
   3. `Window.drain()` (called every few milliseconds) reads the ids written since, defines new
@@ -20,10 +21,10 @@ How a window runs:
      function it began in, exactly, whatever the thread ran after (the thread is let go a
      few milliseconds later; what it wrote past the end is not read). It punches out of the
      ring file what it has read, so memory stays bounded however long the window runs.
-  4. `Window.close()` unfollows the thread, waits until the ring count stands still (the
-     thread has left Stalker's code), and returns the PT bytes. `session.close()` releases
-     Stalker's code and the agent's mappings and detaches: nothing of the recorder stays in
-     the process.
+  4. `Window.stop_following()` unfollows the thread and waits until the ring count stands
+     still (the thread has left Stalker's code); `Window.finish()` returns the PT bytes.
+     `session.close()` releases Stalker's code and the agent's mappings, detaches, and waits
+     until Frida's agent has left: nothing of the recorder stays in the process.
 
 What it cannot see: code Stalker does not follow (a signal handler the kernel enters runs
 unrecorded; the recording resumes after it without a gap mark, see docs/recording.md), and
@@ -227,12 +228,6 @@ class DbiSession:
 
     def table_full(self) -> bool:
         return struct.unpack_from("<Q", self._table, 8)[0] != 0
-
-    def all_starts(self) -> np.ndarray:
-        """The start address of every block id defined so far."""
-        entries = np.frombuffer(self._table, dtype=np.uint64, offset=TABLE_HEADER,
-                                count=3 * self.defined_ids())
-        return np.unique(entries[0::3])
 
     def block(self, block_id: int) -> BlockInfo:
         """Block `block_id` (defined by the agent), its instructions classified once."""

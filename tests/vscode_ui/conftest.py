@@ -145,9 +145,15 @@ def vscode(request, code_server_launcher, extensions_dir, browser, tmp_path, art
     started: list[tuple[CodeServer, Workbench, object]] = []
 
     def start(launch: dict | None = None, workspace_settings: dict | None = None,
-              user_settings: dict | None = None, server_path: str | None = None) -> Workbench:
+              user_settings: dict | None = None, server_path: str | None = None,
+              files: list[pathlib.Path] | None = None, profile: str | None = None) -> Workbench:
         home = tmp_path / f"vscode{len(started)}"
-        folder = copy_workspace(APP, home / "workspace", launch or LAUNCH, workspace_settings)
+        folder = copy_workspace(APP, home / "workspace", launch or LAUNCH, workspace_settings,
+                                files)
+        if profile is not None:
+            # the login shell's ~/.profile: where a person puts PATH and Go's variables, the
+            # one place the extension host (and so the adapter) takes PATH from
+            (home / ".profile").write_text(profile)
         settings = {**USER_SETTINGS, "ptdebug.adapterPath": str(PTDEBUG), **(user_settings or {})}
         # HOME: no user's ~/.config, ~/.local or ~/.profile leaks in (the extension host's PATH
         # is the login shell's, read from that HOME)

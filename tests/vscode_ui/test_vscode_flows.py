@@ -1,6 +1,7 @@
 """More of the extension in a real VS Code, through its UI (the vscode_ui tier, beside
 test_vscode_ui.py): a Go program launched with a `ptdebug` configuration (no Go extension
-installed), its goroutines in the Call Stack.
+installed), its goroutines in the Call Stack; Reverse Continue in the debug toolbar after a
+Record-mode capture.
 
 Same machinery as test_vscode_ui.py (conftest.py, workbench.py): code-server 4.139.1 with the
 .vsix of this checkout, Chromium under Playwright, real Delve and debugpy behind the adapter.
@@ -15,7 +16,9 @@ import shutil
 import subprocess
 
 import pytest
-from workbench import DOC_TOP
+from conftest import APP
+from test_vscode_ui import _record_then_stop_after, _wait_paused_in
+from workbench import DOC_TOP, marker_line
 
 pytestmark = [pytest.mark.vscode_ui, pytest.mark.timeout(300)]
 
@@ -33,6 +36,8 @@ def _go_marker(path: pathlib.Path, name: str) -> int:
 
 GO_SCORE_RET = _go_marker(GO_APP / "main.go", "score_ret")
 GO_WORKER_CALL = _go_marker(GO_APP / "main.go", "worker_call")
+
+SCORE_ADD = marker_line(APP, "score_add")
 
 GO_LAUNCH = {"type": "ptdebug", "request": "launch", "name": "ptdebug: Go package",
              "backend": "go", "program": "${workspaceFolder}", "cwd": "${workspaceFolder}"}
@@ -89,3 +94,26 @@ def test_go_launch_gutter_breakpoint_stops_with_goroutines_and_locals(vscode):
     bench.wait_for("n = 4, total = 18 in the Variables view",
                    lambda: bench.variable("n") == "4" and bench.variable("total") == "18")
     bench.screenshot("stopped-in-score", clip=DOC_TOP)
+
+
+def test_reverse_continue_in_the_debug_toolbar_stops_at_a_breakpoint_in_the_history(vscode):
+    bench = vscode()
+    _record_then_stop_after(bench)  # score() recorded (Record mode), stopped at @after
+    # A breakpoint set now, on a line the recording ran four times: Reverse Continue goes back
+    # to its last hit in the recorded history (i = 3), not to the live program.
+    bench.click_gutter(SCORE_ADD)
+    reverse = bench.toolbar_button("Reverse")
+    bench.wait_for("the Reverse (Continue) button in the debug toolbar",
+                   lambda: reverse.is_visible())
+    bench.screenshot("before-reverse-continue")
+    reverse.click()
+    top = _wait_paused_in(bench, "score", SCORE_ADD,
+                          f"reverse-continuing to score at app.py:{SCORE_ADD}")
+    assert "[recorded Python" in top, bench.describe()
+    header = bench.pane_header("Call Stack")
+    assert "reverse-continued to a breakpoint hit in the recorded history" in header, \
+        bench.describe()
+    assert f"line {SCORE_ADD}: hit 4 in the recorded history" in header, bench.describe()
+    bench.wait_for(f"the paused-here arrow at line {SCORE_ADD} of the editor",
+                   lambda: bench.margin_lines("debug-stackframe") == [SCORE_ADD])
+    bench.screenshot("reverse-continued-into-score", clip=DOC_TOP)

@@ -1,7 +1,10 @@
 """More of the extension in a real VS Code, through its UI (the vscode_ui tier, beside
 test_vscode_ui.py): a Go program launched with a `ptdebug` configuration (no Go extension
 installed), its goroutines in the Call Stack; Reverse Continue in the debug toolbar after a
-Record-mode capture.
+Record-mode capture; an attach configuration whose process comes from the extension's process
+picker (`${command:pickProcess}`), to a running Go program (Delve attaches with ptrace, which
+works wherever the tests run; debugpy's attach by pid needs gdb to call into the process, which
+some machines, this VM among them, refuse).
 
 Same machinery as test_vscode_ui.py (conftest.py, workbench.py): code-server 4.139.1 with the
 .vsix of this checkout, Chromium under Playwright, real Delve and debugpy behind the adapter.
@@ -38,6 +41,9 @@ GO_SCORE_RET = _go_marker(GO_APP / "main.go", "score_ret")
 GO_WORKER_CALL = _go_marker(GO_APP / "main.go", "worker_call")
 
 SCORE_ADD = marker_line(APP, "score_add")
+
+GO_ATTACH = {"type": "ptdebug", "request": "attach", "name": "ptdebug: attach to a Go process",
+             "backend": "go", "processId": "${command:pickProcess}"}
 
 GO_LAUNCH = {"type": "ptdebug", "request": "launch", "name": "ptdebug: Go package",
              "backend": "go", "program": "${workspaceFolder}", "cwd": "${workspaceFolder}"}
@@ -117,3 +123,61 @@ def test_reverse_continue_in_the_debug_toolbar_stops_at_a_breakpoint_in_the_hist
     bench.wait_for(f"the paused-here arrow at line {SCORE_ADD} of the editor",
                    lambda: bench.margin_lines("debug-stackframe") == [SCORE_ADD])
     bench.screenshot("reverse-continued-into-score", clip=DOC_TOP)
+
+
+@pytest.fixture
+def scorer():
+    """`scorer serve`: go_app built (as Delve builds it: no optimisation, no inlining) in the
+    test's workspace, so that its source paths are the editor's main.go; running until the
+    test ends. A factory taking the workspace; returns the process."""
+    started: list[subprocess.Popen] = []
+
+    def start(workspace: pathlib.Path) -> subprocess.Popen:
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        subprocess.run([go, "build", "-gcflags=all=-N -l", "-o", "scorer", "."], cwd=workspace,
+                       check=True, timeout=120, env={**os.environ, "CGO_ENABLED": "0"})
+        proc = subprocess.Popen([str(workspace / "scorer"), "serve"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        started.append(proc)
+        assert proc.stdout.readline() == b"score 18\n"  # running, and past its first score
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_attach_through_the_process_picker_stops_at_a_breakpoint(vscode, scorer):
+    bench = vscode(launch=GO_ATTACH, files=[GO_APP / "main.go", GO_APP / "go.mod"],
+                   profile=_go_profile())
+    proc = scorer(bench.workspace)
+    bench.open_file("main.go")
+    bench.click_gutter(GO_SCORE_RET)
+    bench.focus_editor()
+    bench.press("F5")
+    # `${command:pickProcess}`: the extension's quick pick of running Python and Go processes
+    # (here Go only: the configuration's backend); a person types the program's name to find it
+    box = bench.page.locator(".quick-input-widget input")
+    bench.wait_for("the process picker (a quick pick)", lambda: box.is_visible())
+    bench.wait_for("the picker's prompt 'Attach to which Go process?'", lambda: "Attach to which "
+                   "Go process?" in (box.get_attribute("placeholder") or "")
+                   + (box.get_attribute("aria-label") or ""))
+    box.fill("scorer")
+    bench.screenshot("process-picker")
+    bench.pick(f"scorer ({proc.pid})")
+    stopped = bench.wait_for(
+        "a goroutine of the attached process paused on the breakpoint in main.score",
+        lambda: [r for r in _call_stack_rows(bench)
+                 if re.search(r"\[Go \d+\] main\.score\b.*PAUSED ON BREAKPOINT", r)])
+    thread = bench.pane("Call Stack").locator(".monaco-list-row", has_text=stopped[0].split(
+        " PAUSED")[0].strip()).first
+    if thread.get_attribute("aria-expanded") == "false":
+        thread.locator(".monaco-tl-twistie").click()  # (as in the launch test above)
+    bench.wait_for(f"main.score main.go {GO_SCORE_RET} under the stopped goroutine",
+                   lambda: f"main.score main.go {GO_SCORE_RET}" in _call_stack_rows(bench))
+    bench.expand_scope("Locals")
+    bench.wait_for("n = 4, total = 18 in the Variables view",
+                   lambda: bench.variable("n") == "4" and bench.variable("total") == "18")
+    assert proc.poll() is None, "the attached process ended"
+    bench.screenshot("stopped-in-the-attached-process", clip=DOC_TOP)

@@ -2,10 +2,15 @@
 // test's workspace): main starts one worker goroutine that calls score(4) and waits for it on
 // a channel, so a breakpoint at @score_ret stops a goroutine other than main's, with main's
 // goroutine still listed (blocked in the receive) and locals of known value (n 4, total 18).
-// Lines are found by `// @name` markers.
+// With the argument "serve" it goes on scoring every 20 ms until killed: a process for the
+// attach test to pick. Lines are found by `// @name` markers.
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+	"time"
+)
 
 //go:noinline
 func score(n int) int {
@@ -24,4 +29,9 @@ func main() {
 	done := make(chan int)
 	go worker(4, done)
 	fmt.Println("score", <-done) // @receive
+	for len(os.Args) > 1 && os.Args[1] == "serve" {
+		time.Sleep(20 * time.Millisecond)
+		go worker(4, done)
+		<-done
+	}
 }

@@ -2,9 +2,10 @@
 test_vscode_ui.py): a Go program launched with a `ptdebug` configuration (no Go extension
 installed), its goroutines in the Call Stack; Reverse Continue in the debug toolbar after a
 Record-mode capture; an attach configuration whose process comes from the extension's process
-picker (`${command:pickProcess}`), to a running Go program (Delve attaches with ptrace, which
-works wherever the tests run; debugpy's attach by pid needs gdb to call into the process, which
-some machines, this VM among them, refuse).
+picker (`${command:pickProcess}`), to a running Go program (Delve attaches with ptrace) and to
+a running Python one (debugpy injects itself with gdb: where this machine's gdb breaks the
+processes it calls into, adapter/hw/gdb_inject.py, the test sees the refusal instead of the
+stop, as tests/e2e/test_dap_attach.py does).
 
 Same machinery as test_vscode_ui.py (conftest.py, workbench.py): code-server 4.139.1 with the
 .vsix of this checkout, Chromium under Playwright, real Delve and debugpy behind the adapter.
@@ -17,11 +18,14 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 from conftest import APP
 from test_vscode_ui import _record_then_stop_after, _wait_paused_in
 from workbench import DOC_TOP, marker_line
+
+from adapter.hw.gdb_inject import gdb_injection_problem
 
 pytestmark = [pytest.mark.vscode_ui, pytest.mark.timeout(300)]
 
@@ -44,6 +48,11 @@ SCORE_ADD = marker_line(APP, "score_add")
 
 GO_ATTACH = {"type": "ptdebug", "request": "attach", "name": "ptdebug: attach to a Go process",
              "backend": "go", "processId": "${command:pickProcess}"}
+
+SERVE = HERE / "serve.py"
+SERVE_RET = marker_line(SERVE, "serve_ret")
+PY_ATTACH = {"type": "ptdebug", "request": "attach", "name": "ptdebug: attach to a Python process",
+             "backend": "python", "processId": "${command:pickProcess}"}
 
 GO_LAUNCH = {"type": "ptdebug", "request": "launch", "name": "ptdebug: Go package",
              "backend": "go", "program": "${workspaceFolder}", "cwd": "${workspaceFolder}"}
@@ -148,7 +157,7 @@ def scorer():
         proc.wait(10)
 
 
-def test_attach_through_the_process_picker_stops_at_a_breakpoint(vscode, scorer):
+def test_attach_to_go_through_the_process_picker_stops_at_a_breakpoint(vscode, scorer):
     bench = vscode(launch=GO_ATTACH, files=[GO_APP / "main.go", GO_APP / "go.mod"],
                    profile=_go_profile())
     proc = scorer(bench.workspace)
@@ -157,15 +166,8 @@ def test_attach_through_the_process_picker_stops_at_a_breakpoint(vscode, scorer)
     bench.focus_editor()
     bench.press("F5")
     # `${command:pickProcess}`: the extension's quick pick of running Python and Go processes
-    # (here Go only: the configuration's backend); a person types the program's name to find it
-    box = bench.page.locator(".quick-input-widget input")
-    bench.wait_for("the process picker (a quick pick)", lambda: box.is_visible())
-    bench.wait_for("the picker's prompt 'Attach to which Go process?'", lambda: "Attach to which "
-                   "Go process?" in (box.get_attribute("placeholder") or "")
-                   + (box.get_attribute("aria-label") or ""))
-    box.fill("scorer")
-    bench.screenshot("process-picker")
-    bench.pick(f"scorer ({proc.pid})")
+    # (here Go only: the configuration's backend)
+    _pick_process(bench, "Go", "scorer", f"scorer ({proc.pid})")
     stopped = bench.wait_for(
         "a goroutine of the attached process paused on the breakpoint in main.score",
         lambda: [r for r in _call_stack_rows(bench)
@@ -181,3 +183,71 @@ def test_attach_through_the_process_picker_stops_at_a_breakpoint(vscode, scorer)
                    lambda: bench.variable("n") == "4" and bench.variable("total") == "18")
     assert proc.poll() is None, "the attached process ended"
     bench.screenshot("stopped-in-the-attached-process", clip=DOC_TOP)
+
+
+def _pick_process(bench, kind: str, typed: str, label: str) -> None:
+    """The extension's quick pick of `${command:pickProcess}`: waits for its prompt, types
+    `typed` (a person looks for the program's name) and picks the entry `label`."""
+    box = bench.page.locator(".quick-input-widget input")
+    bench.wait_for("the process picker (a quick pick)", lambda: box.is_visible())
+    bench.wait_for(f"the picker's prompt 'Attach to which {kind} process?'", lambda: (
+        f"Attach to which {kind} process?" in (box.get_attribute("placeholder") or "")
+        + (box.get_attribute("aria-label") or "")))
+    box.fill(typed)
+    bench.screenshot("process-picker")
+    bench.pick(label)
+
+
+@pytest.fixture
+def server():
+    """serve.py run by the tests' interpreter until the test ends; returns the process."""
+    started: list[subprocess.Popen] = []
+
+    def start(workspace: pathlib.Path) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, str(workspace / "serve.py")],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        started.append(proc)
+        assert proc.stdout.readline() == b"serving 18\n"
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_attach_to_python_through_the_process_picker(vscode, server):
+    bench = vscode(launch=PY_ATTACH, files=[SERVE])
+    proc = server(bench.workspace)
+    bench.open_file("serve.py")
+    bench.click_gutter(SERVE_RET)
+    bench.focus_editor()
+    bench.press("F5")
+    name = os.path.basename(os.readlink(f"/proc/{proc.pid}/exe"))
+    _pick_process(bench, "Python", "serve.py", f"{name} ({proc.pid})")
+    problem = gdb_injection_problem()
+    if problem is not None:
+        # debugpy injects itself with gdb, and this machine's gdb breaks the processes it calls
+        # into: the adapter refuses with gdb's words and the pid the picker gave
+        text = bench.wait_for("the refusal to attach (gdb cannot call into a process)",
+                              lambda: "gdb cannot call into a process" in bench.notifications()
+                              and bench.notifications())
+        assert f"process {proc.pid}" in text, text
+        bench.screenshot("attach-refused")
+        assert proc.poll() is None, "the process died although ptdebug refused to attach"
+        return
+    _wait_paused_in_serve(bench)
+    bench.expand_scope("Locals")
+    bench.wait_for("n = 4, total = 18 in the Variables view",
+                   lambda: bench.variable("n") == "4" and bench.variable("total") == "18")
+    bench.screenshot("stopped-in-the-attached-process", clip=DOC_TOP)
+
+
+def _wait_paused_in_serve(bench) -> str:
+    pattern = re.compile(rf"^score\b.*serve\.py\s*{SERVE_RET}(:\d+)?$")
+
+    def paused():
+        rows = bench.pane("Call Stack").locator(".monaco-list-row .stack-frame")
+        top = rows.first.inner_text().replace("\n", " ") if rows.count() else ""
+        return top if pattern.search(top) else None
+    return bench.wait_for(f"the stop in score at serve.py:{SERVE_RET}", paused)

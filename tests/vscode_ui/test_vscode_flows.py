@@ -1,7 +1,7 @@
 """More of the extension in a real VS Code, through its UI (the vscode_ui tier, beside
 test_vscode_ui.py): a Go program launched with a `ptdebug` configuration (no Go extension
 installed), its goroutines in the Call Stack; Reverse Continue in the debug toolbar after a
-Record-mode capture; an attach configuration whose process comes from the extension's process
+Record-mode capture; "Break on Value Change" on one element of a numpy array; an attach configuration whose process comes from the extension's process
 picker (`${command:pickProcess}`), to a running Go program (Delve attaches with ptrace) and to
 a running Python one (debugpy injects itself with gdb: where this machine's gdb breaks the
 processes it calls into, adapter/hw/gdb_inject.py, the test sees the refusal instead of the
@@ -251,3 +251,52 @@ def _wait_paused_in_serve(bench) -> str:
         top = rows.first.inner_text().replace("\n", " ") if rows.count() else ""
         return top if pattern.search(top) else None
     return bench.wait_for(f"the stop in score at serve.py:{SERVE_RET}", paused)
+
+
+
+ARRAY_APP = HERE / "array_app.py"
+ARRAY_FILL = marker_line(ARRAY_APP, "array_fill")
+ARRAY_WRITE = marker_line(ARRAY_APP, "array_write")
+ARRAY_LAUNCH = {"type": "ptdebug", "request": "launch", "name": "ptdebug: array_app.py",
+                "program": "${workspaceFolder}/array_app.py", "cwd": "${workspaceFolder}",
+                "console": "internalConsole"}
+
+
+
+def test_break_on_value_change_on_a_numpy_element(vscode):
+    bench = vscode(launch=ARRAY_LAUNCH, files=[ARRAY_APP])
+    bench.open_file("array_app.py")
+    bench.click_gutter(ARRAY_FILL)
+    bench.focus_editor()
+    bench.press("F5")
+    bench.wait_for(f"the stop in main at array_app.py:{ARRAY_FILL}", lambda: re.search(
+        rf"^main\s+array_app\.py\s+{ARRAY_FILL}:", bench.pane_text("Call Stack")))
+    bench.expand_scope("Locals")
+    variables = bench.pane("Variables").locator(".monaco-list-row")
+    # debugpy shows a numpy array's elements under a range row ([0:4]); each element row
+    # (`2, value np.float64(0.0)`) has no evaluateName, and the adapter names it from its
+    # parent's (values[2]) when VS Code asks dataBreakpointInfo for it
+    values = bench.wait_for("values in the Variables view", lambda: bench.variable("values") and
+                            variables.filter(has_text=re.compile(r"^\s*values\b")).first)
+    values.locator(".monaco-tl-twistie").click()
+    chunk = variables.filter(has_text=re.compile(r"^\s*\[0:4\]"))
+    bench.wait_for("the [0:4] row under values", lambda: chunk.count())
+    chunk.first.locator(".monaco-tl-twistie").click()
+    element = bench.pane("Variables").locator('.monaco-list-row[aria-label^="2, value"]')
+    bench.wait_for("the element 2 of values (under [0:4])", lambda: element.count())
+    bench.context_menu(element.first, "Break on Value Change")
+    bench.wait_for("the data breakpoint on values[2] in the Breakpoints view",
+                   lambda: "values[2]: numpy.ndarray" in bench.pane_text("Breakpoints"))
+    bench.screenshot("element-data-breakpoint-set")
+    bench.press("F5")
+    # the write stops inside numpy's setitem (a native frame, shown dimmed on top); VS Code
+    # focuses the first frame with a source, fill() at the assignment
+    bench.wait_for(f"fill at array_app.py:{ARRAY_WRITE} in the Call Stack", lambda: re.search(
+        rf"\bfill\s+array_app\.py\s+{ARRAY_WRITE}:", bench.pane_text("Call Stack")))
+    header = bench.pane_header("Call Stack")
+    assert "values[2] changed from 0.0 to 1.0" in header, bench.describe()
+    assert "MainThread" in header, bench.describe()
+    bench.expand_scope("Locals")
+    bench.wait_for("r = 0 and values = array([0., 0., 1., 0.]) in fill's Variables", lambda: (
+        bench.variable("r") == "0" and bench.variable("values") == "array([0., 0., 1., 0.])"))
+    bench.screenshot("stopped-on-the-element-write", clip=DOC_TOP)

@@ -140,7 +140,9 @@ def artifacts(request) -> pathlib.Path:
 def vscode(request, code_server_launcher, extensions_dir, browser, tmp_path, artifacts):
     """A factory: `vscode(launch=..., workspace_settings=...)` starts code-server on a new
     workspace with app.py and that launch.json, opens it in a new browser page and returns
-    the Workbench. Everything ends with the test; a screenshot and the text of the views are
+    the Workbench. `files`: more files copied into the workspace (a Go package's main.go and
+    go.mod); `profile`: the text of the test HOME's ~/.profile (the login shell's, where the
+    extension host takes PATH from). Everything ends with the test; a screenshot and the text of the views are
     kept under artifacts/ whatever the outcome."""
     started: list[tuple[CodeServer, Workbench, object]] = []
 

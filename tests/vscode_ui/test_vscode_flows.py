@@ -97,14 +97,20 @@ def test_go_launch_gutter_breakpoint_stops_with_goroutines_and_locals(vscode):
     assert len(goroutines) >= 2, bench.describe()
     bench.wait_for(f"the paused-here arrow at line {GO_SCORE_RET} of main.go",
                    lambda: bench.margin_lines("debug-stackframe") == [GO_SCORE_RET])
-    # VS Code leaves the stopped goroutine collapsed (seen with 1.139: the editor shows the
-    # stop, the Call Stack row does not open); a person opens it to see the frames.
+    # VS Code leaves the stopped goroutine collapsed (1.139, with several threads, Python's
+    # too: the editor shows the stop, the Call Stack row does not open); a person opens it.
     thread = bench.pane("Call Stack").locator(".monaco-list-row", has_text=stopped[0].split(
         " PAUSED")[0].strip()).first
     if thread.get_attribute("aria-expanded") == "false":
         thread.locator(".monaco-tl-twistie").click()  # (a click on the name only selects it)
     bench.wait_for(f"main.score main.go {GO_SCORE_RET} under the stopped goroutine",
                    lambda: f"main.score main.go {GO_SCORE_RET}" in _call_stack_rows(bench))
+    # Its callers come below, out of the view's few visible rows (the list renders only the
+    # rows on screen): a person scrolls down to them.
+    bench.pane("Call Stack").locator(".monaco-list").first.hover()
+    bench.page.mouse.wheel(0, 600)
+    bench.wait_for(f"main.worker main.go {GO_WORKER_CALL} below main.score (scrolled down)",
+                   lambda: f"main.worker main.go {GO_WORKER_CALL}" in _call_stack_rows(bench))
     bench.expand_scope("Locals")
     bench.wait_for("n = 4, total = 18 in the Variables view",
                    lambda: bench.variable("n") == "4" and bench.variable("total") == "18")

@@ -140,14 +140,22 @@ def artifacts(request) -> pathlib.Path:
 def vscode(request, code_server_launcher, extensions_dir, browser, tmp_path, artifacts):
     """A factory: `vscode(launch=..., workspace_settings=...)` starts code-server on a new
     workspace with app.py and that launch.json, opens it in a new browser page and returns
-    the Workbench. Everything ends with the test; a screenshot and the text of the views are
+    the Workbench. `files`: more files copied into the workspace (a Go package's main.go and
+    go.mod); `profile`: the text of the test HOME's ~/.profile (the login shell's, where the
+    extension host takes PATH from). Everything ends with the test; a screenshot and the text of the views are
     kept under artifacts/ whatever the outcome."""
     started: list[tuple[CodeServer, Workbench, object]] = []
 
     def start(launch: dict | None = None, workspace_settings: dict | None = None,
-              user_settings: dict | None = None, server_path: str | None = None) -> Workbench:
+              user_settings: dict | None = None, server_path: str | None = None,
+              files: list[pathlib.Path] | None = None, profile: str | None = None) -> Workbench:
         home = tmp_path / f"vscode{len(started)}"
-        folder = copy_workspace(APP, home / "workspace", launch or LAUNCH, workspace_settings)
+        folder = copy_workspace(APP, home / "workspace", launch or LAUNCH, workspace_settings,
+                                files)
+        if profile is not None:
+            # the login shell's ~/.profile: where a person puts PATH and Go's variables, the
+            # one place the extension host (and so the adapter) takes PATH from
+            (home / ".profile").write_text(profile)
         settings = {**USER_SETTINGS, "ptdebug.adapterPath": str(PTDEBUG), **(user_settings or {})}
         # HOME: no user's ~/.config, ~/.local or ~/.profile leaks in (the extension host's PATH
         # is the login shell's, read from that HOME)

@@ -394,10 +394,13 @@ class Workbench:
 
 
 def copy_workspace(app: pathlib.Path, folder: pathlib.Path, launch: dict,
-                   settings: dict | None = None) -> pathlib.Path:
-    """A workspace folder with the program and a launch.json (and .vscode/settings.json)."""
+                   settings: dict | None = None,
+                   files: list[pathlib.Path] | None = None) -> pathlib.Path:
+    """A workspace folder with the program (and `files`, by name) and a launch.json (and
+    .vscode/settings.json)."""
     (folder / ".vscode").mkdir(parents=True)
-    shutil.copy(app, folder / app.name)
+    for source in [app, *(files or [])]:
+        shutil.copy(source, folder / source.name)
     (folder / ".vscode" / "launch.json").write_text(json.dumps(
         {"version": "0.2.0", "configurations": [launch]}, indent=2))
     if settings:

@@ -1,0 +1,3 @@
+module vscodeuiapp
+
+go 1.21

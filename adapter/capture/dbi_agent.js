@@ -79,6 +79,8 @@ transform (GumStalkerIterator * iterator, GumStalkerOutput * output, gpointer us
     if (count == 0)
     {
       start = insn->address;
+      /* not atomic: Stalker compiles a thread's blocks on that thread, so two threads
+         followed at once could take one id; dbi.py follows one thread a session */
       id = defined[0];
       if (id < w->capacity)
       {

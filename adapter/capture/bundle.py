@@ -376,6 +376,24 @@ def _short_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
+def split_used_images(manifest: dict, used_ips) -> tuple[list[dict], list[dict]]:
+    """(the manifest's images holding an address of `used_ips` (sorted; None: every image),
+    the others followed by the manifest's `unused_images`)."""
+    import bisect
+
+    def runs_code(entry: dict) -> bool:
+        if used_ips is None:
+            return True
+        start = entry.get("load_address", 0)
+        i = bisect.bisect_left(used_ips, start)
+        return i < len(used_ips) and used_ips[i] < start + entry.get("size", 0)
+
+    kept, unused = [], list(manifest.get("unused_images") or [])
+    for entry in manifest.get("images", []):
+        (kept if runs_code(entry) else unused).append(entry)
+    return kept, unused
+
+
 def copy_images_in(path: str | os.PathLike, used_ips=None,
                    linked_from: dict[tuple, str] | None = None) -> dict:
     """Make the bundle at `path` self-contained: copy every image it references by absolute
@@ -392,21 +410,10 @@ def copy_images_in(path: str | os.PathLike, used_ips=None,
     copies only once they are all written. Returns the new manifest. Raises BundleError (an
     unreadable bundle) or OSError (a copy failed; the manifest is then as it was).
     """
-    import bisect
     root = pathlib.Path(path)
     manifest = read_manifest(root)
     status, reason = manifest.get("status"), manifest.get("partial_reason")
-
-    def runs_code(entry: dict) -> bool:
-        if used_ips is None:
-            return True
-        start = entry.get("load_address", 0)
-        i = bisect.bisect_left(used_ips, start)
-        return i < len(used_ips) and used_ips[i] < start + entry.get("size", 0)
-
-    kept, unused = [], list(manifest.get("unused_images") or [])
-    for entry in manifest.get("images", []):
-        (kept if runs_code(entry) else unused).append(entry)
+    kept, unused = split_used_images(manifest, used_ips)
     referenced = [e for e in kept if pathlib.Path(e.get("file", "")).is_absolute()]
     if not referenced and len(kept) == len(manifest.get("images", [])):
         return manifest

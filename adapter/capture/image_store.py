@@ -36,7 +36,13 @@ import pathlib
 import shutil
 import tempfile
 
-from adapter.capture.bundle import CAPTURE_PRIVATE, BundleError, file_stat, read_manifest
+from adapter.capture.bundle import (
+    CAPTURE_PRIVATE,
+    BundleError,
+    file_stat,
+    read_manifest,
+    split_used_images,
+)
 from pt_decoder import bundle_reader
 
 STORE = bundle_reader.STORE_DIRECTORY
@@ -136,7 +142,7 @@ def store_images_in(bundle: str | os.PathLike, used_ips=None,
     root = pathlib.Path(bundle)
     captures = root.parent
     manifest = read_manifest(root)
-    kept, unused = _split_used(manifest, used_ips)
+    kept, unused = split_used_images(manifest, used_ips)
     referenced = [e for e in kept if os.path.isabs(e.get("file", ""))]
     if not referenced and len(kept) == len(manifest.get("images", [])):
         return manifest, 0, []
@@ -186,23 +192,6 @@ def _store_one(captures: pathlib.Path, entry: dict, known: dict | None,
     if known is not None:
         known[cache] = key
     return key, grew
-
-
-def _split_used(manifest: dict, used_ips) -> tuple[list[dict], list[dict]]:
-    """(images holding an executed address, the others + the manifest's unused_images)."""
-    import bisect
-
-    def runs_code(entry: dict) -> bool:
-        if used_ips is None:
-            return True
-        start = entry.get("load_address", 0)
-        i = bisect.bisect_left(used_ips, start)
-        return i < len(used_ips) and used_ips[i] < start + entry.get("size", 0)
-
-    kept, unused = [], list(manifest.get("unused_images") or [])
-    for entry in manifest.get("images", []):
-        (kept if runs_code(entry) else unused).append(entry)
-    return kept, unused
 
 
 def stored_keys(manifest: dict) -> set[str]:

@@ -881,15 +881,7 @@ class DataBreakpoints:
         restore would meet the program's own action, by default the end of the program.
         A restore that fails is told to the user (`output`, category important) here, the
         last moment the client still listens."""
-        self._closed.set()
-        if self._poller is not None:
-            self._poller.join(1.0)
-        with self._lock:
-            self.watcher.close()
-            self.armed.clear()
-            if not self.trap or self.session.backend is None:
-                return
-            why = self._uninstall_trap()
+        why = self._stop_watching()
         if why is not None:
             self._tell(f"ptdebug: the data-breakpoint SIGTRAP handler stays installed in "
                        f"process {self.watcher.pid} ({why.splitlines()[-1]}): a later "
@@ -897,16 +889,23 @@ class DataBreakpoints:
                        "process shows SIGTRAP as caught until it exits\n")
 
     def close(self) -> None:
+        why = self._stop_watching()
+        if why is not None:  # debugpy lets go after: only the log can say
+            log.warning("data breakpoints: SIGTRAP action not restored: %s", why)
+
+    def _stop_watching(self) -> str | None:
+        """Stop the poller, close every watch, then restore the program's SIGTRAP action
+        (watches first: see let_go_before_disconnect). Returns why the restore failed, or
+        None (restored, or nothing to restore)."""
         self._closed.set()
         if self._poller is not None:
             self._poller.join(1.0)
         with self._lock:
             self.watcher.close()
             self.armed.clear()
-            if self.trap and self.session.backend is not None:
-                why = self._uninstall_trap()  # debugpy lets go after: only the log can say
-                if why is not None:
-                    log.warning("data breakpoints: SIGTRAP action not restored: %s", why)
+            if not self.trap or self.session.backend is None:
+                return None
+            return self._uninstall_trap()
 
 
 HANDLER_FRAMES = 4

@@ -18,8 +18,9 @@ from adapter.capture import dbi
 from adapter.capture.bundle import BundleWriter, copy_images_in
 from adapter.capture.record import RecordFailed, RecordResult, _comm
 from adapter.capture.stepper import EndCondition
-from adapter.capture.target import TargetError, tgid_of
+from adapter.capture.target import TargetError, find_symbol, tgid_of
 from adapter.hw import cpu as cpu_mod
+from adapter.hw.mappings import all_mappings
 from pt_decoder import block_encoder as be
 
 POLL_S = 0.002
@@ -27,19 +28,11 @@ POLL_S = 0.002
 
 
 def _exec_mappings(pid: int) -> list[tuple[int, int, int, str]]:
-    """(start, end, offset, name) of every executable mapping of `pid` but [vsyscall]."""
-    out = []
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if "x" not in fields[1]:
-                continue
-            name = fields[5].strip() if len(fields) == 6 else "[anon]"
-            if name == "[vsyscall]":
-                continue
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            out.append((lo, hi, int(fields[2], 16), name))
-    return out
+    """(start, end, offset, name) of every executable mapping of `pid` but [vsyscall]
+    (anonymous code named "[anon]")."""
+    return [(lo, hi, offset, name or "[anon]")
+            for lo, hi, perms, offset, name in all_mappings(pid)
+            if "x" in perms and name != "[vsyscall]"]
 
 
 class _Images:
@@ -65,7 +58,8 @@ class _Images:
         return any(lo <= addr < hi for lo, hi, _ in self.mappings)
 
     def snapshot_used(self, starts: list[int]) -> None:
-        """Copy the anonymous mappings that ran code now, while they still exist."""
+        """Copy the anonymous mappings holding any of `starts` (sorted), while they still
+        exist; one copied before is kept."""
         for (lo, hi, name) in self.mappings:
             if name.startswith("/") or (lo, hi, name) in self.snapshots:
                 continue
@@ -112,12 +106,11 @@ def _resolve(pid: int, spec: str) -> int:
         return int(spec, 0)
     except ValueError:
         pass
-    from pt_decoder.image import Image
-    found = Image.from_process(pid, perf_map=True).find_symbol(spec)
+    found = find_symbol(pid, spec)
     if found is None:
         raise RecordFailed(f"no function named {spec!r} in process {pid} or the libraries it "
                            "has loaded (check the spelling)")
-    return found[0]
+    return found
 
 
 def _alive(pid: int, launched: bool) -> bool:
@@ -205,9 +198,8 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
         opened_at = None
         while True:
             result = window.drain(limit, end.until_return)
-            if result.new_blocks:
-                if any(not images.covers(s) for s in _new_starts(session, window)):
-                    images.refresh()
+            if any(not images.covers(start) for start in result.new_starts):
+                images.refresh()
             if window.opened and opened_at is None:
                 opened_at = time.monotonic()
             if result.stop != be.STOP_NONE:
@@ -236,8 +228,8 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
                 window.drain(limit, end.until_return)
                 partial = reason = "the program exited before the window's end"
                 break
-            if result.new_blocks:
-                images.snapshot_used(sorted(window.starts))
+            if result.new_starts:
+                images.snapshot_used(sorted(result.new_starts))
             time.sleep(POLL_S)
     except KeyboardInterrupt as exc:
         partial = reason = str(exc) or "interrupted by the user"
@@ -283,10 +275,6 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
     if partial and not enc.instructions:
         raise RecordFailed(f"nothing was recorded: {partial}", bundle=output)
     return RecordResult(output, manifest, None, exit_code)
-
-
-def _new_starts(session: dbi.DbiSession, window: dbi.Window):
-    return (session.blocks[b].start for b in list(session.blocks)[-64:])
 
 
 def _pid_of(tid: int | None) -> int:

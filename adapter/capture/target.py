@@ -202,9 +202,7 @@ class Target:
         return found
 
     def _find_symbol(self, name: str) -> int | None:
-        from pt_decoder.image import Image
-        found = Image.from_process(self.pid, perf_map=True).find_symbol(name)
-        return None if found is None else found[0]
+        return find_symbol(self.pid, name)
 
     def entry_point(self) -> int:
         data = open(f"/proc/{self.pid}/auxv", "rb").read()
@@ -576,6 +574,13 @@ def _threads(pid: int) -> list[int]:
         return pt.threads_of(pid)
     except FileNotFoundError:
         raise TargetError(f"no process {pid} (it is not running)") from None
+
+
+def find_symbol(pid: int, name: str) -> int | None:
+    """The address of function `name` in process `pid`'s program, libraries or perf map."""
+    from pt_decoder.image import Image
+    found = Image.from_process(pid, perf_map=True).find_symbol(name)
+    return None if found is None else found[0]
 
 
 def tgid_of(tid: int) -> int:

@@ -11,17 +11,22 @@ import os
 from pt_decoder.image import elf_load_bias
 
 
+def all_mappings(pid: int):
+    """(start, end, permissions, file offset, name) of every mapping in /proc/PID/maps, in its
+    order; an anonymous one's name is "". Raises OSError when it cannot be read."""
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = fields[0].split("-")
+            yield int(start, 16), int(end, 16), fields[1], int(fields[2], 16), \
+                fields[5].strip() if len(fields) == 6 else ""
+
+
 def file_mappings(pid: int):
     """(start, end, permissions, file offset, path) of each named mapping in /proc/PID/maps
     (a file's, or the kernel's [heap], [vdso]...; anonymous ones are left out), in its
     order. Raises OSError when it cannot be read."""
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6:
-                start, end = fields[0].split("-")
-                yield int(start, 16), int(end, 16), fields[1], int(fields[2], 16), \
-                    fields[5].strip()
+    return (m for m in all_mappings(pid) if m[4])
 
 
 def load_bias(pid: int, path: str) -> int:

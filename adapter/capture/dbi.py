@@ -347,7 +347,7 @@ class DrainResult:
     stop: int = be.STOP_NONE                # a block_encoder STOP_* once the window has ended
     end_ip: int | None = None               # where the last instruction went
     cut_ip: int | None = None               # the window ended inside a block, before this
-    new_blocks: int = 0
+    new_starts: list[int] = field(default_factory=list)  # of the blocks this drain defined
 
 
 @dataclass
@@ -403,7 +403,7 @@ class Window:
                 continue
             done, reason, cut = self.encoder.feed(chunk, max_instructions, until_return)
             if reason == be.STOP_UNDEFINED:
-                result.new_blocks += self._define_from(int(chunk[done]))
+                result.new_starts += self._define_from(int(chunk[done]))
                 if done == 0:
                     continue
             self.seen[chunk[:done]] = True
@@ -445,18 +445,19 @@ class Window:
         self.opened = True
         return index
 
-    def _define_from(self, block_id: int) -> int:
-        """Define every block id up to the table's count (at least `block_id`)."""
+    def _define_from(self, block_id: int) -> list[int]:
+        """Define every block id up to the table's count (at least `block_id`); returns the
+        start addresses of the blocks it defined."""
         session = self.session
         defined = session.defined_ids()
         if block_id >= defined:
             raise DbiError(f"block id {block_id} is in the ring but not in the table "
                            f"({defined} defined)")
-        new = 0
+        new = []
         for b in range(block_id, defined):
             if not self.encoder.is_defined(b):
                 session.define(self.encoder, b)
-                new += 1
+                new.append(session.blocks[b].start)
         return new
 
     def _advance(self, consumed: int) -> None:
@@ -499,8 +500,12 @@ class Window:
             if time.monotonic() > deadline:
                 return False
 
-    def _recent_starts(self, newest: int = 4096) -> list[str]:
-        """The starts of the distinct blocks among the thread's `newest` ring entries."""
+    def _recent_starts(self, newest: int = 64) -> list[str]:
+        """The starts of the distinct blocks among the thread's `newest` ring entries. Few:
+        Frida invalidates each block on another thread through its own ptrace round trip
+        (gum_process_modify_thread), so a round over the newest 4096 entries (hundreds of
+        blocks) took seconds on a loaded machine; a looping thread runs its newest blocks
+        again at once, and a thread elsewhere is caught by the next round."""
         written = self.count()
         lo = max(0, written - newest, written - RING_SLOTS)
         ids = [int(self.ids[k % RING_SLOTS]) for k in range(lo, written)]

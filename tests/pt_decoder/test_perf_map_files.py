@@ -19,8 +19,13 @@ from pt_decoder.image import Image
 
 @pytest.fixture
 def target():
-    """A live process and its /tmp/perf-PID.map path (removed afterwards)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    """A live process and its /tmp/perf-PID.map path (removed afterwards). The process has
+    said it runs: read before, a loaded machine showed it still exec'ing, with no ELF mapped
+    (session 17, beside a busy loop)."""
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import time; print('ready', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
     path = f"/tmp/perf-{proc.pid}.map"
     yield proc, path
     proc.kill()

@@ -23,7 +23,8 @@ a headless multiclient Delve serves both on one port (docs/go.md, "One Delve, tw
 Run control (continue, next, pause...) only ever goes through DAP: a JSON-RPC `Command` would
 move the target without Delve's DAP server telling VS Code. The program's stdout and stderr
 (a pipe ptdebug gives it, which the first Delve writes into too) are read by delve_process.py
-and sent as `output` events.
+and sent as `output` events. While Delve is away for a recording, the client's requests are
+answered or queued by delve_away.py, never waited for on the session's reader thread.
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
 from . import Backend, BackendHooks, dial, hang_up
+from .delve_away import AwayRequests
 from .delve_detach import DelveDetach
-from .delve_handover import DelveHandover
+from .delve_handover import HANDOVER_WAIT, DelveHandover
 from .delve_process import (
     CONNECT_TIMEOUT,
     HEADLESS,
@@ -118,6 +120,8 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         self._connected = threading.Event()
         """Clear while no Delve holds the program (a recording): requests wait for it."""
         self._connected.set()
+        self._away = AwayRequests(self._connected, self._send, HANDOVER_WAIT)
+        """The client's requests while Delve is away (delve_away.py)."""
         self._attach_pid: int | None = None
         """`attach {pid}`'s pid (Delve tells it only once the program stops)."""
         self.left_running = False
@@ -355,7 +359,11 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         return {GOROUTINES: self._goroutines_request}
 
     def forward(self, request: Request, observe=None) -> None:
-        self._wait_connected(request.command)
+        if self._away.take(request, observe):  # Delve is away: nothing waits on this thread
+            return
+        self._send(request, observe)
+
+    def _send(self, request: Request, observe=None) -> None:
         if self.channel is None:
             raise BackendGone("Delve is not running")
         fixup = RESPONSE_FIXUPS.get(request.command)
@@ -408,6 +416,8 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
             self._drain_output()
         elif event.event == "initialized" and not self._connected.is_set():
             return  # a Delve attached again after a recording: the client configured long ago
+        elif event.event == "stopped":
+            self._away.stopped_event(event.raw.setdefault("body", {}))
         self.breakpoint_ids.event(event.raw)
         super().default_event(event)
 

@@ -7,7 +7,8 @@ which a recorder needs for itself: hand_over() clears Delve's breakpoints at the
 parks the thread there (adapter/golang/park.py) and lets Delve detach and end; take_back()
 attaches a new Delve (started by delve_process.py), gives it the client's breakpoints again
 under the same ids (adapter/golang/breakpoint_ids.py) and lets the program run. In between,
-requests wait for it (_wait_connected). It also answers what a recording asks of Delve
+the client's requests are answered or queued by delve_away.py; the features' own requests
+wait for it (_wait_connected). It also answers what a recording asks of Delve
 beforehand: the OS thread a goroutine is on (thread_of), where the recorder reads a thread's
 goroutine id (thread_id_probe), and which of the user's breakpoints close the window
 (window_stops). Knows nothing of the recorder or of the features that drive it.
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from adapter.protocol.channel import Channel
 
     from . import BackendHooks
+    from .delve_away import AwayRequests
     from .delve_rpc import DelveRpc
 
 log = logging.getLogger("ptdebug.dap")
@@ -63,6 +65,7 @@ class DelveHandover:
     _initialize_arguments: dict
     _attach_arguments: dict
     _connected: threading.Event
+    _away: AwayRequests
 
     def hand_over(self, tid: int, pc: int) -> Parked:
         """Let go of the program so that a recorder can trace thread `tid`, stopped at `pc`:
@@ -83,6 +86,9 @@ class DelveHandover:
         log.info("thread %d parked at %#x for a recording (%d runtime words saved, sysmon "
                  "record %s)", tid, pc, len(parked.saved),
                  "pushed ahead" if parked.schedwhen_address else "untouched")
+        threads = self.channel.request("threads", {}, CONNECT_TIMEOUT)
+        if threads.success:  # answered from here while Delve is away (delve_away.py)
+            self._away.threads_body = threads.raw.get("body") or {"threads": []}
         self._connected.clear()
         self._fast_path(False)  # requests wait in forward() for the Delve that comes back
         channel, process = self.channel, self.process
@@ -149,7 +155,22 @@ class DelveHandover:
         from adapter.golang.thread_lock import LockLayout
         lock = LockLayout.of(layout, self.pid)
         return {"tls_g_offset": layout.tls_g_offset, "goid_offset": layout.goid_offset,
-                "lock": lock.to_json() if lock is not None else None}
+                "lock": lock.to_json() if lock is not None else None,
+                "park_at": self._gopark(layout)}
+
+    def _gopark(self, layout) -> int | None:
+        """runtime.gopark's address in the process: a Go window closes before it runs (the
+        goroutine parks), so that Delve comes back at once instead of after the window's
+        time bound (issue 34; docs/go.md, "When the goroutine parks"). None where the binary
+        has no symbol for it."""
+        from adapter.hw.mappings import load_bias
+        address = layout.symbols.get("runtime.gopark")
+        if address is None:
+            return None
+        try:
+            return address + load_bias(self.pid, layout.path)
+        except OSError:
+            return address
 
     def thread_of(self, goroutine: int) -> tuple[int, int]:
         """(OS thread id, pc) of a goroutine stopped on a thread; AdapterError if it is not
@@ -174,8 +195,14 @@ class DelveHandover:
             channel = self.channel
             self._answer(channel.request("initialize", self._initialize_arguments,
                                          CONNECT_TIMEOUT), "initialize")
+            # a `pause` the client sent while Delve was away (answered then, delve_away.py): the
+            # new Delve keeps the program stopped (a DAP pause sent right after its
+            # configurationDone was never answered: Delve had not begun to run the program)
+            paused = self._away.pause_when_back
+            self._away.pause_when_back = False
+            self._away.entry_is_pause = paused
             self._answer(channel.request("attach", dict(self._attach_arguments,
-                                                        stopOnEntry=False), CONNECT_TIMEOUT),
+                                                        stopOnEntry=paused), CONNECT_TIMEOUT),
                          "attach")
             for command, arguments in list(self.breakpoint_ids.requests.values()):
                 response = channel.request(command, arguments, CONNECT_TIMEOUT)

@@ -323,14 +323,19 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             with interrupts_noted(lambda: end.request.end("interrupted by the user")) as noted:
                 rec = recorder.run()
             if noted:  # its KeyboardInterrupt was swallowed: the window closed at the request
-                raise KeyboardInterrupt("interrupted by the user")
+                raise KeyboardInterrupt(end.request.reason or "interrupted by the user")
         except KeyboardInterrupt as exc:
             # Ctrl-C, SIGTERM, or the adapter ending a window it gave up on: what was recorded
             # up to there is kept, encoded like any partial window, and the interrupt goes on
-            # once the bundle holds it (before, the bundle of an interrupted window was empty)
-            interrupt = exc
+            # once the bundle holds it (before, the bundle of an interrupted window was empty).
+            # Its reason is the first one asked: an adapter that asks the window to close
+            # before it interrupts the recorder says why (a watchdog is not "the user", issue
+            # 34), and the interrupt itself notes "interrupted by the user" only when nothing
+            # was asked before
             rec = recorder.rec
-            rec.reason = rec.partial_reason = str(exc) or "interrupted by the user"
+            rec.reason = rec.partial_reason = (end.request.reason or str(exc)
+                                               or "interrupted by the user")
+            interrupt = KeyboardInterrupt(rec.reason)
         finally:
             if go_window is not None:
                 go_window.release()  # preempted as usual again, whatever happened

@@ -104,7 +104,11 @@ class EndCondition:
     until_spec: str | None = None     # a symbol or address text for `until`, resolved in the target
     until_return: bool = False        # when the trigger function returns
     duration_ms: float | None = None  # after this long (checked at stops and by a watchdog)
+    time_bound_s: float | None = None  # a safety bound: the window closes after this long
+    # whatever else it waits for (a DAP window: the debugger is away meanwhile), said as such
     stop_at: frozenset = frozenset()  # before executing any of these (a debugger's breakpoints)
+    end_at: dict = dataclasses.field(default_factory=dict)  # address -> reason: the window
+    # closes before it runs (a Go goroutine parking: runtime.gopark's entry)
     request: EndRequest | None = None  # when asked (checked at stops and by the watchdog)
 
 
@@ -499,9 +503,12 @@ class ThreadRecorder:
         """The thread blocks SIGTRAP (_read_trap_mask): debug registers are not run to."""
         self._visits = dict(hold.visits) if hold is not None else {}
         """The hold's addresses not visited yet."""
-        self._stop_before = frozenset(end.stop_at | self._visits.keys())
-        """end.stop_at and the visits: built once, and again when a visit is made, not at
-        every stop (_walk_stops is read at each)."""
+        self._stop_before = frozenset(end.stop_at | end.end_at.keys() | self._visits.keys())
+        """end.stop_at, end.end_at and the visits: built once, and again when a visit is made,
+        not at every stop (_walk_stops is read at each)."""
+        self._deadline: int | None = None
+        """When the window closes by time (CLOCK_MONOTONIC ns; run() sets it), and why."""
+        self._deadline_reason = ""
         self._watchdog: _Watchdog | None = None
         """The run's watchdog (its ticks cut `_wait(tick=True)` short)."""
         self.stops_seen = 0
@@ -547,7 +554,10 @@ class ThreadRecorder:
             ticks = 0
             while (status := pt.waitpid_or_signal(self.tid)) is None:
                 ticks += 1  # a signal handled (the watchdog's tick, as a rule) ended the wait
-                if ticks == 2:
+                # (at once when the window's time is up: a thread asleep in a system call
+                # is interrupted within one tick of its deadline, not two)
+                if ticks == 2 or (self._deadline is not None
+                                  and time.monotonic_ns() >= self._deadline):
                     raise _Watchdog.Tick()
         else:
             status = pt.waitpid(self.tid)
@@ -571,8 +581,8 @@ class ThreadRecorder:
         rec = self.rec
         end = self.end
         rec.started_ns = time.monotonic_ns()
-        deadline = None if end.duration_ms is None else \
-            rec.started_ns + int(end.duration_ms * 1e6)
+        deadline, self._deadline_reason = _deadline(end, rec.started_ns)
+        self._deadline = deadline
         if self.mode == "int3":
             self.bp = _Int3Breakpoints(self.tid, self.mem, end.until)
         else:
@@ -640,11 +650,14 @@ class ThreadRecorder:
             if pos in end.stop_at:
                 return self._finish(f"reached the breakpoint at {pos:#x}", pos)
             if deadline is not None and time.monotonic_ns() >= deadline:
-                return self._finish(f"recorded for {end.duration_ms:g} ms", pos)
+                return self._finish(self._deadline_reason, pos)
+            if pos in end.end_at:
+                return self._finish(end.end_at[pos], pos)
             self._stamp(regs)
             if self._visits and pos in self._visits:
                 self._visits.pop(pos)(regs)
-                self._stop_before = frozenset(end.stop_at | self._visits.keys())
+                self._stop_before = frozenset(end.stop_at | end.end_at.keys()
+                                              | self._visits.keys())
             if end.request is not None and end.request.reason is not None:
                 # asked to close here (the probe may have just asked, at this stop): a sample
                 # taken now says what the last instruction recorded left standing (the
@@ -800,7 +813,7 @@ class ThreadRecorder:
                 request = self.end.request
                 reason = request.reason if request is not None else None
                 if reason is None and deadline is not None and time.monotonic_ns() >= deadline:
-                    reason = f"recorded for {self.end.duration_ms:g} ms"
+                    reason = self._deadline_reason
                 if reason is not None:
                     pt.getregs(tid, regs)
                     self._finish(reason, target)  # the last instruction: the call into it
@@ -916,7 +929,7 @@ class ThreadRecorder:
                 # our interrupt (or a group-stop): the thread is at ips[where]
                 if deadline is not None and time.monotonic_ns() >= deadline:
                     rec.ips.extend(walk.ips[:where])
-                    self._finish(f"recorded for {self.end.duration_ms:g} ms", regs.rip)
+                    self._finish(self._deadline_reason, regs.rip)
                     return "gone"
                 request = self.end.request
                 if request is not None and request.reason is not None:
@@ -1191,6 +1204,19 @@ class ThreadRecorder:
         self._finish(f"the target {what}", None,
                      f"the target {what} before the end condition")
         return "gone"
+
+
+def _deadline(end: EndCondition, started_ns: int) -> tuple[int | None, str]:
+    """(When the window closes by time, CLOCK_MONOTONIC ns, or None; the end reason then):
+    the sooner of `duration_ms` (the window's own length) and `time_bound_s` (its safety
+    bound)."""
+    ends = []
+    if end.duration_ms is not None:
+        ends.append((started_ns + int(end.duration_ms * 1e6), f"recorded for {end.duration_ms:g} ms"))
+    if end.time_bound_s is not None:
+        ends.append((started_ns + int(end.time_bound_s * 1e9),
+                     f"time bound of {end.time_bound_s:g} s reached"))
+    return min(ends) if ends else (None, "")
 
 
 def single_step_path(tid: int, *, count: int | None = None, until: int | None = None,

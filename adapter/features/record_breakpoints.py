@@ -60,7 +60,12 @@ from adapter.features.record_window import (
     RecordWindow,
     ReplayedWindow,
 )
-from adapter.features.recorder_worker import RecorderWatchdog, RecorderWorker, RecorderWorkers
+from adapter.features.recorder_worker import (
+    GOROUTINE_PARKED,
+    RecorderWatchdog,
+    RecorderWorker,
+    RecorderWorkers,
+)
 from adapter.features.recording_progress import RecordingProgress
 from adapter.features.replay_hits import ReplayBreakpoint
 from adapter.features.run_control import RECORDED_RELEASE_TIMEOUT, RELEASE_TIMEOUT
@@ -273,6 +278,7 @@ class RecordBreakpoints:
                     # line (sized in Python terms, as _capture makes it)
                     window = dataclasses.replace(window, python_line=not window.function and
                                                  not isinstance(backend, HandsOverThreads))
+                    window = window.bounded(go=isinstance(backend, HandsOverThreads))
                     if result.get("verified", True):
                         result["message"] = (f"record: a trace window opens here "
                                              f"({window.describe()})")
@@ -557,6 +563,11 @@ class RecordBreakpoints:
         if isinstance(self.session.backend, RunsInsidePython):
             for live in recording:
                 live.worker.end_window("debugger")
+        elif isinstance(self.session.backend, HandsOverThreads):
+            # Go: Delve is away for the window; it closes now, the pause is answered at once
+            # and the Delve that comes back pauses the program (backends/delve_away.py)
+            for live in recording:
+                live.worker.end_window("paused")
         return None  # forwarded
 
     def _capture_now(self, request: Request) -> object:
@@ -633,7 +644,8 @@ class RecordBreakpoints:
 
         try:
             window = RecordWindow.from_dicts(self.session.launch_arguments.get("recordWindow"),
-                                             breakpoint.get("recordWindow"))
+                                             breakpoint.get("recordWindow")).bounded(
+                go=isinstance(backend, HandsOverThreads))
             # Data breakpoints armed meanwhile hold some of the thread's four debug registers
             # (SDM Vol. 3B §17.2): the stepper uses the slots they leave, and steps every
             # instruction where they leave none (capture/stepper.py, free_slots). Their hits
@@ -851,8 +863,9 @@ class RecordBreakpoints:
             raise AdapterError(f"recording thread {tid} failed: {exc}") from None
         # A recorder that neither finishes nor fails is ended (it then detaches, keeping what
         # it had): the program must never stay held by a window that cannot close.
-        limit = window.timeout + (window.milliseconds or 0) / 1000 + RECORDER_GRACE
-        watchdog = RecorderWatchdog(limit, worker.stop)
+        limit = window.timeout + (window.timeBound or (window.milliseconds or 0) / 1000) \
+            + RECORDER_GRACE
+        watchdog = RecorderWatchdog(limit, worker.overdue)
         live = LiveWindow(worker, thread_id, tid, watchdog,
                           f"{os.path.basename(python_start[0])}:{python_start[1]}"
                           if python_start else "")
@@ -864,6 +877,9 @@ class RecordBreakpoints:
         watchdog.resume()
         result = None
         recording = None
+        # (Go) the program is taken back as soon as the recorder has let the thread go, while
+        # it still encodes the trace: Delve answers again that much sooner (issue 34)
+        taking_back = _Once(recorded)
         try:
             for line in worker.lines():
                 if line.startswith("stage "):  # stamped by the recorder (CLOCK_MONOTONIC)
@@ -878,6 +894,7 @@ class RecordBreakpoints:
                         self._workers.spare()
                         if target_released is not None:
                             target_released()
+                        taking_back.start()
                 elif line.startswith("log "):  # the recorder's warnings, tracebacks
                     log.info("recorder: %s", line[4:].rstrip().replace("\\n", "\n"))
                 elif line.startswith("attached"):
@@ -913,29 +930,49 @@ class RecordBreakpoints:
                 failure = worker.error_text()
             self._workers.give_back(worker, reusable=result is not None)
         clock.mark("recorder done")
-        if recorded is not None:
-            recorded()
+        taking_back.start()
+        taking_back.join()
+        failed = None
         if result is None or "error" in result:
-            reason = result["error"] if result else failure
-            if result and ", before the thread ran " in reason:
-                raise NotRecorded(reason)
-            raise AdapterError(f"recording thread {tid} failed: {reason}")
+            failed = result["error"] if result else failure
+            if result and ", before the thread ran " in failed:
+                raise NotRecorded(failed)
+            if not os.path.exists(os.path.join(output, "manifest.json")):
+                raise AdapterError(f"recording thread {tid} failed: {failed}")
+            # the recorder wrote what it had before it failed or was interrupted: kept as a
+            # partial capture, its images stored like any other's, so that it decodes and
+            # exports after the program's files are gone (issue 34: the bundle of an
+            # interrupted window named the deleted __debug_bin, and no capture was kept)
+            result = {"end_reason": failed, "partial_reason": failed}
         try:
             with self.session.progress.start(f"ptdebug: decoding capture {number}") as progress:
                 trace = Recording.open(output, progress)
         except TraceError as exc:
-            raise AdapterError(str(exc)) from None
+            raise AdapterError(f"recording thread {tid} failed: {failed}" if failed
+                               else str(exc)) from None
         for note in trace.notes:  # a window too long to decode whole: its end is loaded
             self.session.client.send_event("output", {"category": "console", "output":
                                                       f"ptdebug: capture {number}: {note}\n"})
         if not trace.threads or not len(trace.threads[0].history):
             why = result.get("partial_reason") or result.get("end_reason") or "no reason given"
+            if failed:
+                raise AdapterError(f"recording thread {tid} failed: {failed}")
             raise AdapterError(f"the window recorded no instructions (it ended at once: {why})")
+        if failed:
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: capture {number}: the recording failed ({failed}); what it "
+                "recorded up to there is kept, partial\n"})
         clock.mark("bundle decoded")
         self._make_self_contained(output, trace)
         clock.mark("images copied into the bundle")
         capture = Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                           result.get("end_reason", ""), result.get("partial_reason"))
+        if capture.end_reason == GOROUTINE_PARKED:
+            # a Go session's DAP thread is its goroutine
+            capture.end_reason = f"goroutine {thread_id} parked"
+            self.session.client.send_event("output", {"category": "console", "output":
+                f"ptdebug: capture {number} closed where goroutine {thread_id} parked "
+                "(runtime.gopark); Delve took the program back then\n"})
         if python_lines is not None:
             capture.end_reason = (tell_python_window(self.session.client.send_event, number,
                                                      result, python_lines)
@@ -945,8 +982,11 @@ class RecordBreakpoints:
             what = {"debugger": "debugpy stopped the recorded thread",
                     "data breakpoint": "a data breakpoint fired in the recorded thread",
                     "cancelled": "the recording was cancelled",
-                    "disconnect": "the client disconnected"}
-            follows = "" if closed_by in ("cancelled", "disconnect") else "; its stop follows"
+                    "disconnect": "the client disconnected",
+                    "paused": "the program was paused",
+                    "overdue": "the recorder had not ended in time"}
+            follows = ("; its stop follows" if closed_by in ("debugger", "data breakpoint",
+                                                             "paused") else "")
             self.session.client.send_event("output", {"category": "console", "output":
                 f"ptdebug: capture {number} closed early: {what[closed_by]}{follows}\n"})
         thread_lock = result.get("thread_lock") or ""
@@ -1071,6 +1111,34 @@ class StepClock:
             last = at
         log.info("%s: %s (%.1f ms in all)", self.what, ", ".join(parts),
                  1e3 * (last - self.start))
+
+
+class _Once:
+    """`action()` (or nothing, for None) run once on its own thread, from whichever of two
+    places asks first; `join()` waits for it and raises what it raised."""
+
+    def __init__(self, action):
+        self._action = action
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        if self._action is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, daemon=True, name="ptdebug-take-back")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._action()
+        except BaseException as exc:  # noqa: BLE001 - raised again by join()
+            self._error = exc
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 def _window_refused(backend, window: RecordWindow) -> str | None:

@@ -8,6 +8,7 @@ it). Knows the DAP schema's RecordWindowSettings and the stepper's EndCondition.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from adapter.protocol.errors import InvalidLaunchConfig
@@ -27,8 +28,17 @@ records some 10-50 thousand instructions a second)."""
 PYTHON_INSTRUCTION_CAP = 200_000
 """A window on a Python line that closes when its function returns (or after N lines) and
 names no `instructions`: the safety limit (some 4-20 s of stepping in a VM)."""
+GO_TIME_BOUND_S = 5.0
+"""A Go window's time bound when its `recordWindow` names none: Delve is away for the whole
+window, so no breakpoint of the program works meanwhile (docs/go.md); a few seconds hold some
+10^5 stepped instructions here."""
+PYTHON_TIME_BOUND_S = 120.0
+"""A debugpy window's time bound when its `recordWindow` names none: debugpy serves the other
+threads meanwhile, and a window on a Python line runs to PYTHON_INSTRUCTION_CAP (20 s and more
+of stepping in a VM)."""
 SETTINGS = {"function": str, "until": str, "untilReturn": bool, "instructions": int,
-            "milliseconds": (int, float), "timeout": (int, float), "lines": int}
+            "milliseconds": (int, float), "timeout": (int, float), "lines": int,
+            "timeBound": (int, float)}
 """The `recordWindow` keys (RecordWindowSettings) and their types."""
 
 
@@ -61,10 +71,18 @@ class RecordWindow(RecordWindowSettings):
                                       (expected is not bool and isinstance(value, bool))):
                 raise InvalidLaunchConfig(f"recordWindow.{key} has the wrong type: {value!r:.60}")
             setattr(window, key, value)
-        for key in ("instructions", "lines"):
+        for key in ("instructions", "lines", "timeBound"):
             if getattr(window, key) is not None and getattr(window, key) <= 0:
                 raise InvalidLaunchConfig(f"recordWindow.{key} must be positive")
         return window
+
+    def bounded(self, go: bool) -> RecordWindow:
+        """This window with its time bound: its own `timeBound`, else the debugger's default
+        (every window ends, whatever it waits for: issue 34)."""
+        if self.timeBound is not None:
+            return self
+        return dataclasses.replace(self, timeBound=GO_TIME_BOUND_S if go
+                                   else PYTHON_TIME_BOUND_S)
 
     @property
     def python_ends(self) -> dict:
@@ -80,13 +98,13 @@ class RecordWindow(RecordWindowSettings):
                 count = (PYTHON_INSTRUCTION_CAP if ends["return"] or ends["lines"]
                          else DEFAULT_INSTRUCTIONS)
             return EndCondition(count=count, until_spec=self.until,
-                                duration_ms=self.milliseconds)
+                                duration_ms=self.milliseconds, time_bound_s=self.timeBound)
         if count is None and self.milliseconds is None and not (self.function and
                                                                   self.untilReturn):
             count = DEFAULT_INSTRUCTIONS
         return EndCondition(count=count, until_spec=self.until,
                             until_return=bool(self.function and self.untilReturn),
-                            duration_ms=self.milliseconds)
+                            duration_ms=self.milliseconds, time_bound_s=self.timeBound)
 
     def describe(self) -> str:
         start = f"from {self.function}()" if self.function else "from the breakpoint"
@@ -106,6 +124,8 @@ class RecordWindow(RecordWindowSettings):
             ends.append(f"at most {self.milliseconds:g} ms")
         if self.until:
             ends.append(f"until {self.until}")
+        if self.timeBound:
+            ends.append(f"at most {self.timeBound:g} s")
         return f"{start}, {', '.join(ends)}"
 
 

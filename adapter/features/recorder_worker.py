@@ -47,11 +47,14 @@ MAX_IDLE = 2
 """Workers kept warm between captures: the one that records (taken last, reused each time)
 and the spare a capture starts when it takes the last idle one."""
 WINDOW_END_SIGNALS = {"debugger": signal.SIGUSR1, "data breakpoint": signal.SIGUSR2,
-                      "cancelled": signal.SIGRTMIN, "disconnect": signal.SIGRTMIN + 2}
+                      "cancelled": signal.SIGRTMIN, "disconnect": signal.SIGRTMIN + 2,
+                      "paused": signal.SIGRTMIN + 5, "overdue": signal.SIGRTMIN + 6}
 """Why the adapter closes a window early -> the signal that tells the worker."""
 WAIT_SIGNALS = {"held": signal.SIGRTMIN + 3, "resumed": signal.SIGRTMIN + 4}
 """The program stopped for the user / runs again, while a window on a Python line waits for
 its thread to run the line -> the signal that tells the worker (EndRequest.hold_wait)."""
+OVERDUE_GRACE_S = 5.0
+"""Seconds from the watchdog's request to close a window to its interrupt of the recorder."""
 READY_TIMEOUT = 30.0
 """Seconds a new worker may take to import the recorder (a loaded 2-core machine: ~1 s)."""
 
@@ -134,7 +137,9 @@ class RecorderWorker:
         another thread stopped at a record breakpoint: the thread cannot run the line before
         that capture's hidden stop ends, and that stop waits for this capture) or "disconnect"
         (SIGRTMIN+2: the client is leaving; the debugger is told only once the thread is let
-        go: RecordBreakpoints.let_go_before_disconnect).
+        go: RecordBreakpoints.let_go_before_disconnect) or "paused" (SIGRTMIN+5: the user
+        paused a Go program while Delve was away for the window) or "overdue" (SIGRTMIN+6: the
+        adapter's watchdog, before it interrupts the recorder: RecorderWatchdog).
         The worker stays usable; nothing happens between recordings."""
         if self.alive():
             self.process.send_signal(WINDOW_END_SIGNALS[why])
@@ -152,6 +157,17 @@ class RecorderWorker:
         self.stopped = True
         if self.alive():
             self.process.send_signal(signal.SIGINT)
+
+    def overdue(self) -> None:
+        """The adapter's watchdog (RecorderWatchdog): the window is asked to close with the
+        true reason ("overdue"), and the recorder is interrupted OVERDUE_GRACE_S later if it
+        has not ended by then. A signal sent just before SIGINT would come after it (the
+        kernel delivers the lowest pending number first), and the bundle said "interrupted by
+        the user" (issue 34)."""
+        self.end_window("overdue")
+        timer = threading.Timer(OVERDUE_GRACE_S, self.stop)
+        timer.daemon = True
+        timer.start()
 
     def close(self, timeout: float = 5.0) -> None:
         """Ask it to exit (stdin closed) and wait; killed if it does not."""
@@ -321,8 +337,12 @@ WINDOW_END_REQUESTS: list = []
 WINDOW_ENDS = {"debugger": "the debugger stopped the thread in the window",
                "data breakpoint": "a data breakpoint fired in the window",
                "cancelled": "the user cancelled the recording",
-               "disconnect": "the client disconnected"}
+               "disconnect": "the client disconnected",
+               "paused": "the user paused the program",
+               "overdue": "the recorder had not ended in time (the adapter's watchdog)"}
 """Why the adapter closes a window early (RecorderWorker.end_window) -> the end reason."""
+GOROUTINE_PARKED = "the goroutine parked (runtime.gopark)"
+"""The end reason of a Go window whose goroutine parked (the adapter names the goroutine)."""
 
 
 def end_window_now(why: str) -> None:
@@ -356,6 +376,7 @@ def _record_worker(spec_text: str) -> int:
     window = RecordWindow(**spec["window"])
     tid = spec["tid"]
     probe = None
+    end_at: dict[int, str] = {}
     if spec.get("goid_probe"):
         from types import SimpleNamespace
 
@@ -364,6 +385,11 @@ def _record_worker(spec_text: str) -> int:
         from adapter.golang.thread_lock import GoroutineLock, LockLayout
         where = dict(spec["goid_probe"])
         lock = where.pop("lock", None)
+        park_at = where.pop("park_at", None)
+        if park_at:
+            # the goroutine parks: Delve is to come back at once (issue 34; docs/go.md,
+            # "When the goroutine parks")
+            end_at[park_at] = GOROUTINE_PARKED
         probe = GoidProbe(_tgid(tid), SimpleNamespace(**where))
         # Go's preemption signal is not delivered in the window, and the goroutine is locked
         # to its thread for it (adapter/golang/recording.py)
@@ -383,15 +409,20 @@ def _record_worker(spec_text: str) -> int:
     def before_release(thread: int, ip: int) -> None:
         if ip in stop_at:
             stopped_at.append(ip)
-        if spec.get("parked"):
-            # held where the window closed until the debugger is back (_capture unparks it)
+        if spec.get("parked") and ip not in end_at and _in_a_file(_tgid(thread), ip):
+            # held where the window closed until the debugger is back (_capture unparks it);
+            # not at runtime.gopark, which every goroutine of the program calls: the thread
+            # goes on into it and the goroutine parks as without ptdebug; nor in code that is
+            # no file's (the vDSO, JIT code): the bundle snapshots that code after the release,
+            # and it held the `jmp .`, on which the decoder walked for ever (a window closed
+            # in the vDSO's clock_gettime, issue 34's cancel test)
             _say("parked", json.dumps(park(_tgid(thread), ip).to_json()))
 
     WINDOW_END_REQUESTS[:] = [request]
     try:
         result = record_stepper(spec["output"], tid=tid, start=window.function,
                                 end=dataclasses.replace(window.end_condition(), stop_at=stop_at,
-                                                        request=request),
+                                                        end_at=end_at, request=request),
                                 trigger_timeout=window.timeout,
                                 copy_images=False, breakpoints="dr", ptw_probe=probe,
                                 python=spec.get("python") or "off", python_lines=python_lines,
@@ -428,6 +459,17 @@ def preload_recorder() -> None:
     capture)."""
     import adapter.capture.record  # noqa: F401
     import pt_decoder.image  # noqa: F401
+
+
+def _in_a_file(pid: int, ip: int) -> bool:
+    """Whether `ip` is in a mapping of a file (the bundle references the file, whose bytes a
+    park does not change), not the kernel's [vdso] or anonymous memory."""
+    from adapter.hw.mappings import file_mappings
+    try:
+        return any(start <= ip < end and name.startswith("/")
+                   for start, end, _perms, _offset, name in file_mappings(pid))
+    except OSError:
+        return False
 
 
 def _tgid(tid: int) -> int:

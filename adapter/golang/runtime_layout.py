@@ -121,7 +121,8 @@ def _struct_offsets(elf: ELFFile) -> dict[str, dict[str, int]]:
 SWITCH_SYMBOLS = ("gogo", "runtime.gogo.abi0", "runtime.mcall", "runtime.systemstack.abi0",
                   "runtime.systemstack", "runtime.morestack.abi0", "runtime.goexit.abi0",
                   "runtime.goexit1", "runtime.coroswitch", "runtime.park_m", "runtime.schedule", "runtime.execute",
-                  "runtime.tlsg", "runtime.buildVersion")
+                  "runtime.tlsg", "runtime.buildVersion",
+                  "runtime.gopark")  # where a DAP Go window closes: its goroutine parks
 
 
 def _symbols(elf: ELFFile) -> dict[str, int]:

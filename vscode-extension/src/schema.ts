@@ -183,6 +183,8 @@ export interface RecordWindowSettings {
     until?: string | null;
     /** Seconds to wait for the thread to reach `function`. */
     timeout?: number;
+    /** Seconds after which the window closes whatever else it waits for (a safety bound, from the window's first instruction); the default depends on the debugger (record_window.py). */
+    timeBound?: number | null;
 }
 
 export type PtdebugConfiguration = (LaunchConfig & { request: "launch" }) | (AttachConfig & { request: "attach" });

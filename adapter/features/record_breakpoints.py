@@ -844,9 +844,11 @@ class RecordBreakpoints:
             self._next_number = number + 1
         output = str(self._new_bundle_directory(number))
         backend = self.session.backend
+        probe = backend.thread_id_probe() if isinstance(backend, HandsOverThreads) else None
+        if probe is not None and not window.untilPark:
+            probe["park_at"] = None  # followed through its parks (the lock brings it back)
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
-                "goid_probe": backend.thread_id_probe() if isinstance(backend, HandsOverThreads)
-                else None,
+                "goid_probe": probe,
                 "parked": parked.to_json() if parked else None,
                 "stop_at": sorted(stop_at or ()),
                 "held_slots": _data_breakpoint_registers(self.session),

@@ -38,7 +38,7 @@ threads meanwhile, and a window on a Python line runs to PYTHON_INSTRUCTION_CAP 
 of stepping in a VM)."""
 SETTINGS = {"function": str, "until": str, "untilReturn": bool, "instructions": int,
             "milliseconds": (int, float), "timeout": (int, float), "lines": int,
-            "timeBound": (int, float)}
+            "timeBound": (int, float), "untilPark": bool}
 """The `recordWindow` keys (RecordWindowSettings) and their types."""
 
 

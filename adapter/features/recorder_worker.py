@@ -38,7 +38,7 @@ import threading
 import time
 
 from adapter.features.record_window import RecordWindow
-from adapter.golang.park import Parked, park, unpark
+from adapter.golang.park import Parked, in_a_file, park, unpark
 from adapter.spawn import module_command
 
 log = logging.getLogger("ptdebug.dap")
@@ -409,7 +409,7 @@ def _record_worker(spec_text: str) -> int:
     def before_release(thread: int, ip: int) -> None:
         if ip in stop_at:
             stopped_at.append(ip)
-        if spec.get("parked") and ip not in end_at and _in_a_file(_tgid(thread), ip):
+        if spec.get("parked") and ip not in end_at and in_a_file(_tgid(thread), ip):
             # held where the window closed until the debugger is back (_capture unparks it);
             # not at runtime.gopark, which every goroutine of the program calls: the thread
             # goes on into it and the goroutine parks as without ptdebug; nor in code that is
@@ -459,17 +459,6 @@ def preload_recorder() -> None:
     capture)."""
     import adapter.capture.record  # noqa: F401
     import pt_decoder.image  # noqa: F401
-
-
-def _in_a_file(pid: int, ip: int) -> bool:
-    """Whether `ip` is in a mapping of a file (the bundle references the file, whose bytes a
-    park does not change), not the kernel's [vdso] or anonymous memory."""
-    from adapter.hw.mappings import file_mappings
-    try:
-        return any(start <= ip < end and name.startswith("/")
-                   for start, end, _perms, _offset, name in file_mappings(pid))
-    except OSError:
-        return False
 
 
 def _tgid(tid: int) -> int:

@@ -167,6 +167,18 @@ STACK_PREEMPT = (1 << 64) - 1314
 yield."""
 
 
+def in_a_file(pid: int, ip: int) -> bool:
+    """Whether `ip` is in a mapping of a file (a bundle references the file, whose bytes a
+    park does not change), not the kernel's [vdso] or anonymous memory (which a bundle
+    snapshots, a park's `jmp .` included, if it is taken while parked)."""
+    from adapter.hw.mappings import file_mappings
+    try:
+        return any(start <= ip < end and name.startswith("/")
+                   for start, end, _perms, _offset, name in file_mappings(pid))
+    except OSError:
+        return False
+
+
 def unpark(parked: Parked) -> bool:
     """Undo park() if it is still in place; True if it was. Safe to call twice."""
     memory = _Memory(parked.pid)

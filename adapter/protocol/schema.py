@@ -66,6 +66,9 @@ class RecordWindowSettings:
     """Close before this address, function or FILE:LINE runs (a second breakpoint)."""
     timeout: float = 10.0
     """Seconds to wait for the thread to reach `function`."""
+    untilPark: bool = True
+    """Go: close where the goroutine parks (a channel, a lock, a sleep), so that Delve comes
+    back then; false: follow it through its parks, to the window's other ends."""
     timeBound: float | None = None
     """Seconds after which the window closes whatever else it waits for (a safety bound, from
     the window's first instruction); the default depends on the debugger (record_window.py)."""

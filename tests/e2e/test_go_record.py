@@ -154,7 +154,8 @@ def test_step_back_stays_in_the_goroutine_across_switches(start_adapter, tmp_pat
     run = start_adapter()
     client = run.client
     start_go(client, "launch", {"program": str(package), "args": [str(HANDOFF_ROUNDS)],
-                                "recordWindow": {"instructions": 6000}},
+                                # followed through its channel sends, not closed at them
+                                "recordWindow": {"instructions": 6000, "untilPark": False}},
              source=source, breakpoints={
                  "relay_send": {"mode": "record", "condition": "v == 0 && call == 1"},
                  # the first relay (it gets 0, 1, 2...; the second gets 1, 2, 3...)

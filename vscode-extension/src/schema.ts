@@ -183,6 +183,8 @@ export interface RecordWindowSettings {
     until?: string | null;
     /** Seconds to wait for the thread to reach `function`. */
     timeout?: number;
+    /** Go: close where the goroutine parks (a channel, a lock, a sleep), so that Delve comes back then; false: follow it through its parks, to the window's other ends. */
+    untilPark?: boolean;
     /** Seconds after which the window closes whatever else it waits for (a safety bound, from the window's first instruction); the default depends on the debugger (record_window.py). */
     timeBound?: number | null;
 }

@@ -204,13 +204,47 @@ def infer_backend(config: LaunchConfig | AttachConfig) -> str:
             return "python"
     pid = getattr(config, "pid", None)
     if pid is not None:
-        try:
-            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-        except OSError:
-            exe = ""
-        return "python" if exe.startswith("python") else "go"
+        return _process_language(pid)
     raise InvalidLaunchConfig(f"cannot tell whether {program!r} is a Python or a Go program; "
                               "set \"backend\": \"python\" or \"go\"")
+
+
+def _process_language(pid: int) -> str:
+    """"python" for a process running CPython (the interpreter, or a program embedding
+    libpython), "go" for a Go program; else InvalidLaunchConfig naming what it is."""
+    from adapter.python.inject import InjectError, python_api
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        raise InvalidLaunchConfig(f"no process {pid} (it is not running)") from None
+    except OSError as exc:
+        raise InvalidLaunchConfig(f"cannot read process {pid}'s program: {exc}") from None
+    if os.path.basename(exe).startswith("python"):
+        return "python"
+    try:
+        python_api(pid)
+        return "python"
+    except InjectError:
+        pass
+    if _is_go_program(exe):
+        return "go"
+    raise InvalidLaunchConfig(f"process {pid} ({exe}) is neither a Python nor a Go program: "
+                              "ptdebug attaches to CPython processes (through debugpy) and Go "
+                              "programs (through Delve)")
+
+
+def _is_go_program(path: str) -> bool:
+    """Whether the ELF file at `path` was built by the Go toolchain (its build info or
+    pclntab section)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            return any(elf.get_section_by_name(name) is not None
+                       for name in (".go.buildinfo", ".gopclntab"))
+    except (OSError, ELFError):
+        return False
 
 
 def create_backend(name: str, hooks: BackendHooks) -> Backend:

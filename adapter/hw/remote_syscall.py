@@ -73,7 +73,7 @@ class RemoteThread:
     def __exit__(self, *exc) -> None:
         pt.setregs(self.tid, self.saved)
         for sig in self.withheld:  # the thread gets them once it is let go
-            _tgkill(self.pid, self.tid, sig)
+            pt.tgkill(self.pid, self.tid, sig)
 
     def call(self, number: int, *arguments: int) -> int:
         """The call's result: its return value, or a negative errno."""
@@ -103,8 +103,3 @@ class RemoteThread:
             mem.seek(address)
             mem.write(data)
 
-
-def _tgkill(pid: int, tid: int, sig: int) -> None:
-    """tgkill(2): the signal back to the thread it was meant for."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall(234, pid, tid, sig)  # 234: tgkill on x86-64

@@ -21,6 +21,10 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from adapter.backends import Backend, create_backend
+from adapter.client import ClientHandlers
+from adapter.features.record_breakpoints import install_trace_features
+from adapter.features.run_control import RunControl
+from adapter.features.thread_guard import ThreadGuard
 from adapter.powers import (
     ServesCustomRequests,
     ServesDataBreakpoints,
@@ -78,7 +82,6 @@ class Session:
     """The state of one debug session. Create it on a client stream and call `run()`."""
 
     def __init__(self, client_in: BinaryIO, client_out: BinaryIO):
-        from adapter.client import ClientHandlers
         self._fast_path_lock = threading.Lock()
         """Held while the plain set is worked out and handed over, so the last one is current."""
         self.relay = FastRelay.for_streams(client_in, client_out)
@@ -149,13 +152,10 @@ class Session:
         """Set when the session is over: the run loop then shuts everything down."""
         self._program_end: ProgramEnd | None = None
         self._lock = threading.Lock()
-        from adapter.features.record_breakpoints import install_trace_features
         install_trace_features(self)
-        from adapter.features.run_control import RunControl
         self.run_control = RunControl(self)
         """The one owner of a Python session's run control (features/run_control.py): the
         program's run state, the user's run-control requests and ptdebug's hidden stops."""
-        from adapter.features.thread_guard import ThreadGuard
         ThreadGuard.install(self)  # before the backend: its checks come first
         if self.recording is not None:
             # a capture wakes the trace features' interceptors up: they must see requests

@@ -37,7 +37,7 @@ from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 from adapter.spawn import package_main_command
 
-from . import Backend, BackendHooks, dial, hang_up
+from .base import Backend, BackendHooks, dial, hang_up
 from .debugpy_detach import DebugpyDetach
 
 log = logging.getLogger("ptdebug.dap")

@@ -46,7 +46,7 @@ from adapter.protocol.messages import Event, Response
 if TYPE_CHECKING:
     from adapter.protocol.channel import Channel
 
-    from . import BackendHooks
+    from .base import BackendHooks
 
 log = logging.getLogger("ptdebug.dap")
 

@@ -38,7 +38,7 @@ from .delve_process import STOP_GRACE, _kill_group, _tracer
 if TYPE_CHECKING:
     from adapter.protocol.channel import Channel
 
-    from . import BackendHooks
+    from .base import BackendHooks
     from .delve_rpc import DelveRpc
 
 log = logging.getLogger("ptdebug.dap")

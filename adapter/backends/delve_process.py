@@ -35,7 +35,7 @@ from adapter.protocol.schema import LaunchConfig
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from . import BackendHooks
+    from .base import BackendHooks
 
 log = logging.getLogger("ptdebug.dap")
 

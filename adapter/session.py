@@ -25,6 +25,7 @@ from adapter.client import ClientHandlers
 from adapter.features.record_breakpoints import install_trace_features
 from adapter.features.run_control import RunControl
 from adapter.features.thread_guard import ThreadGuard
+from adapter.hw import procfs
 from adapter.powers import (
     ServesCustomRequests,
     ServesDataBreakpoints,
@@ -503,7 +504,7 @@ class ProgramEnd:
     waiting for the debugger to reap them: a pidfd would not be readable before that), with
     the start time it had when watched (a reused pid is not the program)."""
 
-    def __init__(self, pid: int, started: bytes):
+    def __init__(self, pid: int, started: str):
         self.pid = pid
         self._started = started
         self._ended_at: float | None = None
@@ -527,15 +528,13 @@ class ProgramEnd:
         return now - self._ended_at > PROGRAM_GONE_GRACE
 
 
-def _process_state(pid: int) -> tuple[str, bytes] | None:
+def _process_state(pid: int) -> tuple[str, str] | None:
     """(state letter, start time) of /proc/PID/stat; None when there is no such process."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = procfs.stat(pid)
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields[0].decode(), fields[19]
+    return stat.state, stat.start_time
 
 
 def _active(intercept: Callable, command: str) -> bool:

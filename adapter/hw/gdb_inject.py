@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from adapter.hw import procfs
+
 PROBE_TIMEOUT = 30.0
 """gdb starts slowly on a loaded machine (symbols of libpython); the probe gives it this long."""
 
@@ -31,11 +33,10 @@ def _sleeping(pid: int, deadline: float) -> bool:
     the state a debuggee waiting for work is in when users attach)."""
     while time.monotonic() < deadline:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                text = f.read()
+            state = procfs.stat(pid).state
         except OSError:
             return False
-        if text[text.rfind(")") + 2:].startswith("S"):
+        if state.startswith("S"):
             return True
         time.sleep(0.02)
     return False

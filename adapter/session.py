@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from adapter.backends import Backend, create_backend
 from adapter.client import ClientHandlers
@@ -46,6 +46,12 @@ from adapter.protocol.progress import ProgressReporter
 from adapter.protocol.relay import FastRelay, fits
 from adapter.protocol.schema import DAP_REQUESTS
 from adapter.protocol.validate import default_checker
+
+if TYPE_CHECKING:
+    from adapter.disassemble import Disassembler
+    from adapter.features.data_breakpoints import DataBreakpoints
+    from adapter.features.record_breakpoints import RecordBreakpoints
+    from adapter.memory import ProcessMemory
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -108,11 +114,11 @@ class Session:
         """The debugger behind ptdebug, from launch/attach on."""
         self.pid: int | None = None
         """The debuggee's process id, once the backend learnt it."""
-        self.memory = None
+        self.memory: ProcessMemory | None = None
         """adapter.memory.ProcessMemory of the debuggee, once its pid is known."""
-        self.disassembler = None
+        self.disassembler: Disassembler | None = None
         """adapter.disassemble.Disassembler of the debuggee, created on first use."""
-        self.data_breakpoints = None
+        self.data_breakpoints: DataBreakpoints | None = None
         """Data-breakpoint feature (dataBreakpointInfo, setDataBreakpoints); None until wired."""
         self.features_started = threading.Event()
         """Set once the features that need the debuggee's pid are plugged in (or never will
@@ -133,7 +139,7 @@ class Session:
         anything but None has taken the request (its body, or DEFERRED)."""
         self.launch_arguments: dict = {}
         """The client's launch/attach arguments as sent (keys debugpy ignores included)."""
-        self.recording = None
+        self.recording: RecordBreakpoints | None = None
         """Record-breakpoint feature (captures); wired at creation by features.record_breakpoints."""
         self.argument_checker = default_checker()
         """Type checks of forwarded arguments (the DAP schema debugpy ships), or None."""
@@ -368,7 +374,7 @@ class Session:
             # reader thread: the capture's own requests and events go on meanwhile.
             def let_go_then_forward() -> None:
                 try:
-                    if holds:
+                    if holds and recording is not None:
                         recording.let_go_before_disconnect()
                     if let_go_watches is not None:
                         let_go_watches()

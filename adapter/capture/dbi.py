@@ -198,7 +198,7 @@ class DbiSession:
                 self.repair = f"Stalker's vector restore rewritten at {where:#x} (AVX-512)"
             path, _fd, self._table = self._add_file("table", TABLE_BYTES)
             self.api.setup(path, TABLE_BYTES)
-            self._mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
+            self._mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 - kept
         except dbi_repair.RepairError as exc:
             self.close()
             raise DbiUnavailable(str(exc)) from None

@@ -205,7 +205,8 @@ class Target:
         return find_symbol(self.pid, name)
 
     def entry_point(self) -> int:
-        data = open(f"/proc/{self.pid}/auxv", "rb").read()
+        with open(f"/proc/{self.pid}/auxv", "rb") as f:
+            data = f.read()
         for i in range(0, len(data) - 15, 16):
             key = int.from_bytes(data[i:i + 8], "little")
             if key == AT_ENTRY:
@@ -433,9 +434,8 @@ class Target:
     def _detach(self, tid: int) -> None:
         self._ever.add(tid)
         state = self.threads.get(tid)
-        if state in ("running", "new"):
-            if self._interrupt_and_wait(tid) is None:
-                return
+        if state in ("running", "new") and self._interrupt_and_wait(tid) is None:
+            return
         try:
             self._set_trigger(tid, None)
             # DR7 = 0 disables anything armed through ptrace; the address

@@ -61,7 +61,7 @@ class RecorderWorker:
     """One warm recorder process, adapter side."""
 
     def __init__(self):
-        self.errors = tempfile.TemporaryFile(mode="w+")
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - the worker's life
         """Its stderr (a file, not a pipe: a long session's warnings never fill a pipe)."""
         self.process = subprocess.Popen(module_command(MODULE), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.errors, text=True)

@@ -125,6 +125,7 @@ class Request(Message):
         message = {"type": "response", "request_seq": self.raw["seq"],
                    "command": self.raw["command"]}
         message.update(fields)
+        assert self.channel is not None, "a request that came in has its channel"
         self.channel.send(message)
 
 

@@ -238,7 +238,7 @@ def layout_from_elf(path: str) -> InterpreterFile:
 def _read_interpreter_file(path: str) -> InterpreterFile:
     from elftools.elf.elffile import ELFFile
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the `with f` below
     except OSError as exc:
         raise LayoutError(f"{path}: {exc.strerror}") from None
     with f:

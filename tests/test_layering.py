@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
                          "pt_decoder"},
     "adapter.client": {"adapter.backends", "adapter.disassemble", "adapter.memory",
                        "adapter.protocol"},
-    "adapter.session": {"adapter.backends", "adapter.client", "adapter.features",
+    "adapter.session": {"adapter.backends", "adapter.client", "adapter.disassemble", "adapter.features",
                         "adapter.golang", "adapter.hw", "adapter.memory", "adapter.powers", "adapter.protocol",
                         "adapter.python"},
     "adapter.commands": {"adapter", "adapter.capture", "adapter.export", "adapter.hw",
@@ -239,22 +239,31 @@ def _runtime_graph() -> dict[str, set[str]]:
             continue
         module = _module_name(path)
         unit = _unit(module)
-        tree = ast.parse(path.read_text(), filename=str(path))
-        hidden = _type_checking_only(tree)
-        for node in ast.walk(tree):
-            if id(node) in hidden:
-                continue
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [_resolve("." * node.level + (node.module or ""), module, path)]
-            else:
-                continue
-            for name in names:
-                other = _unit(name)
-                if other is not None and other != unit:
-                    graph.setdefault(unit, set()).add(other)
+        for name in _runtime_imports(path, module, members=False):
+            other = _unit(name)
+            if other is not None and other != unit:
+                graph.setdefault(unit, set()).add(other)
     return graph
+
+
+def _runtime_imports(path: pathlib.Path, module: str, members: bool) -> set[str]:
+    """The names a .py file imports anywhere in it (in functions too), but under
+    `if TYPE_CHECKING:`; `from a import b` gives a.b with `members`, a without."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    hidden = _type_checking_only(tree)
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve("." * node.level + (node.module or ""), module, path)
+            if members:
+                names.update(base + "." + alias.name for alias in node.names)
+            else:
+                names.add(base)
+    return names
 
 
 def test_the_layers_have_no_cycle():
@@ -327,20 +336,8 @@ def _module_graph() -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
-        if path.suffix == ".pyx":
-            names = _imports(path, module)
-        else:
-            tree = ast.parse(path.read_text(), filename=str(path))
-            hidden = _type_checking_only(tree)
-            names = set()
-            for node in ast.walk(tree):
-                if id(node) in hidden:
-                    continue
-                if isinstance(node, ast.Import):
-                    names.update(alias.name for alias in node.names)
-                elif isinstance(node, ast.ImportFrom):
-                    base = _resolve("." * node.level + (node.module or ""), module, path)
-                    names.update(base + "." + alias.name for alias in node.names)
+        names = (_imports(path, module) if path.suffix == ".pyx"
+                 else _runtime_imports(path, module, members=True))
         for name in names:
             other = target(name)
             if other is not None and other != module:

@@ -37,7 +37,7 @@ from adapter.protocol.schema import AttachConfig, LaunchConfig
 from adapter.python.inject import InjectError, run_python
 from adapter.spawn import package_main_command
 
-from . import Backend, BackendHooks, dial, hang_up
+from .base import Backend, BackendHooks, dial, hang_up
 from .debugpy_detach import DebugpyDetach
 from .debugpy_pid_attach import (
     LISTEN_HOST,

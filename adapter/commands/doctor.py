@@ -22,7 +22,7 @@ import shutil
 import subprocess
 
 from adapter.hw import cpu as cpu_mod
-from adapter.hw import perf
+from adapter.hw import perf, procfs
 
 CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_PERFMON = 21, 19, 38  # linux/capability.h
 
@@ -63,10 +63,7 @@ def probe_breakpoints() -> dict:
 
 
 def capabilities() -> dict:
-    eff = 0
-    for line in (_read("/proc/self/status") or "").splitlines():
-        if line.startswith("CapEff:"):
-            eff = int(line.split()[1], 16)
+    eff = procfs.parse_status(_read("/proc/self/status") or "").mask("CapEff")
     return {"CAP_PERFMON": bool(eff >> CAP_PERFMON & 1),
             "CAP_SYS_PTRACE": bool(eff >> CAP_SYS_PTRACE & 1),
             "CAP_SYS_ADMIN": bool(eff >> CAP_SYS_ADMIN & 1), "uid": os.geteuid()}

@@ -20,6 +20,8 @@ import dataclasses
 import errno as _errno
 import os
 
+from adapter.hw import procfs
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 SYS_ptrace = 101  # x86-64 syscall number
@@ -394,13 +396,9 @@ def tgkill(pid: int, tid: int, sig: int) -> None:
 
 def threads_of(pid: int) -> list[int]:
     """The thread ids of a process, from /proc/PID/task."""
-    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    return procfs.tasks(pid)
 
 
 def tracer_of(tid: int) -> int:
     """TracerPid from /proc/TID/status (0 when nobody traces it)."""
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    return 0
+    return procfs.status(tid).tracer_pid

@@ -32,6 +32,7 @@ from __future__ import annotations
 import signal
 import time
 
+from adapter.hw import procfs
 from adapter.hw import ptrace as pt
 
 RETURN_TRAP = 0x50D0
@@ -67,13 +68,10 @@ def waiting_syscall(pid: int, tid: int) -> str | None:
     /proc/PID/task/TID/syscall (no stop: a hint to choose a thread, checked again once it is
     held); None when it runs or waits in another call."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/syscall") as f:
-            first = f.read().split(maxsplit=1)
-    except OSError:
+        number = procfs.syscall(pid, tid).number
+    except (OSError, ValueError):
         return None
-    if not first or not first[0].lstrip("-").isdigit():
-        return None
-    return WAITING_SYSCALLS.get(int(first[0]))
+    return WAITING_SYSCALLS.get(number) if number is not None else None
 
 
 class HeldThread:

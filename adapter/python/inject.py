@@ -26,9 +26,11 @@ import time
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from adapter.hw import ptrace as pt
-from adapter.hw.mappings import file_mappings, load_bias
+from adapter.hw.mappings import load_bias
+from adapter.hw.procfs import file_mappings
 from adapter.hw.remote_call import HeldThread, RemoteCallError, ThreadBusy, waiting_syscall
 
 API = ("PyGILState_Ensure", "PyRun_SimpleStringFlags", "PyGILState_Release")
@@ -50,7 +52,7 @@ def python_api(pid: int) -> dict[str, int]:
     """Addresses of API's functions in process `pid`. Raises InjectError when the process is
     not a CPython program."""
     try:
-        mapped = {name for *_rest, name in file_mappings(pid) if name.startswith("/")}
+        mapped = {m.path for m in file_mappings(pid) if m.path.startswith("/")}
     except OSError as exc:
         raise InjectError(f"cannot read the mappings of process {pid}: {exc}") from None
     exe = os.path.realpath(f"/proc/{pid}/exe")
@@ -74,7 +76,7 @@ def _dynamic_symbols(path: str, names: tuple[str, ...]) -> dict[str, int]:
     try:
         with open(path, "rb") as f:
             table = ELFFile(f).get_section_by_name(".dynsym")
-            if table is None:
+            if not isinstance(table, SymbolTableSection):
                 return {}
             found = {}
             for name in names:

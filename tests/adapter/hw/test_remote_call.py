@@ -11,7 +11,7 @@ import time
 import pytest
 
 from adapter.hw import ptrace as pt
-from adapter.hw.mappings import file_mappings
+from adapter.hw.procfs import file_mappings
 from adapter.hw.remote_call import HeldThread, ThreadBusy, waiting_syscall
 from adapter.python.inject import _dynamic_symbols
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 def libc_function(pid: int, name: str) -> int:
     """Address of libc's `name` in process `pid`."""
     from adapter.hw.mappings import load_bias
-    path = next(p for *_rest, p in file_mappings(pid) if "/libc.so" in p or "/libc-" in p)
+    path = next(m.path for m in file_mappings(pid) if "/libc.so" in m.path or "/libc-" in m.path)
     return load_bias(pid, path) + _dynamic_symbols(path, (name,))[name]
 
 

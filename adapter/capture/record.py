@@ -403,10 +403,13 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             if before_release is not None:
                 before_release(rec_tid, pt.getregs(rec_tid).rip)
             stage("images after the window listed")
+        early = live.encoded  # (encoded while the window was recorded)
         data = live.finish() if rec is recorder.rec else None
         if data is None:
+            early = 0
             data = encode_recording(rec, recorder.code.read_code)
-        stage(f"trace encoded ({live.encoded} of {len(rec.ips)} instructions in the window)")
+        stage(f"trace encoded ({len(rec.ips) - early} of {len(rec.ips)} instructions after "
+              "the window)")
         writer.add_stream_bytes(rec_tid, data, pid=target.pid)
         stage("trace encoded and written")
         writer.manifest["stats"] = {

@@ -17,8 +17,8 @@ the newest entries (an instruction that did not complete is popped; a PTWRITE va
 a stop moves to the instruction before it), and an instruction's packets need the address
 after it. So everything older than the newest LAG instructions is final, with its stamp (the
 last stop at or before it) and its PTWRITE value. The stream is the same bytes as
-`record.encode_recording` gives for the finished Recording (tests/adapter/capture/
-test_live_encoding.py).
+`record.encode_recording` gives for the finished Recording (tests/live/
+test_stepper_untraced.py, tests/pt_decoder/test_flow_encoder.py).
 """
 from __future__ import annotations
 

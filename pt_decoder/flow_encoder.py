@@ -481,10 +481,10 @@ class EncodingRun:
                 self._finish(cls, fall, target, end_ip)
                 break
             if cls == OTHER:
-                if nxt == fall or nxt == ip:
+                if nxt in (fall, ip):
                     continue
             elif cls == COND:
-                if nxt == target or nxt == fall:
+                if nxt in (target, fall):
                     self._bit(1 if nxt != fall else 0)
                     if len(out) >= self.next_psb:
                         self._psb_plus(nxt)
@@ -508,7 +508,7 @@ class EncodingRun:
                 enc.tip(nxt)
                 self._maybe_psb(nxt)
                 continue
-            elif cls == IJMP or cls == ICALL:
+            elif cls in (IJMP, ICALL):
                 self.flush()
                 self._cyc()
                 if self.untraced and k in self.untraced:

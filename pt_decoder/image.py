@@ -201,7 +201,7 @@ def _file_symbols(path: str, module: Module) -> SymbolTable:
 
 def _open_elf(path: str) -> tuple[ELFFile, object]:
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - returned open, with the ELFFile reading it
     except OSError as e:
         raise PtError(ErrorCode.BAD_FILE, detail=f"cannot open {path}: {e.strerror}")
     try:
@@ -391,7 +391,7 @@ class Image:
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
             mappings.append((lo, hi, parts[1], int(parts[2], 16), parts[5] if len(parts) > 5 else ""))
         try:
-            mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
+            mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 - closed in the finally below
         except OSError as e:
             mem = None
             image.warnings.append(f"cannot open /proc/{pid}/mem: {e.strerror}")

@@ -44,7 +44,7 @@ from adapter.protocol.errors import BackendError, BackendGone
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
-from . import Backend, BackendHooks, dial, hang_up
+from .base import Backend, BackendHooks, dial, hang_up
 from .delve_detach import DelveDetach
 from .delve_handover import DelveHandover
 from .delve_process import (

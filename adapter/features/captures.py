@@ -20,6 +20,16 @@ from adapter.protocol.schema import CaptureGap, CaptureLocation, CaptureNowOut
 LINE_TABLE_MAX_BYTES = 4 << 20
 
 
+def where(capture, ip: int) -> str:
+    """`function+offset (file:line)` of an address of the capture's history."""
+    name, offset = capture.function(ip)
+    text = f"{name}+{offset:#x}"
+    line = capture.line(ip)
+    if line is not None:
+        text += f" ({line[0].rsplit('/', 1)[-1]}:{line[1]})"
+    return text
+
+
 @dataclass
 class Capture:
     """One finished trace window: its decoded history and what it cost."""

@@ -71,6 +71,7 @@ from adapter.features.writer_trap import (
     install_expression,
     sig_data,
 )
+from adapter.hw import procfs
 from adapter.memory import parse_address
 from adapter.powers import RunsInsidePython
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
@@ -937,9 +938,7 @@ def _target_from_id(data_id: str) -> Target | None:
 
 
 def _first_writable(pid: int) -> int:
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            span, perms = line.split()[:2]
-            if perms.startswith("rw"):
-                return int(span.split("-")[0], 16)
+    for m in procfs.maps(pid):
+        if m.perms.startswith("rw"):
+            return m.start
     raise OSError(f"process {pid} has no writable mapping")

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from adapter.hw import procfs
+
 NATIVE_FRAME_ID_BASE = 1 << 26
 NATIVE_FRAME_ID_END = 1 << 27
 MAX_NATIVE_FRAMES = 16
@@ -161,7 +163,7 @@ class ProcessSymbols:
     def __init__(self, pid: int):
         self.pid = pid
         self.modules: list = []
-        self._maps = ""
+        self._maps: list[procfs.Mapping] = []
         self._tables: dict[tuple, object] = {}
         """(path, device, inode, mtime, bias) -> SymbolTable, across refreshes."""
         self._layouts: dict[tuple, tuple] = {}
@@ -178,32 +180,25 @@ class ProcessSymbols:
     def refresh(self) -> bool:
         """Re-read /proc/PID/maps; rebuild the module list if it changed. Returns whether
         it did. Raises OSError when the process is gone."""
-        with open(f"/proc/{self.pid}/maps") as f:
-            # Only file-backed and executable mappings name modules: the heap and anonymous
-            # memory (malloc's arenas, numpy's buffers) change all the time and name none.
-            text = "".join(line for line in f
-                           if "/" in line or "x" in line.split(None, 2)[1:2][0])
+        # Only file-backed and executable mappings name modules: the heap and anonymous
+        # memory (malloc's arenas, numpy's buffers) change all the time and name none.
+        mappings = [m for m in procfs.maps(self.pid) if "/" in m.path or "x" in m.perms]
         with self._lock:
-            if text == self._maps:
+            if mappings == self._maps:
                 return False
-            self._maps = text
-            self._rebuild(text)
+            self._maps = mappings
+            self._rebuild(mappings)
             return True
 
-    def _rebuild(self, text: str) -> None:
+    def _rebuild(self, mappings: list[procfs.Mapping]) -> None:
         from pt_decoder.image import Module
         spans: dict[str, list[tuple[int, int, str, int]]] = {}
         anonymous = []
-        for line in text.splitlines():
-            parts = line.split(None, 5)
-            if len(parts) < 5:
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            name = parts[5].strip() if len(parts) > 5 else ""
-            if name.startswith("/"):
-                spans.setdefault(name, []).append((lo, hi, parts[1], int(parts[2], 16)))
-            elif "x" in parts[1] and name == "[vdso]":
-                anonymous.append((lo, hi, name))
+        for m in mappings:
+            if m.path.startswith("/"):
+                spans.setdefault(m.path, []).append((m.start, m.end, m.perms, m.offset))
+            elif "x" in m.perms and m.path == "[vdso]":
+                anonymous.append((m.start, m.end, m.path))
         modules, keys, code_of = [], {}, {}
         for path, maps in spans.items():
             code = [m for m in maps if "x" in m[2]]

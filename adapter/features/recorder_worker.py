@@ -39,6 +39,7 @@ import time
 
 from adapter.features.record_window import RecordWindow
 from adapter.golang.park import Parked, park, unpark
+from adapter.hw import procfs
 from adapter.spawn import module_command
 
 log = logging.getLogger("ptdebug.dap")
@@ -60,7 +61,7 @@ class RecorderWorker:
     """One warm recorder process, adapter side."""
 
     def __init__(self):
-        self.errors = tempfile.TemporaryFile(mode="w+")
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - the worker's life
         """Its stderr (a file, not a pipe: a long session's warnings never fill a pipe)."""
         self.process = subprocess.Popen(module_command(MODULE), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.errors, text=True)
@@ -463,11 +464,10 @@ def _warm_images(pid: int) -> None:
 
 
 def _tgid(tid: int) -> int:
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Tgid:"):
-                return int(line.split()[1])
-    raise OSError(f"no thread {tid}")
+    tgid = procfs.status(tid).tgid
+    if tgid is None:
+        raise OSError(f"no thread {tid}")
+    return tgid
 
 
 def _serve() -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from array import array
 
-from pt_decoder.flow_encoder import FlowEncoder
+from pt_decoder.flow_encoder import EncodingRun, FlowEncoder
 
 LAG = 4
 """Newest instructions never encoded early (the stepper may still pop or re-stamp them)."""
@@ -54,7 +54,7 @@ class LiveEncoding:
         """Entries of rec.ptw copied into `ptwrites`."""
         self._stamp = 0
         """Index in rec.stamps of the stamp of the next instruction whose tsc is filled."""
-        self.run = None
+        self.run: EncodingRun | None = None
         self.failure: str | None = None
         """Why encoding early stopped (code that cannot be read): finish() then encodes the
         whole Recording again, and reports the error as record.encode_recording does."""

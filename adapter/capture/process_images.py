@@ -4,10 +4,10 @@ mappings it has not seen before only (issue 33: listing an onnxruntime service's
 every mapped file, 130 ms after each window).
 
 Layer: adapter.capture (beside record.py, which writes what this lists into each bundle).
-Reads /proc/PID/maps and /proc/PID/mem and the mapped files' ELF notes (pt_decoder's
+Reads /proc/PID/maps (adapter.hw.procfs) and the mapped files' ELF notes (pt_decoder's
 build-id reader); knows nothing of the recorder.
 
-A file mapping is known by its maps line (address range, offset, device and inode, path):
+A file mapping is known by its maps line (address range, offset, inode, path):
 a file replaced on disk or mapped anew is another line, and is looked at again. What is not
 a file (anonymous code, the vDSO, a file deleted since it was mapped) is copied from the
 process's memory at every capture, as its bytes may have changed.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from adapter.hw import procfs
 from pt_decoder.bundle_reader import file_build_id
 
 
@@ -41,40 +42,35 @@ class MemoryMapping:
 class ProcessImages:
     """The executable mappings of the processes recorded from this process."""
 
-    def __init__(self):
-        self._files: dict[str, FileMapping] = {}
-        """maps line -> the mapping it describes (every process recorded so far)."""
+    def __init__(self) -> None:
+        self._files: dict[tuple, FileMapping] = {}
+        """(start, end, offset, inode, path) of a maps line -> the mapping it describes
+        (every process recorded so far)."""
 
     def mappings(self, pid: int) -> list[FileMapping | MemoryMapping]:
         """The executable mappings of `pid` now ([vsyscall] left out: the kernel emulates
         it and it cannot be read). Raises OSError when /proc/PID/maps cannot be read."""
-        with open(f"/proc/{pid}/maps") as f:
-            lines = f.read().splitlines()
         found: list[FileMapping | MemoryMapping] = []
-        for line in lines:
-            parts = line.split(None, 5)
-            if len(parts) < 5 or "x" not in parts[1]:
+        for line in procfs.maps(pid):
+            if "x" not in line.perms or line.path == "[vsyscall]":
                 continue
-            name = parts[5] if len(parts) > 5 else ""
-            if name == "[vsyscall]":
-                continue
-            low, high = (int(x, 16) for x in parts[0].split("-"))
-            known = self._files.get(line)
+            key = (line.start, line.end, line.offset, line.inode, line.path)
+            known = self._files.get(key)
             if known is not None:
                 found.append(known)
                 continue
+            name = line.path
             if name.startswith("/") and os.path.isfile(name):
-                offset = int(parts[2], 16)
                 try:
-                    size = min(high - low, max(0, os.stat(name).st_size - offset))
+                    size = min(line.end - line.start, max(0, os.stat(name).st_size - line.offset))
                 except OSError:
-                    found.append(MemoryMapping(name, low, high))
+                    found.append(MemoryMapping(name, line.start, line.end))
                     continue
-                mapping = FileMapping(name, low, offset, size, file_build_id(name))
-                self._files[line] = mapping
+                mapping = FileMapping(name, line.start, line.offset, size, file_build_id(name))
+                self._files[key] = mapping
                 found.append(mapping)
             else:
-                found.append(MemoryMapping(name or "[anon]", low, high))
+                found.append(MemoryMapping(name or "[anon]", line.start, line.end))
         return found
 
 

@@ -324,6 +324,10 @@ class RecordBreakpoints:
         listing = ProcessImages()
         seen: set = set()
         while not self._closed.wait(WARM_UP_PERIOD_S):
+            with self._lock:
+                if not any(entry.record_ids for entry in self.sources.values()):
+                    self._warming = False  # (the next record breakpoint starts it again)
+                    return
             pid = self.session.pid
             if pid is None:
                 continue

@@ -497,6 +497,10 @@ class ThreadRecorder:
         """The run's watchdog (its ticks cut `_wait(tick=True)` short)."""
         self.stops_seen = 0
         """Stops collected (the manifest's `stops`: single steps among them)."""
+        self.while_running = None
+        """Called each time the thread is resumed, before its next stop is waited for: work
+        that fits while the thread runs (record.py encodes the path so far: live_encoding.py).
+        It must not raise, nor touch the thread."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -550,11 +554,15 @@ class ThreadRecorder:
         self.running = True
         self.stepping = False
         pt.cont(self.tid, sig)
+        if self.while_running is not None:
+            self.while_running()
 
     def _step(self, sig: int = 0) -> None:
         self.running = True
         self.stepping = True
         pt.singlestep(self.tid, sig)
+        if self.while_running is not None:
+            self.while_running()
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -57,6 +57,8 @@ class Capture:
     no live position after the history. None: a capture of the live program."""
     replay_hits: dict = field(default_factory=dict, repr=False)
     """features.replay_hits.recorded_hits' answer for the client's current breakpoints."""
+    preparing: list[str] = field(default_factory=list)
+    """What is still being done after its announcement (record_breakpoints.py, _prepare)."""
 
     @property
     def history(self):
@@ -142,7 +144,8 @@ class Capture:
             status="partial" if self.partial else "complete",
             partial=self.partial is not None, partialReason=self.partial,
             reason="breakpoint" if location else "command",
-            location=CaptureLocation(location["path"], location["line"]) if location else None))
+            location=CaptureLocation(location["path"], location["line"]) if location else None,
+            preparing=list(self.preparing)))
 
 
 def _has_pclntab(path: str) -> bool:

@@ -34,6 +34,8 @@ a source line matters in the user's own native code."""
 DEBUG_ROOT = "/usr/lib/debug"
 """Where distributions install separate debug files (.build-id/xx/rest.debug): a stripped
 library's local symbols (libc's __memmove_avx_unaligned_erms behind memcpy) are only there."""
+SMALL_MODULE_BYTES = 1 << 20
+"""Modules read ahead whatever their name (ProcessSymbols.warm) are at most this large."""
 USER_SPACE_END = 1 << 47
 """x86-64 canonical user addresses are below 2^47 (SDM Vol. 1 §3.3.7.1); the rest is kernel."""
 
@@ -248,9 +250,11 @@ class ProcessSymbols:
         with self._lock:
             return any(lo <= addr < hi for lo, hi in self._code.get(id(module), ()))
 
-    def symbolize(self, addr: int):
+    def symbolize(self, addr: int, wait: float | None = None):
         """The function holding `addr` (pt_decoder.symbols.Symbol), or None: the perf map
-        first (JIT code), then the symbols of the module mapped there."""
+        first (JIT code), then the symbols of the module mapped there. `wait`: seconds to wait
+        for a table not read yet (it is read on another thread meanwhile, and kept); None
+        when it is not there by then. Default: until it is read."""
         perf = self._perf_table()
         if perf is not None:
             symbol = perf.lookup(addr)
@@ -259,6 +263,16 @@ class ProcessSymbols:
         module = self.module_at(addr)
         if module is None or not self.executable(module, addr):
             return None  # data of a module (its .eh_frame_hdr, .data, GOT): no function there
+        if wait is not None:
+            with self._lock:
+                ready = self._keys.get(id(module)) in self._tables
+            if not ready:
+                reader = threading.Thread(target=self.table, args=(module,), daemon=True,
+                                          name="ptdebug-symbols-of-a-stop")
+                reader.start()
+                reader.join(wait)
+                if reader.is_alive():
+                    return None
         table = self.table(module)
         return table.lookup(addr) if table is not None else None
 
@@ -344,10 +358,19 @@ class ProcessSymbols:
         likely = ("libc.so", "libc-", "libpython", "_multiarray_umath")
         wanted = [self.module_at(a) for a in addresses]
         wanted += [m for m in self.modules if os.path.basename(m.path).startswith(likely)]
+        wanted += [m for m in self.modules if m not in wanted and _small(m.path)]
         for module in wanted:
             if module is not None:
                 self.table(module)
                 time.sleep(0.01)  # let the adapter's other threads have the GIL between
+
+
+def _small(path: str) -> bool:
+    """A file whose symbols read in milliseconds (the user's own native code, as a rule)."""
+    try:
+        return os.path.getsize(path) <= SMALL_MODULE_BYTES
+    except OSError:
+        return False
 
 
 def elf_layout(path: str) -> tuple[tuple[tuple[int, int, int], ...], str | None] | None:

@@ -9,7 +9,7 @@ dataclasses of `protocol/schema.py` first, so a wrong type is an InvalidRequest 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from adapter.backends import infer_backend
 from adapter.protocol.channel import DEFERRED
@@ -30,7 +30,13 @@ from adapter.protocol.schema import (
 )
 
 if TYPE_CHECKING:
-    from adapter.session import Session
+    import threading
+
+    from adapter.backends import Backend
+    from adapter.disassemble import Disassembler
+    from adapter.memory import ProcessMemory
+    from adapter.protocol.channel import Channel
+    from adapter.protocol.progress import ProgressReporter
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -40,10 +46,35 @@ FEATURE_WAIT = 10.0
 backend learns the pid a moment after the launch; a first stop may come before)."""
 
 
+class SessionState(Protocol):
+    """What the handlers read and change of the Session (adapter/session.py, which creates
+    them with itself and documents each): passed in, so the session and its handlers do not
+    name each other."""
+
+    initialized: bool
+    client_arguments: dict
+    capabilities: dict
+    launch_arguments: dict
+    disassembler: Disassembler | None
+    features_started: threading.Event
+
+    @property
+    def client(self) -> Channel: ...
+    @property
+    def progress(self) -> ProgressReporter: ...
+    @property
+    def backend(self) -> Backend | None: ...
+    def start_backend(self, name: str, config: LaunchConfig | AttachConfig) -> Backend: ...
+    def require_memory(self) -> ProcessMemory: ...
+    def disconnect(self, request: Request) -> object: ...
+    def route(self, request: Request) -> object: ...
+    def finish(self) -> None: ...
+
+
 class ClientHandlers:
     """Handlers of requests from the DAP client; the Session holds the state."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: SessionState):
         self.session = session
 
     # --- the lifecycle --------------------------------------------------------------------

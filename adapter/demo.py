@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 
+from adapter.hw import procfs
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.spawn import ptdebug_command
 
@@ -140,15 +141,12 @@ def marker_line(path: pathlib.Path, marker: str) -> int:
 def descendants(root: int) -> list[int]:
     """Every process below `root` (children first found through /proc)."""
     parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in procfs.pids():
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            parent = procfs.stat(pid).ppid
         except OSError:
             continue
-        parents.setdefault(int(fields[1]), []).append(int(entry))
+        parents.setdefault(parent, []).append(pid)
     found, todo = [], [root]
     while todo:
         for child in parents.get(todo.pop(), []):

@@ -21,6 +21,7 @@ import binascii
 import errno
 import os
 
+from adapter.hw import procfs
 from adapter.protocol.errors import InvalidMemoryReference, InvalidRequest, MemoryAccessError
 from adapter.protocol.schema import ReadMemoryArguments, WriteMemoryArguments
 
@@ -105,26 +106,23 @@ class ProcessMemory:
         """(how many of the `size` bytes from `address` lie in writable mappings, one after
         the other; what stops the run: '' or a description of the mapping or hole)."""
         try:
-            with open(f"/proc/{self.pid}/maps", "rb") as maps:
-                lines = maps.read().splitlines()
+            mappings = procfs.maps(self.pid)
         except FileNotFoundError:
             raise MemoryAccessError(f"process {self.pid} has exited") from None
         except OSError as exc:
             raise MemoryAccessError(f"cannot read the mappings of process {self.pid}: "
                                     f"{exc.strerror}") from None
         pos, end = address, address + size
-        for line in lines:
-            parts = line.split(None, 5)
-            low, high = (int(x, 16) for x in parts[0].split(b"-"))
-            if high <= pos:
+        for m in mappings:
+            if m.end <= pos:
                 continue
-            if low > pos:
+            if m.start > pos:
                 return pos - address, f"{format_address(pos)} is not mapped"
-            if b"w" not in parts[1]:
-                name = parts[5].decode(errors="replace").strip() if len(parts) > 5 else ""
+            if "w" not in m.perms:
+                name = os.fsencode(m.path).decode(errors="replace")
                 return pos - address, (f"{format_address(pos)} is in a read-only mapping "
-                                       f"({parts[1].decode()} {name or '[anon]'})")
-            pos = high
+                                       f"({m.perms} {name or '[anon]'})")
+            pos = m.end
             if pos >= end:
                 return size, ""
         return (pos - address, f"{format_address(pos)} is not mapped") if pos < end \

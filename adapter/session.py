@@ -18,9 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from adapter.backends import Backend, create_backend
+from adapter.client import ClientHandlers
+from adapter.features.record_breakpoints import install_trace_features
+from adapter.features.run_control import RunControl
+from adapter.features.thread_guard import ThreadGuard
+from adapter.hw import procfs
 from adapter.powers import (
     ServesCustomRequests,
     ServesDataBreakpoints,
@@ -41,6 +46,12 @@ from adapter.protocol.progress import ProgressReporter
 from adapter.protocol.relay import FastRelay, fits
 from adapter.protocol.schema import DAP_REQUESTS
 from adapter.protocol.validate import default_checker
+
+if TYPE_CHECKING:
+    from adapter.disassemble import Disassembler
+    from adapter.features.data_breakpoints import DataBreakpoints
+    from adapter.features.record_breakpoints import RecordBreakpoints
+    from adapter.memory import ProcessMemory
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -78,7 +89,6 @@ class Session:
     """The state of one debug session. Create it on a client stream and call `run()`."""
 
     def __init__(self, client_in: BinaryIO, client_out: BinaryIO):
-        from adapter.client import ClientHandlers
         self._fast_path_lock = threading.Lock()
         """Held while the plain set is worked out and handed over, so the last one is current."""
         self.relay = FastRelay.for_streams(client_in, client_out)
@@ -104,11 +114,11 @@ class Session:
         """The debugger behind ptdebug, from launch/attach on."""
         self.pid: int | None = None
         """The debuggee's process id, once the backend learnt it."""
-        self.memory = None
+        self.memory: ProcessMemory | None = None
         """adapter.memory.ProcessMemory of the debuggee, once its pid is known."""
-        self.disassembler = None
+        self.disassembler: Disassembler | None = None
         """adapter.disassemble.Disassembler of the debuggee, created on first use."""
-        self.data_breakpoints = None
+        self.data_breakpoints: DataBreakpoints | None = None
         """Data-breakpoint feature (dataBreakpointInfo, setDataBreakpoints); None until wired."""
         self.features_started = threading.Event()
         """Set once the features that need the debuggee's pid are plugged in (or never will
@@ -129,7 +139,7 @@ class Session:
         anything but None has taken the request (its body, or DEFERRED)."""
         self.launch_arguments: dict = {}
         """The client's launch/attach arguments as sent (keys debugpy ignores included)."""
-        self.recording = None
+        self.recording: RecordBreakpoints | None = None
         """Record-breakpoint feature (captures); wired at creation by features.record_breakpoints."""
         self.argument_checker = default_checker()
         """Type checks of forwarded arguments (the DAP schema debugpy ships), or None."""
@@ -149,13 +159,10 @@ class Session:
         """Set when the session is over: the run loop then shuts everything down."""
         self._program_end: ProgramEnd | None = None
         self._lock = threading.Lock()
-        from adapter.features.record_breakpoints import install_trace_features
         install_trace_features(self)
-        from adapter.features.run_control import RunControl
         self.run_control = RunControl(self)
         """The one owner of a Python session's run control (features/run_control.py): the
         program's run state, the user's run-control requests and ptdebug's hidden stops."""
-        from adapter.features.thread_guard import ThreadGuard
         ThreadGuard.install(self)  # before the backend: its checks come first
         if self.recording is not None:
             # a capture wakes the trace features' interceptors up: they must see requests
@@ -367,7 +374,7 @@ class Session:
             # reader thread: the capture's own requests and events go on meanwhile.
             def let_go_then_forward() -> None:
                 try:
-                    if holds:
+                    if holds and recording is not None:
                         recording.let_go_before_disconnect()
                     if let_go_watches is not None:
                         let_go_watches()
@@ -503,7 +510,7 @@ class ProgramEnd:
     waiting for the debugger to reap them: a pidfd would not be readable before that), with
     the start time it had when watched (a reused pid is not the program)."""
 
-    def __init__(self, pid: int, started: bytes):
+    def __init__(self, pid: int, started: str):
         self.pid = pid
         self._started = started
         self._ended_at: float | None = None
@@ -527,15 +534,13 @@ class ProgramEnd:
         return now - self._ended_at > PROGRAM_GONE_GRACE
 
 
-def _process_state(pid: int) -> tuple[str, bytes] | None:
+def _process_state(pid: int) -> tuple[str, str] | None:
     """(state letter, start time) of /proc/PID/stat; None when there is no such process."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = procfs.stat(pid)
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields[0].decode(), fields[19]
+    return stat.state, stat.start_time
 
 
 def _active(intercept: Callable, command: str) -> bool:

@@ -44,7 +44,7 @@ import os
 import select
 from typing import TYPE_CHECKING
 
-from adapter.hw import debugregs, hold, perf, ptrace
+from adapter.hw import debugregs, hold, perf, procfs, ptrace
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations are not evaluated here
     from typing_extensions import Self
@@ -188,35 +188,31 @@ def plan(request: WatchRequest) -> list[tuple[int, int]]:
 def check_mapped(pid: int, address: int, length: int, access: Access) -> None:
     """WatchError unless [address, address+length) lies in mappings of `pid` (/proc/PID/maps),
     executable ones for an execute watch."""
-    maps = _read_proc(pid, "maps")
     pos, end = address, address + length
-    for line in maps.splitlines():
-        span, perms = line.split()[:2]
-        lo, hi = (int(x, 16) for x in span.split("-"))
-        if lo <= pos < hi:
-            if access == Access.EXECUTE and "x" not in perms:
+    for m in _mappings(pid):
+        if m.start <= pos < m.end:
+            if access == Access.EXECUTE and "x" not in m.perms:
                 raise WatchError("unmapped", f"address {address:#x} is in a non-executable mapping "
-                                 f"({span} {perms}) of process {pid}")
-            pos = hi
+                                 f"({m.span} {m.perms}) of process {pid}")
+            pos = m.end
             if pos >= end:
                 return
     raise WatchError("unmapped", f"address {pos:#x} is not mapped in process {pid} (see /proc/{pid}/maps)")
 
 
-def _read_proc(pid: int, name: str) -> str:
+def _mappings(pid: int) -> list[procfs.Mapping]:
     try:
-        with open(f"/proc/{pid}/{name}") as f:
-            return f.read()
+        return procfs.maps(pid)
     except FileNotFoundError:
         raise WatchError("no_process", f"no process {pid}") from None
     except PermissionError:
-        raise WatchError("permission", f"permission denied reading /proc/{pid}/{name}: watch a process "
+        raise WatchError("permission", f"permission denied reading /proc/{pid}/maps: watch a process "
                          "of your own user, or run as root") from None
 
 
 def check_readable(pid: int) -> None:
     """WatchError(no_process / permission) unless `pid` exists and its maps can be read."""
-    _read_proc(pid, "maps")
+    _mappings(pid)
 
 
 def require_process(pid: int) -> None:

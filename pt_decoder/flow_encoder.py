@@ -206,16 +206,28 @@ class FlowEncoder:
                                  f"path by its return address")
             if not isinstance(target, int) or not 0 <= target < 2**64:
                 raise ValueError(f"untraced[{index}] must be an address, got {target!r}")
-        run = _Run(self, tscs, cycles, tsc_start, cycles_per_insn, ptwrites or {},
+        run = EncodingRun(self, tscs, cycles, tsc_start, cycles_per_insn, ptwrites or {},
                    untraced or {})
         return run.encode(ips, end_ip)
+
+    def start(self, *, tscs=None, ptwrites: Mapping[int, int] | None = None,
+              untraced: Mapping[int, int] | None = None) -> EncodingRun:
+        """A stream encoded piece by piece while its path is still being recorded (the
+        ptrace stepper encodes what it recorded while the thread runs to its next stop):
+        `begin(ips)`, `feed(ips, upto)` any number of times, `finish(ips, end_ip)`. The
+        bytes equal encode()'s for the whole path. `tscs`, `ptwrites` and `untraced` are
+        read as the pieces are encoded (a sequence and mappings the caller may still be
+        filling beyond them), and are not checked as encode() checks them."""
+        return EncodingRun(self, tscs, None, 1 << 40, 1, ptwrites if ptwrites is not None
+                           else {}, untraced if untraced is not None else {})
 
     def stats(self) -> dict:
         return {"cached_instructions": len(self._insns)}
 
 
-class _Run:
-    """State of one encode() call: the encoder, pending TNT bits, return stack, clocks."""
+class EncodingRun:
+    """State of one encoded stream (encode(), or start()'s pieces): the encoder, pending TNT
+    bits, return stack, clocks."""
 
     def __init__(self, fe: FlowEncoder, tscs, cycles, tsc_start, cycles_per_insn, ptwrites,
                  untraced):
@@ -397,12 +409,42 @@ class _Run:
 
     # ---- the path -------------------------------------------------------------------
     def encode(self, ips: Sequence[int], end_ip: int | None) -> bytes:
+        if not len(ips):
+            return b""
+        self.begin(ips)
+        return self.finish(ips, end_ip)
+
+    def begin(self, ips: Sequence[int]) -> None:
+        """Start the stream at ips[0] (which, with its stamp tscs[0], must exist)."""
+        if self.tscs is not None:
+            self.now = self.tscs[0]
+            if self.cycles is None:
+                self.cyc_now = self.last_cyc = self.tscs[0]
+        self._psb_plus(None)
+        self._enable(ips[0])
+        self.position = 0
+        """Instructions encoded so far (the path's prefix ips[:position])."""
+
+    def feed(self, ips: Sequence[int], upto: int) -> None:
+        """Encode the path's instructions up to ips[upto] (not included), which must exist:
+        each instruction's packets depend on the address after it. The stamps, PTWRITE
+        values and untraced calls of those instructions must be final."""
+        if upto > self.position:
+            self._steps(ips, self.position, upto, None)
+            self.position = upto
+
+    def finish(self, ips: Sequence[int], end_ip: int | None) -> bytes:
+        """Encode the rest of the path, its last instruction towards `end_ip`; the stream."""
+        self._steps(ips, self.position, len(ips), end_ip)
+        self.position = len(ips)
+        self.flush()
+        return self.enc.getvalue()
+
+    def _steps(self, ips: Sequence[int], start: int, stop: int, end_ip: int | None) -> None:
         fe = self.fe
         classify = fe.classify
         cache = fe._insns
         n = len(ips)
-        if not n:
-            return b""
         timing = fe.timing
         tscs = self.tscs
         ptwrites = self.ptwrites
@@ -410,16 +452,8 @@ class _Run:
         enc = self.enc
         out = self.out
         stack = self.stack
-        if tscs is not None:
-            self.now = tscs[0]
-            if self.cycles is None:
-                self.cyc_now = self.last_cyc = tscs[0]
-        self._psb_plus(None)
-        self._enable(ips[0])
-        ip = ips[0]
-        for k in range(n):
-            if k:
-                ip = ips[k]
+        for k in range(start, stop):
+            ip = ips[k]
             nxt = ips[k + 1] if k + 1 < n else None
             if timing:
                 now = tscs[k] if tscs is not None else (
@@ -447,10 +481,10 @@ class _Run:
                 self._finish(cls, fall, target, end_ip)
                 break
             if cls == OTHER:
-                if nxt == fall or nxt == ip:
+                if nxt in (fall, ip):
                     continue
             elif cls == COND:
-                if nxt == target or nxt == fall:
+                if nxt in (target, fall):
                     self._bit(1 if nxt != fall else 0)
                     if len(out) >= self.next_psb:
                         self._psb_plus(nxt)
@@ -474,7 +508,7 @@ class _Run:
                 enc.tip(nxt)
                 self._maybe_psb(nxt)
                 continue
-            elif cls == IJMP or cls == ICALL:
+            elif cls in (IJMP, ICALL):
                 self.flush()
                 self._cyc()
                 if self.untraced and k in self.untraced:
@@ -496,8 +530,6 @@ class _Run:
                 continue
             # Not explained by the code: a signal, an interrupt, a moved RIP.
             self._unexplained(cls, fall, target, nxt)
-        self.flush()
-        return enc.getvalue()
 
     def _maybe_psb(self, nxt: int) -> None:
         if self.enc.offset >= self.next_psb:

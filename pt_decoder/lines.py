@@ -139,7 +139,7 @@ class LineTable:
         line information of the asked kind.
         """
         try:
-            f = open(path, "rb")
+            f = open(path, "rb")  # noqa: SIM115 - closed by the `with f` below
         except OSError as e:
             raise PtError(ErrorCode.BAD_FILE, detail=f"cannot open {path}: {e.strerror}")
         with f:

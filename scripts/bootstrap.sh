@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 # emacs-nox and elpa-dap-mode: a DAP client nobody here wrote, for tests/clients.
-for pkg in libipt-dev libipt2 gdb linux-perf build-essential python3-dev emacs-nox elpa-dap-mode; do
+for pkg in libipt-dev libipt2 linux-perf build-essential python3-dev emacs-nox elpa-dap-mode; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

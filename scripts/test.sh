@@ -9,9 +9,14 @@ bash scripts/bootstrap.sh
 bash scripts/vscode_setup.sh \
     || echo "test: warning: scripts/vscode_setup.sh failed; tests/vscode_ui will say why" >&2
 export PATH="$(go env GOPATH 2>/dev/null || echo /nonexistent)/bin:$PATH"
-# Lint first (a second, the rules are [tool.ruff.lint] in pyproject.toml): a failure stops here.
+# Lint and type checks first (seconds; the rules are [tool.ruff.lint] and [tool.mypy] in
+# pyproject.toml, and vscode-extension/eslint.config.mjs): a failure stops here.
 echo "test: ruff check"
 .venv/bin/ruff check .
+echo "test: mypy"
+.venv/bin/mypy
+echo "test: eslint (vscode-extension)"
+(cd vscode-extension && npm run --silent lint)
 # Two workers (PTDEBUG_TEST_WORKERS; 0 runs in this process): a test waits on its debuggers and
 # programs most of the time, so two share these two cores well; the tests of one file run on
 # one worker (--dist loadfile), so that a file's fixtures are built once.

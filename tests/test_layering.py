@@ -27,12 +27,12 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.hw": {"pt_decoder"},  # its ELF reading (mappings.load_bias)
     "adapter.protocol": set(),
     "adapter.powers": set(),
-    "adapter.memory": {"adapter.protocol"},
+    "adapter.memory": {"adapter.hw", "adapter.protocol"},
     "adapter.disassemble": {"adapter.memory", "adapter.protocol", "pt_decoder"},
     "adapter.watchpoints": {"adapter.hw"},
     "adapter.watch_traced": {"adapter.hw", "adapter.watchpoints"},
     "adapter.demo_assets": set(),
-    "adapter.demo": {"adapter.protocol", "adapter.spawn"},
+    "adapter.demo": {"adapter.hw", "adapter.protocol", "adapter.spawn"},
     "adapter.python": {"adapter.hw", "pt_decoder"},
     "adapter.golang": {"adapter.hw", "adapter.protocol", "pt_decoder"},
     "adapter.capture": {"adapter.golang", "adapter.hw", "adapter.python", "pt_decoder"},
@@ -40,15 +40,18 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.export": {"adapter.python", "adapter.recording", "pt_decoder"},
     "adapter.lsp": {"adapter.export", "adapter.recording", "pt_decoder"},
     "adapter.backends": {"adapter.disassemble", "adapter.golang", "adapter.hw",
-                         "adapter.left_running", "adapter.protocol", "adapter.recording", "adapter.spawn", "pt_decoder"},
-    "adapter.features": {"adapter.capture", "adapter.export", "adapter.golang", "adapter.memory",
+                         "adapter.left_running", "adapter.protocol",
+                         "adapter.python",  # starting debugpy in a process (attach by pid)
+                         "adapter.recording", "adapter.spawn", "pt_decoder"},
+    "adapter.features": {"adapter.capture", "adapter.export", "adapter.golang", "adapter.hw",
+                         "adapter.memory",
                          "adapter.powers", "adapter.protocol", "adapter.python",
-                         "adapter.recording", "adapter.session", "adapter.spawn",
-                         "adapter.watchpoints", "pt_decoder"},
+                         "adapter.recording", "adapter.spawn", "adapter.watchpoints",
+                         "pt_decoder"},
     "adapter.client": {"adapter.backends", "adapter.disassemble", "adapter.memory",
-                       "adapter.protocol", "adapter.session"},
-    "adapter.session": {"adapter.backends", "adapter.client", "adapter.features",
-                        "adapter.golang", "adapter.memory", "adapter.powers", "adapter.protocol",
+                       "adapter.protocol"},
+    "adapter.session": {"adapter.backends", "adapter.client", "adapter.disassemble", "adapter.features",
+                        "adapter.golang", "adapter.hw", "adapter.memory", "adapter.powers", "adapter.protocol",
                         "adapter.python"},
     "adapter.commands": {"adapter", "adapter.capture", "adapter.export", "adapter.hw",
                          "adapter.left_running",
@@ -238,28 +241,38 @@ def _runtime_graph() -> dict[str, set[str]]:
             continue
         module = _module_name(path)
         unit = _unit(module)
-        tree = ast.parse(path.read_text(), filename=str(path))
-        hidden = _type_checking_only(tree)
-        for node in ast.walk(tree):
-            if id(node) in hidden:
-                continue
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [_resolve("." * node.level + (node.module or ""), module, path)]
-            else:
-                continue
-            for name in names:
-                other = _unit(name)
-                if other is not None and other != unit:
-                    graph.setdefault(unit, set()).add(other)
+        for name in _runtime_imports(path, module, members=False):
+            other = _unit(name)
+            if other is not None and other != unit:
+                graph.setdefault(unit, set()).add(other)
     return graph
+
+
+def _runtime_imports(path: pathlib.Path, module: str, members: bool) -> set[str]:
+    """The names a .py file imports anywhere in it (in functions too), but under
+    `if TYPE_CHECKING:`; `from a import b` gives a.b with `members`, a without."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    hidden = _type_checking_only(tree)
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve("." * node.level + (node.module or ""), module, path)
+            if members:
+                names.update(base + "." + alias.name for alias in node.names)
+            else:
+                names.add(base)
+    return names
 
 
 def test_the_layers_have_no_cycle():
     """Every package sits above what it imports when it runs (issue 15 removed the cycles
     capture <-> golang/python and export <-> golang/python with adapter.recording). The
-    session's features and handlers name the Session in annotations only."""
+    session's features and handlers never name the Session: they are given it, typed by the
+    protocols features/hooks.py and client.py declare (issue 36)."""
     graph = _runtime_graph()
     assert "adapter.recording" in graph["adapter.export"]  # the walker sees the imports
     found = _cycle(graph)
@@ -302,3 +315,57 @@ def test_the_walker_sees_a_private_import():
                 "adapter.recording.recording._module_label") in _private_imports()
     finally:
         fake.unlink()
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    return {_module_name(path): path for path in _sources()}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the modules of ptdebug it imports: at the top, inside functions (where a
+    cycle hides) and for annotations alike; only imports under `if TYPE_CHECKING:` are left
+    out. An import names the most specific module it reaches (`from adapter.features import
+    captures` is adapter.features.captures, `from adapter.backends import Backend` is
+    adapter/backends/__init__.py); the packages above a module run first but are not counted
+    as imported unless named."""
+    modules = _modules()
+
+    def target(name: str) -> str | None:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        return ".".join(parts) or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        names = (_imports(path, module) if path.suffix == ".pyx"
+                 else _runtime_imports(path, module, members=True))
+        for name in names:
+            other = target(name)
+            if other is not None and other != module:
+                graph.setdefault(module, set()).add(other)
+    return graph
+
+
+def test_the_modules_have_no_cycle():
+    """No module imports, however late or deep in a function, a module that imports it back
+    (issue 36): what two modules share lives in the lower one, or is passed in."""
+    graph = _module_graph()
+    assert "adapter.features.captures" in graph["adapter.features.trace_scope"]
+    found = _cycle(graph)
+    assert found is None, " -> ".join(found)
+
+
+def test_the_module_walker_sees_a_cycle_through_a_function():
+    fake = ROOT / "adapter" / "hw" / "_layering_probe_tmp.py"
+    fake.write_text("def f():\n    from adapter.hw import _layering_probe_tmp2\n")
+    fake2 = ROOT / "adapter" / "hw" / "_layering_probe_tmp2.py"
+    fake2.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\n"
+                     "from adapter.hw._layering_probe_tmp import f\n")
+    try:
+        graph = _module_graph()
+        assert graph["adapter.hw._layering_probe_tmp"] == {"adapter.hw._layering_probe_tmp2"}
+        assert _cycle(graph) is not None
+    finally:
+        fake.unlink()
+        fake2.unlink()

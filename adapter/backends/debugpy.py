@@ -23,7 +23,6 @@ import subprocess
 import threading
 import time
 
-from adapter.hw.gdb_inject import gdb_injection_problem
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import (
     AdapterError,
@@ -35,10 +34,18 @@ from adapter.protocol.errors import (
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
+from adapter.python.inject import InjectError, run_python
 from adapter.spawn import package_main_command
 
-from . import Backend, BackendHooks, dial, hang_up
+from .base import Backend, BackendHooks, dial, hang_up
 from .debugpy_detach import DebugpyDetach
+from .debugpy_pid_attach import (
+    LISTEN_HOST,
+    attach_source,
+    listen_arguments,
+    report_file,
+    reported_error,
+)
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -72,6 +79,9 @@ STUCK_AFTER = 3
 it is taken as stuck for good (its adapter serves one request at a time: one it never answers
 holds every later one): the user is told, and the session ends as if debugpy had exited."""
 CONNECT_TIMEOUT = 10.0
+ATTACH_CONNECT_TIMEOUT = 30.0
+"""How long debugpy started in a process attached by pid may take to connect (importing it in a
+busy process on a loaded machine takes seconds)."""
 BACKEND_MAX_MESSAGE = 512 * 1024 * 1024
 """debugpy is ptdebug's own child, not an untrusted peer: a huge `variables` or `evaluate`
 answer (a long repr) must reach the client rather than end the session."""
@@ -118,6 +128,9 @@ class DebugpyBackend(DebugpyDetach, Backend):
         self._evaluating_changed = threading.Condition()
         self._native_ids: dict[int, int] = {}
         """DAP thread id -> its OS thread id (asked once: two round trips to debugpy)."""
+        self._server_waiting = threading.Event()
+        """Set when debugpy's adapter listens for the process of an attach by pid."""
+        self._server_address: tuple[str, int] = (LISTEN_HOST, 0)
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:
@@ -176,19 +189,73 @@ class DebugpyBackend(DebugpyDetach, Backend):
     def attach(self, request: Request, config: AttachConfig) -> None:
         arguments = self._common_arguments(request)
         arguments.pop("pid", None)
-        if config.pid is not None:
-            # debugpy injects itself with gdb; where gdb's call breaks a process (this
-            # machine's kernel and CPU), the user's process must never be the one it breaks
-            problem = gdb_injection_problem()
-            if problem is not None:
-                raise BackendError(
-                    f"cannot attach to process {config.pid} by pid: {problem}. The process "
-                    "was not touched. Start it under debugpy (python -m debugpy --listen "
-                    "127.0.0.1:PORT ...) and attach with \"connect\" instead")
-            arguments["processId"] = config.pid
-            self.pid = config.pid
-            self.hooks.backend_process(config.pid)
-        self._send_and_relay(request, "attach", arguments)
+        if config.pid is None:
+            self._send_and_relay(request, "attach", arguments)
+            return
+        # debugpy would inject itself with gdb (attach {processId}); ptdebug starts debugpy's
+        # attach script in the process itself (backends/debugpy_pid_attach.py)
+        arguments.pop("processId", None)
+        arguments.update(listen_arguments())
+        self.pid = config.pid
+        self._server_waiting.clear()
+        answered = threading.Event()
+        once = threading.Lock()  # debugpy's answer, or ptdebug's failure: whichever is first
+
+        def relay(response: Response) -> None:
+            answered.set()
+            if once.acquire(blocking=False):
+                request.relay(response.raw)
+
+        self.channel.send_request("attach", arguments, relay)
+        if not self._server_waiting.wait(STARTUP_TIMEOUT):
+            once.acquire(blocking=False)
+            raise BackendError(f"cannot attach to process {config.pid}: debugpy's adapter did "
+                               "not start listening for it")
+        host, port = self._server_address
+        report = report_file()
+        started = time.monotonic()
+        try:
+            ran_on = run_python(config.pid, attach_source(host, port, os.environ.get(
+                "PTDEBUG_DEBUGPY_LOG_DIR"), report), log=log.info)
+        except InjectError as exc:
+            once.acquire(blocking=False)
+            os.unlink(report)
+            raise BackendError(f"cannot attach to process {config.pid} by pid: {exc}") from None
+        log.info("debugpy's attach thread started in process %d from %s in %.3f s",
+                 config.pid, ran_on, time.monotonic() - started)
+        # the features bound to the pid start at debugpy's `process` event, once: started here
+        # too, two data-breakpoint engines watched side by side, and a write the user's
+        # breakpoint no longer watched still stopped in the other's handler, or a hit was
+        # matched by neither ("did not stop in ptdebug's SIGTRAP handler": issue 34)
+        threading.Thread(target=self._await_attached, args=(request, config.pid, answered,
+                                                            once, report),
+                         name="ptdebug-await-attach", daemon=True).start()
+        # a failure before this point is answered by the caller, as any raised BackendError
+        # (debugpy's late answer, if any, is then dropped by `once`)
+
+    def _await_attached(self, request: Request, pid: int, answered: threading.Event,
+                        once: threading.Lock, report: str) -> None:
+        """Fails the attach, saying why, when debugpy in process `pid` does not connect: its
+        attach thread raised (seen at once), or nothing came within ATTACH_CONNECT_TIMEOUT."""
+        deadline = time.monotonic() + ATTACH_CONNECT_TIMEOUT
+        try:
+            raised = ""
+            while not answered.wait(0.05) and not raised and time.monotonic() < deadline:
+                raised = reported_error(report)
+            if answered.is_set() or not once.acquire(blocking=False):
+                return
+            why = (f"debugpy's attach code raised in it: {raised.splitlines()[-1]}\n{raised}"
+                   if raised else f"debugpy did not connect from it within "
+                                  f"{ATTACH_CONNECT_TIMEOUT:g} s")
+            request.fail(BackendError(f"cannot attach to process {pid} by pid: {why}"))
+        finally:
+            os.unlink(report)
+
+    def debugpyWaitingForServer_event(self, event: Event) -> None:
+        """debugpy's adapter listens for the debuggee of an attach by pid: where."""
+        body = event.raw.get("body") or {}
+        self._server_address = (str(body.get("host") or LISTEN_HOST), int(body.get("port") or 0))
+        self._server_waiting.set()
 
     def close(self, timeout: float = 3.0) -> None:
         self.closing = True

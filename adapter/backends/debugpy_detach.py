@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from adapter.hw import procfs
 from adapter.left_running import leave as leave_running
 from adapter.protocol.errors import AdapterError
 from adapter.protocol.messages import Event, Response
@@ -46,7 +47,7 @@ from adapter.protocol.messages import Event, Response
 if TYPE_CHECKING:
     from adapter.protocol.channel import Channel
 
-    from . import BackendHooks
+    from .base import BackendHooks
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -138,11 +139,9 @@ class DebugpyDetach:
 
 def _parent(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        return procfs.stat(pid).ppid
     except OSError:
         return None
-    return int(stat[stat.rfind(b")") + 2:].split()[1])
 
 
 def _cmdline(pid: int) -> bytes:

@@ -45,7 +45,7 @@ from adapter.protocol.errors import BackendError, BackendGone
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 
-from . import Backend, BackendHooks, dial, hang_up
+from .base import Backend, BackendHooks, dial, hang_up
 from .delve_away import AwayRequests
 from .delve_detach import DelveDetach
 from .delve_handover import HANDOVER_WAIT, DelveHandover

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from adapter.hw import left_breakpoints
+from adapter.hw import left_breakpoints, procfs
 from adapter.left_running import leave as leave_running
 from adapter.protocol.errors import BackendError
 from adapter.protocol.messages import Event, Response
@@ -38,7 +38,7 @@ from .delve_process import STOP_GRACE, _kill_group, _tracer
 if TYPE_CHECKING:
     from adapter.protocol.channel import Channel
 
-    from . import BackendHooks
+    from .base import BackendHooks
     from .delve_rpc import DelveRpc
 
 log = logging.getLogger("ptdebug.dap")
@@ -168,7 +168,7 @@ class DelveDetach:
 
 def _threads(pid: int) -> list[int]:
     try:
-        return [int(name) for name in os.listdir(f"/proc/{pid}/task")]
+        return procfs.tasks(pid)
     except OSError:
         return []
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from adapter.golang.breakpoint_ids import BreakpointIds
     from adapter.protocol.channel import Channel
 
-    from . import BackendHooks
+    from .base import BackendHooks
     from .delve_away import AwayRequests
     from .delve_rpc import DelveRpc
 

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from adapter.hw import procfs
 from adapter.protocol.errors import BackendError, InvalidLaunchConfig
 from adapter.protocol.messages import Event
 from adapter.protocol.schema import LaunchConfig
@@ -35,7 +36,7 @@ from adapter.protocol.schema import LaunchConfig
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from . import BackendHooks
+    from .base import BackendHooks
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -432,8 +433,7 @@ def colocation_cpu() -> int | None:
     if os.environ.get("PTDEBUG_COLOCATE", "1") == "0":
         return None
     try:
-        with open("/proc/self/stat") as f:
-            cpu = int(f.read().rpartition(")")[2].split()[36])  # field 39: processor
+        cpu = procfs.stat(os.getpid()).processor
     except (OSError, ValueError, IndexError):
         return None
     return cpu if cpu in os.sched_getaffinity(0) else None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from adapter.protocol.errors import BackendError, BackendGone, BackendTimeout
 
-from . import dial
+from .base import dial
 
 CONNECT_TIMEOUT = 10.0
 

@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from adapter.backends import Backend
+from adapter.backends.base import Backend
 from adapter.disassemble import Disassembler
 from adapter.protocol.errors import (
     AdapterError,

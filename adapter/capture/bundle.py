@@ -245,7 +245,7 @@ class BundleWriter:
         """The binary file for thread `tid`'s PT packets (appended to as recorded)."""
         name = f"streams/{tid}.pt" if cpu is None else f"streams/cpu{cpu}-{tid}.pt"
         entry = {"tid": tid, "pid": pid, "cpu": cpu, "file": name, "size": 0}
-        fh = open(self.root / name, "wb")
+        fh = open(self.root / name, "wb")  # noqa: SIM115 - closed by close()
         self._streams[tid] = (fh, entry)
         self.manifest["streams"].append(entry)
         return fh

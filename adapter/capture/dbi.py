@@ -46,6 +46,7 @@ from importlib import resources
 import numpy as np
 
 from adapter.capture import dbi_repair
+from adapter.hw import procfs
 from pt_decoder import block_encoder as be
 from pt_decoder.flow_encoder import CALL, FAR, OTHER, FlowEncoder
 
@@ -139,9 +140,8 @@ def main_thread_at_rest(pid: int, wait_s: float = AT_REST_WAIT_S) -> bool:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            with open(f"/proc/{pid}/syscall") as f:
-                if not f.read().startswith("running"):
-                    return True
+            if not procfs.syscall(pid).running:
+                return True
         except OSError:
             return True                       # gone, or not readable: frida says why
         if time.monotonic() > deadline:
@@ -198,7 +198,7 @@ class DbiSession:
                 self.repair = f"Stalker's vector restore rewritten at {where:#x} (AVX-512)"
             path, _fd, self._table = self._add_file("table", TABLE_BYTES)
             self.api.setup(path, TABLE_BYTES)
-            self._mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
+            self._mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 - kept
         except dbi_repair.RepairError as exc:
             self.close()
             raise DbiUnavailable(str(exc)) from None
@@ -315,9 +315,8 @@ class DbiSession:
         left: list[str] = []
         while time.monotonic() < deadline:
             try:
-                with open(f"/proc/{self.pid}/maps") as maps:
-                    left = [line.split(maxsplit=5)[-1].strip() for line in maps
-                            if "frida" in line or self._dir in line]
+                left = [m.path for m in procfs.maps(self.pid)
+                        if "frida" in m.path or self._dir in m.path]
             except OSError:
                 return []                           # the process has exited
             if not left:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from adapter.hw.mappings import file_mappings
+from adapter.hw.procfs import file_mappings
 
 # The template as frida-gum 17.26.2 builds it (x86-64): vinserti128 ymmN, ymmN, [rsp+16N], 1.
 _VEX_RESTORE = bytes.fromhex(
@@ -80,9 +80,9 @@ def cpu_has_avx512() -> bool:
 def _agent_ranges(pid: int) -> list[tuple[int, int]]:
     """The readable mappings of Frida's agent library in process `pid`."""
     ranges = []
-    for start, end, perms, _offset, path in file_mappings(pid):
-        if "frida-agent" in path and perms.startswith("r"):
-            ranges.append((start, end))
+    for m in file_mappings(pid):
+        if "frida-agent" in m.path and m.perms.startswith("r"):
+            ranges.append((m.start, m.end))
     return ranges
 
 

@@ -44,7 +44,7 @@ import time
 
 from adapter.capture import perfdata
 from adapter.hw import cpu as cpu_mod
-from adapter.hw import perf
+from adapter.hw import perf, procfs
 
 PAGE = mmap.PAGESIZE
 
@@ -380,7 +380,7 @@ def record_cli(args, log) -> dict:
         threads = [pid]
     else:
         try:
-            threads = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+            threads = procfs.tasks(pid)
         except FileNotFoundError:
             raise IntelPtError(f"no process {pid} (it is not running)") from None
     kv = cpu_mod.kernel_version()

@@ -21,13 +21,14 @@ from array import array
 
 from adapter.capture import stepper as stepper_mod
 from adapter.capture.bundle import BundleWriter
+from adapter.capture.live_encoding import LiveEncoding, timed_flow_encoder
 from adapter.capture.oom_shield import shielded_from_oom_killer
+from adapter.capture.process_images import PROCESS_IMAGES, FileMapping
 from adapter.capture.target import Target, TargetError
 from adapter.hw import cpu as cpu_mod
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError
 from adapter.hw.signals import interrupts_noted, signals_held
-from pt_decoder.flow_encoder import FlowEncoder
 
 # The stepper's clock: CLOCK_MONOTONIC nanoseconds stand in for the TSC (1 GHz).
 # A 25 MHz crystal clock (CPUID 0x15 = 1/40 of the TSC) and a core clock equal to
@@ -68,29 +69,46 @@ def _disk_message(exc: OSError) -> str:
 
 
 def _add_images(writer: BundleWriter, pid: int, known: set) -> list[str]:
-    """Every executable mapping of the process into the bundle (files copied or
-    referenced, anonymous code snapshotted), and its perf map; returns warnings."""
-    from pt_decoder.image import Image
+    """Every executable mapping of the process into the bundle (files referenced, looked at
+    once per recorder: process_images.py; anonymous code snapshotted), and its perf map;
+    returns warnings."""
     try:
-        # its perf map is read once, below, by the writer (which also says why one is refused)
-        image = Image.from_process(pid, perf_map=False)
-    except Exception as exc:  # the process may have exited
-        return [f"cannot read the mappings of {pid}: {exc}"]
-    build_ids = {m.path: m.build_id for m in image.modules}
-    for section in image.sections:
-        key = (section.vaddr, len(section.data), section.name)
-        if key in known:
-            continue
-        known.add(key)
-        if section.name.startswith("/"):
-            writer.add_image(section.name, section.vaddr, section.offset, len(section.data),
-                             build_id=build_ids.get(section.name), kind="elf", pid=pid)
-        else:
-            label = section.name.strip("[]") or "anon"
-            writer.add_snapshot(f"{label}-{section.vaddr:x}.bin", section.vaddr,
-                                bytes(section.data), pid=pid, origin=section.name)
+        mappings = PROCESS_IMAGES.mappings(pid)
+    except OSError as exc:  # the process may have exited
+        return [f"cannot read the mappings of {pid}: {exc.strerror or exc}"]
+    warnings = []
+    memory = None
+    try:
+        for mapping in mappings:
+            if isinstance(mapping, FileMapping):
+                key = (mapping.address, mapping.size, mapping.path)
+                if key not in known:
+                    known.add(key)
+                    writer.add_image(mapping.path, mapping.address, mapping.offset,
+                                     mapping.size, build_id=mapping.build_id, kind="elf",
+                                     pid=pid)
+                continue
+            try:
+                if memory is None:
+                    memory = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115
+                memory.seek(mapping.address)
+                data = memory.read(mapping.end - mapping.address)
+            except OSError as exc:
+                warnings.append(f"cannot read {mapping.name} at {mapping.address:#x}-"
+                                f"{mapping.end:#x} from /proc/{pid}/mem: {exc.strerror}")
+                continue
+            key = (mapping.address, len(data), mapping.name)
+            if key in known:
+                continue
+            known.add(key)
+            label = mapping.name.strip("[]") or "anon"
+            writer.add_snapshot(f"{label}-{mapping.address:x}.bin", mapping.address, data,
+                                pid=pid, origin=mapping.name)
+    finally:
+        if memory is not None:
+            memory.close()
     # the names of JIT code (CPython 3.12+ under -X perf: its trampolines) as they are now
-    return list(image.warnings) + writer.add_perf_map(pid)
+    return warnings + writer.add_perf_map(pid)
 
 
 def _python_probe(pid: int, required: bool, log):
@@ -167,9 +185,7 @@ def encode_recording(rec: stepper_mod.Recording, read_code) -> bytes:
     for i in range(min(stamps[0][0], n)):
         tscs[i] = first
     ptw = {i: v for i, v in rec.ptw if 0 <= i < n}
-    fe = FlowEncoder(read_code, psb_period=4096, timing=True, cyc=True,
-                     mtc_freq=TIMING["mtc_freq"], nom_freq=TIMING["nom_freq"],
-                     cpuid_0x15=(TIMING["cpuid_0x15_eax"], TIMING["cpuid_0x15_ebx"]))
+    fe = timed_flow_encoder(read_code, TIMING)
     return fe.encode(rec.ips, tscs=tscs, ptwrites=ptw, end_ip=rec.end_ip,
                      untraced={i: t for i, t in rec.untraced.items() if i < n})
 
@@ -315,6 +331,9 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
                                               withheld_signals=getattr(
                                                   ptw_probe, "withheld_signals", frozenset()),
                                               hold=hold, untraced_calls=debugger_code)
+        # the window is encoded while the thread runs between stops (live_encoding.py)
+        live = LiveEncoding(recorder.rec, recorder.code.read_code, TIMING)
+        recorder.while_running = live.step
         log(f"recording thread {rec_tid}")
         stage("recorder set up")
         began = True
@@ -389,7 +408,13 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
             if before_release is not None:
                 before_release(rec_tid, pt.getregs(rec_tid).rip)
             stage("images after the window listed")
-        data = encode_recording(rec, recorder.code.read_code)
+        early = live.encoded  # (encoded while the window was recorded)
+        data = live.finish() if rec is recorder.rec else None
+        if data is None:
+            early = 0
+            data = encode_recording(rec, recorder.code.read_code)
+        stage(f"trace encoded ({len(rec.ips) - early} of {len(rec.ips)} instructions after "
+              "the window)")
         writer.add_stream_bytes(rec_tid, data, pid=target.pid)
         stage("trace encoded and written")
         writer.manifest["stats"] = {

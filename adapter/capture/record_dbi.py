@@ -20,7 +20,7 @@ from adapter.capture.record import RecordFailed, RecordResult, _comm
 from adapter.capture.stepper import EndCondition
 from adapter.capture.target import TargetError, find_symbol, tgid_of
 from adapter.hw import cpu as cpu_mod
-from adapter.hw.mappings import all_mappings
+from adapter.hw import procfs
 from pt_decoder import block_encoder as be
 
 POLL_S = 0.002
@@ -30,9 +30,8 @@ POLL_S = 0.002
 def _exec_mappings(pid: int) -> list[tuple[int, int, int, str]]:
     """(start, end, offset, name) of every executable mapping of `pid` but [vsyscall]
     (anonymous code named "[anon]")."""
-    return [(lo, hi, offset, name or "[anon]")
-            for lo, hi, perms, offset, name in all_mappings(pid)
-            if "x" in perms and name != "[vsyscall]"]
+    return [(m.start, m.end, m.offset, m.path or "[anon]") for m in procfs.maps(pid)
+            if "x" in m.perms and m.path != "[vsyscall]"]
 
 
 class _Images:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from adapter.hw import procfs
+
 NAMES = ("intel_pt", "dbi", "stepper")
 CHOICES = ("auto", *NAMES)
 
@@ -61,17 +63,16 @@ def go_program(path: str) -> bool:
 def _tracer(pid: int) -> int:
     """The pid of a tracer holding any thread of process `pid` (0: none)."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
+        tids = procfs.tasks(pid)
     except OSError:
         return 0
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith("TracerPid:") and int(line.split()[1]):
-                        return int(line.split()[1])
+            tracer = procfs.status(pid, tid).tracer_pid
         except OSError:
             continue
+        if tracer:
+            return tracer
     return 0
 
 

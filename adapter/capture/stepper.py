@@ -36,7 +36,7 @@ import time
 from array import array
 
 from adapter.capture import blocks
-from adapter.hw import perf, traps
+from adapter.hw import perf, procfs, traps
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import BreakpointError, ExecBreakpoints
 from adapter.hw.signals import alarm_ticks, signals_held
@@ -385,8 +385,7 @@ few microseconds; a sleeping system call, up to the grace)."""
 def _thread_state(tid: int) -> str:
     """The state letter of /proc/TID/stat ("t": stopped by the tracer); "" if gone."""
     try:
-        with open(f"/proc/{tid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][:1]
+        return procfs.stat(tid).state[:1]
     except (OSError, IndexError):
         return ""
 
@@ -394,13 +393,9 @@ def _thread_state(tid: int) -> str:
 def _signal_set(tid: int, field: str) -> int:
     """A signal set of /proc/TID/status (`field`: SigPnd, SigBlk...) as a mask; 0 if gone."""
     try:
-        with open(f"/proc/{tid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1], 16)
+        return procfs.status(tid).mask(field)
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def pending_signals(tid: int) -> int:
@@ -415,11 +410,7 @@ def blocked_signals(tid: int) -> int:
 
 def caught_signals(pid: int) -> int:
     """The SigCgt mask of /proc/PID/status: signals with a handler installed."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("SigCgt:"):
-                return int(line.split()[1], 16)
-    return 0
+    return procfs.status(pid).mask("SigCgt")
 
 
 def _signed(v: int) -> int:
@@ -513,6 +504,10 @@ class ThreadRecorder:
         """The run's watchdog (its ticks cut `_wait(tick=True)` short)."""
         self.stops_seen = 0
         """Stops collected (the manifest's `stops`: single steps among them)."""
+        self.while_running = None
+        """Called each time the thread is resumed, before its next stop is waited for: work
+        that fits while the thread runs (record.py encodes the path so far: live_encoding.py).
+        It must not raise, nor touch the thread."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -569,11 +564,15 @@ class ThreadRecorder:
         self.running = True
         self.stepping = False
         pt.cont(self.tid, sig)
+        if self.while_running is not None:
+            self.while_running()
 
     def _step(self, sig: int = 0) -> None:
         self.running = True
         self.stepping = True
         pt.singlestep(self.tid, sig)
+        if self.while_running is not None:
+            self.while_running()
 
     # -- the loop ---------------------------------------------------------------------------
 

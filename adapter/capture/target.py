@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 
-from adapter.hw import perf, traps
+from adapter.hw import perf, procfs, traps
 from adapter.hw import ptrace as pt
 from adapter.hw.exec_breakpoints import DR7_OFFSET, ExecBreakpoints
 from adapter.hw.signals import alarm_ticks, signals_held
@@ -205,7 +205,8 @@ class Target:
         return find_symbol(self.pid, name)
 
     def entry_point(self) -> int:
-        data = open(f"/proc/{self.pid}/auxv", "rb").read()
+        with open(f"/proc/{self.pid}/auxv", "rb") as f:
+            data = f.read()
         for i in range(0, len(data) - 15, 16):
             key = int.from_bytes(data[i:i + 8], "little")
             if key == AT_ENTRY:
@@ -433,9 +434,8 @@ class Target:
     def _detach(self, tid: int) -> None:
         self._ever.add(tid)
         state = self.threads.get(tid)
-        if state in ("running", "new"):
-            if self._interrupt_and_wait(tid) is None:
-                return
+        if state in ("running", "new") and self._interrupt_and_wait(tid) is None:
+            return
         try:
             self._set_trigger(tid, None)
             # DR7 = 0 disables anything armed through ptrace; the address
@@ -560,13 +560,9 @@ def _tracer(tid: int) -> int:
 def _pending_signals(tid: int) -> int:
     """SigPnd of /proc/TID/status: signals queued for this thread."""
     try:
-        with open(f"/proc/{tid}/status") as f:
-            for line in f:
-                if line.startswith("SigPnd:"):
-                    return int(line.split()[1], 16)
+        return procfs.status(tid).mask("SigPnd")
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def _threads(pid: int) -> list[int]:
@@ -586,10 +582,9 @@ def find_symbol(pid: int, name: str) -> int | None:
 def tgid_of(tid: int) -> int:
     """The process (thread group) of thread `tid`. Raises TargetError when it is not running."""
     try:
-        with open(f"/proc/{tid}/status") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
+        tgid = procfs.status(tid).tgid
     except FileNotFoundError:
         raise TargetError(f"no process or thread {tid} (it is not running)") from None
-    raise TargetError(f"cannot read /proc/{tid}/status")
+    if tgid is None:
+        raise TargetError(f"cannot read /proc/{tid}/status")
+    return tgid

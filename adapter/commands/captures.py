@@ -50,9 +50,9 @@ def main(argv: list[str]) -> int:
     from adapter.capture.retention import RetentionError
     options = build_parser().parse_args(argv)
     directory = pathlib.Path(options.dir) if options.dir else default_directory()
-    if options.action != "pack" and not directory.is_dir():
-        if options.dir or options.action != "list":
-            return _fail(f"{directory}: no captures directory", 2)
+    if options.action != "pack" and not directory.is_dir() and (
+            options.dir or options.action != "list"):
+        return _fail(f"{directory}: no captures directory", 2)
     try:
         result, text = ACTION_FUNCTIONS[options.action](directory, options)
     except RetentionError as exc:

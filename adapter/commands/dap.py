@@ -22,6 +22,8 @@ import socket
 import sys
 import time
 
+from adapter.hw import procfs
+
 log = logging.getLogger("ptdebug.dap")
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2), linux/prctl.h
@@ -111,17 +113,12 @@ def descendants(root: int, spared: frozenset[int] = frozenset()) -> list[int]:
     """Process ids below `root`, read from /proc/*/stat (field 4 is the parent, proc(5)),
     without those in `spared` and what runs below them."""
     children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for pid in procfs.pids():
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+            parent = procfs.stat(pid).ppid
         except OSError:
             continue
-        # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(name))
+        children.setdefault(parent, []).append(pid)
     out, stack = [], [root]
     while stack:
         for child in children.get(stack.pop(), ()):
@@ -163,11 +160,10 @@ def _alive(pids: list[int]) -> list[int]:
     alive = []
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
+            state = procfs.stat(pid).state
         except OSError:
             continue
-        if stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] != b"Z":
+        if state != "Z":
             alive.append(pid)
     return alive
 

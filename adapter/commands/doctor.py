@@ -1,6 +1,6 @@
 """`ptdebug doctor [--json]`: what this machine can record and watch, and for
 every "no", why and how to fix it; and which external tools each feature
-needs (Go, Delve, gdb, perf, libipt, a C compiler), found or not, with how to
+needs (Go, Delve, perf, libipt, a C compiler), found or not, with how to
 get each one that is missing.
 
 Layer: adapter.commands, over adapter.hw and adapter.capture.recorders (probes only; it opens and
@@ -22,7 +22,7 @@ import shutil
 import subprocess
 
 from adapter.hw import cpu as cpu_mod
-from adapter.hw import perf
+from adapter.hw import perf, procfs
 
 CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_PERFMON = 21, 19, 38  # linux/capability.h
 
@@ -63,10 +63,7 @@ def probe_breakpoints() -> dict:
 
 
 def capabilities() -> dict:
-    eff = 0
-    for line in (_read("/proc/self/status") or "").splitlines():
-        if line.startswith("CapEff:"):
-            eff = int(line.split()[1], 16)
+    eff = procfs.parse_status(_read("/proc/self/status") or "").mask("CapEff")
     return {"CAP_PERFMON": bool(eff >> CAP_PERFMON & 1),
             "CAP_SYS_PTRACE": bool(eff >> CAP_SYS_PTRACE & 1),
             "CAP_SYS_ADMIN": bool(eff >> CAP_SYS_ADMIN & 1), "uid": os.geteuid()}
@@ -191,8 +188,6 @@ TOOLS = {
            "install Go (https://go.dev/dl/, or apt-get install golang-go)"),
     "dlv": ("Go debugging: Delve is the debugger behind a Go session",
             "go install github.com/go-delve/delve/cmd/dlv@latest (or set PTDEBUG_DLV)"),
-    "gdb": ("attaching to a running Python process by PID (debugpy injects itself with gdb)",
-            "apt-get install gdb"),
     "perf": ("recording Intel PT outside ptdebug for `ptdebug import` (perf record -e intel_pt//u)",
              "apt-get install linux-perf"),
     "cc": ("`ptdebug demo` (compiles its native helper) and the C test fixtures",
@@ -239,11 +234,11 @@ def external_tools() -> dict:
     """{tool: {found, path, version, needed_for, fix (only when missing)}} for every external
     tool a feature of ptdebug runs."""
     go = _find_go()
-    paths = {"go": go, "dlv": _find_dlv(go), "gdb": shutil.which("gdb"),
+    paths = {"go": go, "dlv": _find_dlv(go),
              "perf": shutil.which("perf"), "cc": shutil.which("gcc") or shutil.which("cc"),
              "libipt": ctypes.util.find_library("ipt")}
     versions = {"go": [paths["go"], "version"], "dlv": [paths["dlv"], "version"],
-                "gdb": [paths["gdb"], "--version"], "perf": [paths["perf"], "--version"],
+                "perf": [paths["perf"], "--version"],
                 "cc": [paths["cc"], "--version"]}
     report = {}
     for name, (needed_for, fix) in TOOLS.items():

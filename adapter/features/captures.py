@@ -20,6 +20,16 @@ from adapter.protocol.schema import CaptureGap, CaptureLocation, CaptureNowOut
 LINE_TABLE_MAX_BYTES = 4 << 20
 
 
+def where(capture, ip: int) -> str:
+    """`function+offset (file:line)` of an address of the capture's history."""
+    name, offset = capture.function(ip)
+    text = f"{name}+{offset:#x}"
+    line = capture.line(ip)
+    if line is not None:
+        text += f" ({line[0].rsplit('/', 1)[-1]}:{line[1]})"
+    return text
+
+
 @dataclass
 class Capture:
     """One finished trace window: its decoded history and what it cost."""
@@ -47,6 +57,8 @@ class Capture:
     no live position after the history. None: a capture of the live program."""
     replay_hits: dict = field(default_factory=dict, repr=False)
     """features.replay_hits.recorded_hits' answer for the client's current breakpoints."""
+    preparing: list[str] = field(default_factory=list)
+    """What is still being done after its announcement (record_breakpoints.py, _prepare)."""
 
     @property
     def history(self):
@@ -132,7 +144,8 @@ class Capture:
             status="partial" if self.partial else "complete",
             partial=self.partial is not None, partialReason=self.partial,
             reason="breakpoint" if location else "command",
-            location=CaptureLocation(location["path"], location["line"]) if location else None))
+            location=CaptureLocation(location["path"], location["line"]) if location else None,
+            preparing=list(self.preparing)))
 
 
 def _has_pclntab(path: str) -> bool:

@@ -28,6 +28,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from adapter.features.captures import where
 from adapter.golang.goroutine_index import Confidence
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
@@ -208,7 +209,6 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
                 "variablesReference": recording.reference(lambda: ranges(summary))}
 
     def ranges(summary) -> list[dict]:
-        from adapter.features.trace_scope import where
         items = []
         for k, (start, stop) in enumerate(summary.ranges[:MAX_RANGES_SHOWN]):
             spent = trace.ns(history.time(min(stop, last)) - history.time(start))

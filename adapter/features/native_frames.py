@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from adapter.hw import procfs
+
 NATIVE_FRAME_ID_BASE = 1 << 26
 NATIVE_FRAME_ID_END = 1 << 27
 MAX_NATIVE_FRAMES = 16
@@ -32,6 +34,8 @@ a source line matters in the user's own native code."""
 DEBUG_ROOT = "/usr/lib/debug"
 """Where distributions install separate debug files (.build-id/xx/rest.debug): a stripped
 library's local symbols (libc's __memmove_avx_unaligned_erms behind memcpy) are only there."""
+SMALL_MODULE_BYTES = 1 << 20
+"""Modules read ahead whatever their name (ProcessSymbols.warm) are at most this large."""
 USER_SPACE_END = 1 << 47
 """x86-64 canonical user addresses are below 2^47 (SDM Vol. 1 §3.3.7.1); the rest is kernel."""
 
@@ -159,7 +163,7 @@ class ProcessSymbols:
     def __init__(self, pid: int):
         self.pid = pid
         self.modules: list = []
-        self._maps = ""
+        self._maps: list[procfs.Mapping] = []
         self._tables: dict[tuple, object] = {}
         """(path, device, inode, mtime, bias) -> SymbolTable, across refreshes."""
         self._layouts: dict[tuple, tuple] = {}
@@ -176,32 +180,25 @@ class ProcessSymbols:
     def refresh(self) -> bool:
         """Re-read /proc/PID/maps; rebuild the module list if it changed. Returns whether
         it did. Raises OSError when the process is gone."""
-        with open(f"/proc/{self.pid}/maps") as f:
-            # Only file-backed and executable mappings name modules: the heap and anonymous
-            # memory (malloc's arenas, numpy's buffers) change all the time and name none.
-            text = "".join(line for line in f
-                           if "/" in line or "x" in line.split(None, 2)[1:2][0])
+        # Only file-backed and executable mappings name modules: the heap and anonymous
+        # memory (malloc's arenas, numpy's buffers) change all the time and name none.
+        mappings = [m for m in procfs.maps(self.pid) if "/" in m.path or "x" in m.perms]
         with self._lock:
-            if text == self._maps:
+            if mappings == self._maps:
                 return False
-            self._maps = text
-            self._rebuild(text)
+            self._maps = mappings
+            self._rebuild(mappings)
             return True
 
-    def _rebuild(self, text: str) -> None:
+    def _rebuild(self, mappings: list[procfs.Mapping]) -> None:
         from pt_decoder.image import Module
         spans: dict[str, list[tuple[int, int, str, int]]] = {}
         anonymous = []
-        for line in text.splitlines():
-            parts = line.split(None, 5)
-            if len(parts) < 5:
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            name = parts[5].strip() if len(parts) > 5 else ""
-            if name.startswith("/"):
-                spans.setdefault(name, []).append((lo, hi, parts[1], int(parts[2], 16)))
-            elif "x" in parts[1] and name == "[vdso]":
-                anonymous.append((lo, hi, name))
+        for m in mappings:
+            if m.path.startswith("/"):
+                spans.setdefault(m.path, []).append((m.start, m.end, m.perms, m.offset))
+            elif "x" in m.perms and m.path == "[vdso]":
+                anonymous.append((m.start, m.end, m.path))
         modules, keys, code_of = [], {}, {}
         for path, maps in spans.items():
             code = [m for m in maps if "x" in m[2]]
@@ -253,9 +250,11 @@ class ProcessSymbols:
         with self._lock:
             return any(lo <= addr < hi for lo, hi in self._code.get(id(module), ()))
 
-    def symbolize(self, addr: int):
+    def symbolize(self, addr: int, wait: float | None = None):
         """The function holding `addr` (pt_decoder.symbols.Symbol), or None: the perf map
-        first (JIT code), then the symbols of the module mapped there."""
+        first (JIT code), then the symbols of the module mapped there. `wait`: seconds to wait
+        for a table not read yet (it is read on another thread meanwhile, and kept); None
+        when it is not there by then. Default: until it is read."""
         perf = self._perf_table()
         if perf is not None:
             symbol = perf.lookup(addr)
@@ -264,6 +263,16 @@ class ProcessSymbols:
         module = self.module_at(addr)
         if module is None or not self.executable(module, addr):
             return None  # data of a module (its .eh_frame_hdr, .data, GOT): no function there
+        if wait is not None:
+            with self._lock:
+                ready = self._keys.get(id(module)) in self._tables
+            if not ready:
+                reader = threading.Thread(target=self.table, args=(module,), daemon=True,
+                                          name="ptdebug-symbols-of-a-stop")
+                reader.start()
+                reader.join(wait)
+                if reader.is_alive():
+                    return None
         table = self.table(module)
         return table.lookup(addr) if table is not None else None
 
@@ -349,10 +358,19 @@ class ProcessSymbols:
         likely = ("libc.so", "libc-", "libpython", "_multiarray_umath")
         wanted = [self.module_at(a) for a in addresses]
         wanted += [m for m in self.modules if os.path.basename(m.path).startswith(likely)]
+        wanted += [m for m in self.modules if m not in wanted and _small(m.path)]
         for module in wanted:
             if module is not None:
                 self.table(module)
                 time.sleep(0.01)  # let the adapter's other threads have the GIL between
+
+
+def _small(path: str) -> bool:
+    """A file whose symbols read in milliseconds (the user's own native code, as a rule)."""
+    try:
+        return os.path.getsize(path) <= SMALL_MODULE_BYTES
+    except OSError:
+        return False
 
 
 def elf_layout(path: str) -> tuple[tuple[tuple[int, int, int], ...], str | None] | None:

@@ -39,6 +39,7 @@ import time
 
 from adapter.features.record_window import RecordWindow
 from adapter.golang.park import Parked, in_a_file, park, unpark
+from adapter.hw import procfs
 from adapter.spawn import module_command
 
 log = logging.getLogger("ptdebug.dap")
@@ -63,12 +64,13 @@ class RecorderWorker:
     """One warm recorder process, adapter side."""
 
     def __init__(self):
-        self.errors = tempfile.TemporaryFile(mode="w+")
+        self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - the worker's life
         """Its stderr (a file, not a pipe: a long session's warnings never fill a pipe)."""
         self.process = subprocess.Popen(module_command(MODULE), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.errors, text=True)
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self.failure: str | None = None
         self.stopped = False
         """stop() was called: it exits after its recording and is not reused."""
@@ -97,8 +99,9 @@ class RecorderWorker:
             self._ready = True
 
     def send(self, spec: dict) -> None:
-        self.process.stdin.write(json.dumps(spec) + "\n")
-        self.process.stdin.flush()
+        with self._send_lock:  # (a warm-up's line and a capture's never interleave)
+            self.process.stdin.write(json.dumps(spec) + "\n")
+            self.process.stdin.flush()
 
     def lines(self):
         """The worker's lines for the capture in progress, up to its JSON result line
@@ -225,12 +228,17 @@ class RecorderWatchdog:
 class RecorderWorkers:
     """The session's warm workers."""
 
-    def __init__(self):
+    def __init__(self, process_id=lambda: None):
         self._idle: list[RecorderWorker] = []
         self._busy: set[RecorderWorker] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._starting = False
+        self.process_id = process_id
+        """() -> the pid of the program the session's captures record, None while unknown:
+        each worker lists its images as soon as it is ready (adapter/capture/
+        process_images.py), so that a capture reads after its window only what changed since
+        (issue 33)."""
 
     def warm_up(self) -> None:
         """Start a worker in the background if none is idle (the first record breakpoint was
@@ -252,13 +260,27 @@ class RecorderWorkers:
         threading.Thread(target=self._ready_quietly, args=(worker,), daemon=True,
                          name="ptdebug-recorder-warm-up").start()
 
-    @staticmethod
-    def _ready_quietly(worker: RecorderWorker) -> None:
+    def _ready_quietly(self, worker: RecorderWorker) -> None:
         try:
             worker.wait_ready()
+            pid = self.process_id()
+            if pid is not None:  # (a capture that takes it meanwhile comes after)
+                worker.send({"warm_images": pid})
         except (RuntimeError, OSError, ValueError) as exc:
             worker.failure = str(exc)  # take() then starts another
             log.warning("recorder worker %s: %s", worker.process.pid, exc)
+
+    def warm_images(self) -> None:
+        """The program is known now: the idle workers list its images (_ready_quietly does it
+        for those that become ready later)."""
+        pid = self.process_id()
+        with self._lock:
+            idle = [w for w in self._idle if w._ready and w.failure is None]
+        for worker in idle:
+            try:
+                worker.send({"warm_images": pid})
+            except (OSError, ValueError) as exc:  # gone: take() starts another
+                log.info("recorder worker %s: %s", worker.process.pid, exc)
 
     def take(self) -> RecorderWorker:
         """A ready worker for one capture (a new one if none is idle)."""
@@ -461,12 +483,22 @@ def preload_recorder() -> None:
     import pt_decoder.image  # noqa: F401
 
 
+def _warm_images(pid: int) -> None:
+    """List the images of the program the next captures record (nothing is printed: the
+    adapter reads this worker's lines only for a capture). A program that cannot be read now
+    is read at its capture, which says why then."""
+    from adapter.capture.process_images import PROCESS_IMAGES
+    try:
+        PROCESS_IMAGES.mappings(pid)
+    except OSError:
+        pass
+
+
 def _tgid(tid: int) -> int:
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Tgid:"):
-                return int(line.split()[1])
-    raise OSError(f"no thread {tid}")
+    tgid = procfs.status(tid).tgid
+    if tgid is None:
+        raise OSError(f"no thread {tid}")
+    return tgid
 
 
 def _serve() -> int:
@@ -489,6 +521,9 @@ def _serve() -> int:
         print("ready", flush=True)
         for line in sys.stdin:
             if not line.strip():
+                continue
+            if line.startswith('{"warm_images"'):
+                _warm_images(json.loads(line)["warm_images"])
                 continue
             _record_worker(line)
             if interrupted or ADAPTER_GONE:

@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 from adapter.features import python_replay, replay_hits
+from adapter.features.captures import where
 from adapter.powers import HandsOverThreads
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, NotSupportedYet
@@ -445,7 +446,6 @@ class Reverse:
         self.replays[thread_id] = Replay(capture, position)
         history = capture.history
         from adapter.features.goroutine_view import switch_note
-        from adapter.features.trace_scope import where
         place = where(capture, history.ip(position))
         frame = python_replay.frame_at(capture, position)
         if frame is not None:

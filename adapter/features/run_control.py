@@ -56,13 +56,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from adapter.features.hooks import SessionHooks
 from adapter.powers import RunsInsidePython
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InternalError, InvalidRequest
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request
-    from adapter.session import Session
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -112,7 +112,7 @@ that the request has been answered or has timed out by then."""
 class RunControl:
     """The run state of the debuggee and the one door run-control requests go through."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: SessionHooks):
         self.session = session
         self._cond = threading.Condition()
         self.stopped: set[int] = set()

@@ -22,12 +22,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from adapter.features.hooks import SessionHooks
 from adapter.powers import RunsInsidePython
 from adapter.protocol.errors import AdapterError, InvalidRequest
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request
-    from adapter.session import Session
 
 GUARDED = ("next", "stepIn", "stepOut", "continue", "pause", "ptdebug/captureNow")
 """The requests whose `threadId` must name a live thread of the debuggee."""
@@ -38,14 +38,14 @@ LOOKUP_TIMEOUT = 5.0
 class ThreadGuard:
     """Keeps the ids of the debuggee's threads and refuses run control on any other id."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: SessionHooks):
         self.session = session
         self.known: set[int] = set()
         """Thread ids debugpy announced (`thread` started, not exited) or listed in `threads`."""
         self._lock = threading.Lock()
 
     @classmethod
-    def install(cls, session: Session) -> ThreadGuard:
+    def install(cls, session: SessionHooks) -> ThreadGuard:
         guard = cls(session)
         for command in GUARDED:
             # first: a thread that does not exist has no replay either

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 from adapter.features import goroutine_view
+from adapter.features.captures import where
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
 from pt_decoder import insn_flags
@@ -31,16 +32,6 @@ from pt_decoder import insn_flags
 SCOPE_NAME = "Processor Trace"
 LAST_BRANCHES = 16
 BRANCH = insn_flags.CALL | insn_flags.RETURN | insn_flags.TAKEN | insn_flags.FAR
-
-
-def where(capture, ip: int) -> str:
-    """`function+offset (file:line)` of an address of the capture's history."""
-    name, offset = capture.function(ip)
-    text = f"{name}+{offset:#x}"
-    line = capture.line(ip)
-    if line is not None:
-        text += f" ({line[0].rsplit('/', 1)[-1]}:{line[1]})"
-    return text
 
 
 def last_branches(capture, position: int, count: int = LAST_BRANCHES) -> list[tuple[int, int]]:

@@ -17,6 +17,8 @@ import shutil
 import stat
 import tempfile
 
+from adapter.hw import procfs
+
 PREFIX = "ptdebug-go-"
 OWNER_FILE = ".ptdebug-owner"
 
@@ -26,11 +28,9 @@ def _start_time(pid: int) -> str | None:
     process. The command name (field 2) may hold spaces and parentheses: split after its
     last ')'."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("ascii", "replace")
+        fields = procfs.stat(pid).fields
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2:].split()
     return fields[19] if len(fields) > 19 else None
 
 

@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 
+from adapter.hw import procfs
 from adapter.hw import ptrace as pt
 
 DEBUG_GCFLAGS = "-gcflags=all=-N -l"
@@ -172,8 +173,7 @@ class HeldProgram:
     def stopped(self) -> bool:
         """True while the program sits in its group-stop (state T in /proc)."""
         try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                return f.read().rpartition(")")[2].split()[0] == "T"
+            return procfs.stat(self.pid).state == "T"
         except OSError:
             return False
 

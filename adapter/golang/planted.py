@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from adapter.hw.mappings import file_mappings
+from adapter.hw.procfs import file_mappings
 
 
 def original_bytes(pid: int, addresses: list[int]) -> dict[int, int]:
@@ -21,9 +21,8 @@ def original_bytes(pid: int, addresses: list[int]) -> dict[int, int]:
     if not addresses:
         return {}
     try:
-        mappings = [(low, high, offset, path)
-                    for low, high, _perms, offset, path in file_mappings(pid)
-                    if path.startswith("/")]
+        mappings = [(m.start, m.end, m.offset, m.path) for m in file_mappings(pid)
+                    if m.path.startswith("/")]
     except OSError:
         return {}
     found: dict[int, int] = {}

@@ -22,7 +22,7 @@ import signal
 import stat
 import time
 
-from adapter.hw import hold
+from adapter.hw import hold, procfs
 from adapter.hw import ptrace as pt
 
 INT3 = 0xCC
@@ -99,23 +99,22 @@ def _restore_code(pid: int) -> list[int]:
     """Write the file's byte over each INT3 of an executable file mapping the file does not
     hold; returns the addresses."""
     restored = []
-    with open(f"/proc/{pid}/maps") as maps:
-        mappings = [line.split(None, 5) for line in maps]
+    mappings = procfs.maps(pid)
     with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
-        for parts in mappings:
-            if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
+        for m in mappings:
+            if "x" not in m.perms or not m.path.startswith("/"):
                 continue
-            path = parts[5].rstrip("\n")
-            low, high = (int(x, 16) for x in parts[0].split("-"))
+            path = m.path
+            low, high = m.start, m.end
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError:
                 continue  # deleted since it was mapped: its bytes are unknown
             try:
                 found = os.fstat(fd)
-                if not stat.S_ISREG(found.st_mode) or found.st_ino != int(parts[4]):
+                if not stat.S_ISREG(found.st_mode) or found.st_ino != m.inode:
                     continue  # not the file that is mapped (replaced since): not the truth
-                in_file = os.pread(fd, high - low, int(parts[2], 16))
+                in_file = os.pread(fd, high - low, m.offset)
             finally:
                 os.close(fd)
             mem.seek(low)

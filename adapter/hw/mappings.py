@@ -1,4 +1,5 @@
-"""Where an ELF file is loaded in a running process: its load bias, from /proc/PID/maps.
+"""Where an ELF file is loaded in a running process: its load bias, from /proc/PID/maps
+(read by procfs.py).
 
 Layer: adapter.hw (the running process as the kernel shows it); the ELF side is
 pt_decoder.image.elf_load_bias, the rule a recording's decode applies to its images, so that a
@@ -8,25 +9,8 @@ from __future__ import annotations
 
 import os
 
+from adapter.hw.procfs import file_mappings
 from pt_decoder.image import elf_load_bias
-
-
-def all_mappings(pid: int):
-    """(start, end, permissions, file offset, name) of every mapping in /proc/PID/maps, in its
-    order; an anonymous one's name is "". Raises OSError when it cannot be read."""
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            start, end = fields[0].split("-")
-            yield int(start, 16), int(end, 16), fields[1], int(fields[2], 16), \
-                fields[5].strip() if len(fields) == 6 else ""
-
-
-def file_mappings(pid: int):
-    """(start, end, permissions, file offset, path) of each named mapping in /proc/PID/maps
-    (a file's, or the kernel's [heap], [vdso]...; anonymous ones are left out), in its
-    order. Raises OSError when it cannot be read."""
-    return (m for m in all_mappings(pid) if m[4])
 
 
 def load_bias(pid: int, path: str) -> int:
@@ -34,9 +18,9 @@ def load_bias(pid: int, path: str) -> int:
     executable linked at its address, Go's default), from its first mapping. Raises OSError
     when /proc/PID/maps cannot be read or the file is not mapped there."""
     real = os.path.realpath(path)
-    for start, _end, _perms, offset, name in file_mappings(pid):
-        if os.path.realpath(name) == real:
-            bias = elf_load_bias(real, start, offset)
+    for m in file_mappings(pid):
+        if os.path.realpath(m.path) == real:
+            bias = elf_load_bias(real, m.start, m.offset)
             if bias is not None:
                 return bias
     raise OSError(f"{path} is not mapped in process {pid}")

@@ -20,6 +20,8 @@ import dataclasses
 import errno as _errno
 import os
 
+from adapter.hw import procfs
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 SYS_ptrace = 101  # x86-64 syscall number
@@ -41,6 +43,8 @@ PTRACE_SYSCALL = 24
 PTRACE_SETOPTIONS = 0x4200
 PTRACE_GETEVENTMSG = 0x4201
 PTRACE_GETSIGINFO = 0x4202
+PTRACE_GETREGSET = 0x4204
+PTRACE_SETREGSET = 0x4205
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
 PTRACE_LISTEN = 0x4208
@@ -190,6 +194,36 @@ def getregs(tid: int, regs: Regs | None = None) -> Regs:
 
 def setregs(tid: int, regs: Regs) -> None:
     _ptrace(PTRACE_SETREGS, tid, 0, ctypes.byref(regs))
+
+
+NT_X86_XSTATE = 0x202
+"""The regset of the XSAVE area (x87, SSE, AVX, AVX-512, AMX...: every register state the
+kernel saves for the thread), <elf.h>."""
+XSTATE_MAX = 1 << 16
+"""Room for the largest XSAVE area (11,008 bytes with AMX tiles); the kernel says how much it
+wrote."""
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def getxstate(tid: int) -> bytes:
+    """PTRACE_GETREGSET NT_X86_XSTATE: the thread's whole extended register state, in the
+    kernel's own XSAVE layout and size, to be given back unchanged with `setxstate`."""
+    buf = ctypes.create_string_buffer(XSTATE_MAX)
+    iov = _IoVec(ctypes.addressof(buf), XSTATE_MAX)
+    _ptrace(PTRACE_GETREGSET, tid, NT_X86_XSTATE, ctypes.byref(iov))
+    return buf.raw[:iov.len]
+
+
+def setxstate(tid: int, state: bytes) -> None:
+    """PTRACE_SETREGSET NT_X86_XSTATE with bytes `getxstate` returned (the kernel checks the
+    header; bytes of another size or layout are refused with EFAULT/EINVAL, which is what
+    gdb 13 meets on kernels whose XSAVE area it does not know)."""
+    buf = ctypes.create_string_buffer(state, len(state))
+    iov = _IoVec(ctypes.addressof(buf), len(state))
+    _ptrace(PTRACE_SETREGSET, tid, NT_X86_XSTATE, ctypes.byref(iov))
 
 
 def peekuser(tid: int, offset: int) -> int:
@@ -354,15 +388,17 @@ def waitpid_or_signal(tid: int, flags: int = WALL) -> WaitStatus | None:
     return WaitStatus(pid, status.value)
 
 
+def tgkill(pid: int, tid: int, sig: int) -> None:
+    """tgkill(2): signal `sig` to thread `tid` of process `pid` (a signal a tracer held back,
+    sent again to the thread it was meant for)."""
+    _libc.syscall(234, pid, tid, sig)  # 234: tgkill on x86-64
+
+
 def threads_of(pid: int) -> list[int]:
     """The thread ids of a process, from /proc/PID/task."""
-    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    return procfs.tasks(pid)
 
 
 def tracer_of(tid: int) -> int:
     """TracerPid from /proc/TID/status (0 when nobody traces it)."""
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    return 0
+    return procfs.status(tid).tracer_pid

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import signal
 
+from adapter.hw import procfs
 from adapter.hw import ptrace as pt
 
 SYSCALL = b"\x0f\x05"
@@ -35,13 +36,12 @@ class RemoteSyscallError(OSError):
 def syscall_instruction(pid: int) -> int:
     """The address of the bytes 0F 05 in an executable mapping of `pid`. Raises
     RemoteSyscallError when there is none."""
-    with open(f"/proc/{pid}/maps") as maps:
-        mappings = [line.split(None, 5) for line in maps]
+    mappings = procfs.maps(pid)
     with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
-        for parts in mappings:
-            if len(parts) < 2 or "x" not in parts[1] or parts[-1].strip() == "[vsyscall]":
+        for m in mappings:
+            if "x" not in m.perms or m.path == "[vsyscall]":
                 continue
-            low, high = (int(x, 16) for x in parts[0].split("-"))
+            low, high = m.start, m.end
             mem.seek(low)
             try:
                 code = mem.read(high - low)
@@ -73,7 +73,7 @@ class RemoteThread:
     def __exit__(self, *exc) -> None:
         pt.setregs(self.tid, self.saved)
         for sig in self.withheld:  # the thread gets them once it is let go
-            _tgkill(self.pid, self.tid, sig)
+            pt.tgkill(self.pid, self.tid, sig)
 
     def call(self, number: int, *arguments: int) -> int:
         """The call's result: its return value, or a negative errno."""
@@ -103,8 +103,3 @@ class RemoteThread:
             mem.seek(address)
             mem.write(data)
 
-
-def _tgkill(pid: int, tid: int, sig: int) -> None:
-    """tgkill(2): the signal back to the thread it was meant for."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall(234, pid, tid, sig)  # 234: tgkill on x86-64

@@ -8,13 +8,10 @@ mistake into an internal error. What the adapter answers itself is typed in `sch
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .errors import AdapterError, BackendRequestFailed, InvalidMessage, InvalidRequest
 from .framing import JsonText, ReceivedMessage
-
-if TYPE_CHECKING:
-    from .channel import Channel
 
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object",
                list: "an array", float: "a number"}
@@ -47,12 +44,19 @@ class Payload(dict):
         return value
 
 
+class Sender(Protocol):
+    """Where an answer goes: the Channel the request came in on (channel.py builds these
+    messages, so it sits above this module and is passed in)."""
+
+    def send(self, message: dict) -> object: ...
+
+
 class Message:
     """One DAP message; `raw` is the JSON object exactly as received or to be sent."""
 
     __slots__ = ("channel", "raw")
 
-    def __init__(self, raw: dict, channel: Channel | None = None):
+    def __init__(self, raw: dict, channel: Sender | None = None):
         self.raw = raw
         self.channel = channel
 
@@ -66,7 +70,7 @@ class Request(Message):
 
     __slots__ = ("answered",)
 
-    def __init__(self, raw: dict, channel: Channel | None = None):
+    def __init__(self, raw: dict, channel: Sender | None = None):
         super().__init__(raw, channel)
         self.answered = False
         """True once a response has been sent; a second answer is a bug and raises."""
@@ -121,6 +125,7 @@ class Request(Message):
         message = {"type": "response", "request_seq": self.raw["seq"],
                    "command": self.raw["command"]}
         message.update(fields)
+        assert self.channel is not None, "a request that came in has its channel"
         self.channel.send(message)
 
 

@@ -98,7 +98,7 @@ def _delay() -> float:
 class ProgressReporter:
     """The session's running operations with progress; answers `cancel` by progressId."""
 
-    def __init__(self, send_event: Callable[[str, dict], None]):
+    def __init__(self, send_event: Callable[[str, dict], object]):
         self.send_event = send_event
         self.supported = False
         """Set from the client's `initialize` (supportsProgressReporting)."""

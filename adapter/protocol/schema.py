@@ -366,6 +366,25 @@ class CaptureNowOut:
     """What opened the window: a record breakpoint, or `ptdebug/captureNow`."""
     location: CaptureLocation | None
     """The record breakpoint's source line (None for captureNow)."""
+    preparing: list[str] = field(default_factory=list)
+    """What is still being prepared after the capture was announced ("storing the program's
+    files in the captures store"): the capture answers stepping and views meanwhile; a
+    `ptdebug/capturePrepared` event follows when it is done. Empty when nothing is."""
+
+
+@dataclass
+class CapturePreparedOut:
+    """The body of the `ptdebug/capturePrepared` event: what a `ptdebug/capture` event listed
+    in `preparing` is done (docs/protocol.md)."""
+
+    id: int
+    """The capture's id (its `ptdebug/capture` event's)."""
+    bundle: str
+    """Its trace bundle directory."""
+    prepared: list[str]
+    """What was prepared (the `preparing` of the capture event)."""
+    problems: list[str] = field(default_factory=list)
+    """What could not be prepared, each told to the user in an `output` event too."""
 
 
 # --- the parser ----------------------------------------------------------------------------

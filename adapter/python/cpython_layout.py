@@ -35,7 +35,8 @@ import re
 import struct
 import threading
 
-from adapter.hw.mappings import file_mappings, load_bias
+from adapter.hw.mappings import load_bias
+from adapter.hw.procfs import file_mappings
 
 
 class LayoutError(Exception):
@@ -237,7 +238,7 @@ def layout_from_elf(path: str) -> InterpreterFile:
 def _read_interpreter_file(path: str) -> InterpreterFile:
     from elftools.elf.elffile import ELFFile
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the `with f` below
     except OSError as exc:
         raise LayoutError(f"{path}: {exc.strerror}") from None
     with f:
@@ -314,8 +315,8 @@ def find_python(pid: int) -> PythonImage:
     (libpython first, then the executable). Raises LayoutError when there is none or its
     version is not supported."""
     try:
-        paths = list(dict.fromkeys(path for *_, path in file_mappings(pid)
-                                   if path.startswith("/")))
+        paths = list(dict.fromkeys(m.path for m in file_mappings(pid)
+                                   if m.path.startswith("/")))
     except OSError as exc:
         raise LayoutError(f"process {pid}: cannot read its mappings ({exc.strerror})") from None
     candidates = [p for p in paths if "libpython" in os.path.basename(p)]

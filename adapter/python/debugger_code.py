@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import bisect
 
-from adapter.hw.mappings import file_mappings
+from adapter.hw.procfs import file_mappings
 from adapter.python.debugger_frames import DEBUGGER_FILES
 
 
 def debugger_ranges(pid: int) -> list[tuple[int, int]]:
     """The executable mappings of the debugger's native modules in process `pid` (sorted,
     start-stop). OSError when /proc/PID/maps cannot be read."""
-    return sorted((start, end) for start, end, perms, _offset, path in file_mappings(pid)
-                  if "x" in perms and DEBUGGER_FILES.search(path))
+    return sorted((m.start, m.end) for m in file_mappings(pid)
+                  if "x" in m.perms and DEBUGGER_FILES.search(m.path))
 
 
 class DebuggerCode:

@@ -120,6 +120,9 @@ def test_a_sessions_limit_removes_older_captures_never_a_pinned_one_nor_its_own(
     client.expect_stopped("breakpoint", timeout=60)
     assert client.events("ptdebug/capture"), run.log()[-6000:]
     bundle = pathlib.Path(client.events("ptdebug/capture")[0]["body"]["bundle"])
+    # the limit is kept once the capture is stored, after its announcement
+    prepared = client.expect_event("ptdebug/capturePrepared", timeout=60)["body"]
+    assert prepared["bundle"] == str(bundle) and prepared["problems"] == [], prepared
     said = [e["body"]["output"] for e in client.events("output")
             if "reached their limit" in e["body"].get("output", "")]
     assert said and "removed 20000101-000000-old-capture-1" in said[0] and \

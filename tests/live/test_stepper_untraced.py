@@ -3,7 +3,8 @@ Python window, the debugger's compiled tracer: adapter/python/debugger_code.py),
 program (tests/fixtures/programs/untraced_call.c, two indirect calls of `tracer` from `work`):
 the recording is the single-step reference with the callee's instructions cut out, it encodes
 as PT that decodes to exactly that path with the calls opening no frame, and the program runs
-as without ptdebug. A window asked to close while the callee runs closes at the call; a signal
+as without ptdebug; encoded while it is recorded (adapter/capture/live_encoding.py), the
+stream is the same bytes. A window asked to close while the callee runs closes at the call; a signal
 that arrives in the callee reaches the program's handler."""
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from stepper_support import build_c, reference_launched
 
 from adapter.capture import stepper
-from adapter.capture.record import encode_recording
+from adapter.capture.live_encoding import LiveEncoding
+from adapter.capture.record import TIMING, encode_recording
 from adapter.capture.target import Target
 from adapter.hw import ptrace as pt
 from pt_decoder import insn_flags
@@ -30,10 +32,10 @@ def program(tmp_path_factory):
     return build_c("untraced_call.c", tmp_path_factory.mktemp("untraced"))
 
 
-def _record(program, argv_tail, *, during=None, end=None):
+def _record(program, argv_tail, *, during=None, end=None, prepare=None):
     """Record `work` to its return (or `end`) with `tracer` run unrecorded; `during(pid)` is
-    called on a timer 0.3 s into the recording. Returns (recording, recorder, image,
-    tracer's address, the program's exit status)."""
+    called on a timer 0.3 s into the recording, `prepare(recorder)` before it runs. Returns
+    (recording, recorder, image, tracer's address, the program's exit status)."""
     target = Target.launch([str(program), *argv_tail], no_aslr=True)
     timer = None
     try:
@@ -53,6 +55,8 @@ def _record(program, argv_tail, *, during=None, end=None):
             tid, target.pid, end or stepper.EndCondition(until_return=True),
             entry_rsp=regs.rsp, return_address=return_address, breakpoints="dr",
             untraced_calls=untraced)
+        if prepare is not None:
+            prepare(recorder)
         if during is not None:
             timer = threading.Timer(0.3, during, (target.pid,))
             timer.start()
@@ -121,3 +125,26 @@ def test_a_signal_in_the_callee_reaches_the_programs_handler(program):
     assert status == 0, "the handler saw the signal once and the result is right"
     assert rec.partial_reason is None, rec.partial_reason
     assert len(rec.untraced) == 2 and tracer not in rec.ips
+
+
+@pytest.mark.parametrize("argv_tail, signalled", [(["0", "0"], False), (["800", "1"], True)],
+                         ids=["plain", "signal"])
+def test_the_stream_encoded_during_the_window_equals_the_one_encoded_after(
+        program, argv_tail, signalled):
+    """What the recorder encodes while the thread runs between stops (live_encoding.py), then
+    finishes after the window, is the stream encode_recording writes in one go; most of the
+    window is encoded before it closes. With untraced calls, and a signal sent mid-window (it
+    arrives while the callee runs; the program's handler runs)."""
+    live = []
+
+    def prepare(recorder):
+        live.append(LiveEncoding(recorder.rec, recorder.code.read_code, TIMING))
+        recorder.while_running = live[0].step
+
+    during = (lambda pid: os.kill(pid, signal.SIGUSR1)) if signalled else None
+    rec, recorder, _, _, status = _record(program, argv_tail, during=during, prepare=prepare)
+    assert status == 0, "the program computed as without ptdebug"
+    assert rec.partial_reason is None and rec.untraced, rec
+    assert live[0].failure is None, live[0].failure
+    assert live[0].encoded >= len(rec.ips) // 2, (live[0].encoded, len(rec.ips))
+    assert live[0].finish() == encode_recording(rec, recorder.code.read_code)

@@ -117,8 +117,8 @@ def _watch_as_nobody(argv: list[str]) -> tuple[int, str, str]:
         try:
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the child's whole life
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)

@@ -224,3 +224,23 @@ def test_time_of_coarse_stamps_never_runs_backwards(glibc):
     flow = InsnDecoder(data, image, mtc_freq=3, nom_freq=36, cpuid_0x15_eax=2,
                        cpuid_0x15_ebx=300).decode()
     assert list(flow.tsc) == times
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_path_encoded_in_pieces_is_the_stream_encoded_at_once(work, glibc, seed):
+    """start()/feed()/finish() (the stepper encodes its window while recording it:
+    adapter/capture/live_encoding.py) write the bytes encode() writes for the whole path,
+    wherever the pieces end: with timing, CYC, PTWRITE values and PSB+ every 40 bytes."""
+    for ips, end_ip, image in ((work[0], work[1], work[2]), (glibc[0], None, glibc[1])):
+        tscs = _stamps(len(ips), seed)
+        ptw = {5: 0x1234, len(ips) // 2: 9, len(ips) - 1: 7}
+        options = {"timing": True, "cyc": True, "psb_period": 40, **TIMING}
+        whole = FlowEncoder(image.read, **options).encode(ips, tscs=tscs, ptwrites=ptw,
+                                                          end_ip=end_ip)
+        run = FlowEncoder(image.read, **options).start(tscs=tscs, ptwrites=ptw)
+        run.begin(ips)
+        rng, at = random.Random(seed), 0
+        while at < len(ips) - 1:
+            at = min(len(ips) - 1, at + rng.choice((1, 2, 7, 64, 500)))
+            run.feed(ips, at)
+        assert run.finish(ips, end_ip) == whole

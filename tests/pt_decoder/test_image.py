@@ -179,7 +179,7 @@ def test_from_process_matches_the_live_process(demo):
         assert gettime is not None and gettime[2] == "[vdso]"
         assert vdso.load_address <= gettime[0] < vdso.load_address + vdso.size
         assert image.symbolize(gettime[0] + 1).module == "[vdso]"
-        assert not any("[vsyscall]" == s.name for s in image.sections)
+        assert not any(s.name == "[vsyscall]" for s in image.sections)
     finally:
         proc.kill()
         proc.wait()

@@ -96,7 +96,7 @@ def check_stream(data, **kw):
         if pkt is None:
             assert expected_next == n
             break
-        assert pkt.offset == expected_next and 1 <= pkt.size and pkt.end <= n
+        assert pkt.offset == expected_next and pkt.size >= 1 and pkt.end <= n
         assert pkt.kind != Kind.INVALID or (kw.get("errata_skz84") and pkt.size == 8)
         expected_next = pkt.end
         packets.append(pkt)

@@ -76,7 +76,7 @@ class CodeServer:
                 "--disable-update-check", "--disable-workspace-trust",
                 "--disable-getting-started-override", "--user-data-dir", str(self.user_data),
                 "--extensions-dir", str(self.extensions)]
-        log = open(self.log_path, "wb")  # noqa: SIM115 (the process writes it until stop())
+        log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         log.close()

@@ -118,6 +118,20 @@ export interface CaptureNowOut {
     reason: "breakpoint" | "command";
     /** The record breakpoint's source line (None for captureNow). */
     location: CaptureLocation | null;
+    /** What is still being prepared after the capture was announced ("storing the program's files in the captures store"): the capture answers stepping and views meanwhile; a `ptdebug/capturePrepared` event follows when it is done. Empty when nothing is. */
+    preparing?: string[];
+}
+
+/** The body of the `ptdebug/capturePrepared` event: what a `ptdebug/capture` event listed in `preparing` is done (docs/protocol.md). */
+export interface CapturePreparedOut {
+    /** The capture's id (its `ptdebug/capture` event's). */
+    id: number;
+    /** Its trace bundle directory. */
+    bundle: string;
+    /** What was prepared (the `preparing` of the capture event). */
+    prepared: string[];
+    /** What could not be prepared, each told to the user in an `output` event too. */
+    problems?: string[];
 }
 
 /** CaptureGap of adapter/protocol/schema.py. */

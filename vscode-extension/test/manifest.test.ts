@@ -120,6 +120,7 @@ function configurationErrors(config: Record<string, unknown>, where: string): st
 function expandSnippet(value: unknown): unknown {
     if (typeof value === 'string') {
         const text = value.replace(/\\\$/g, '\u0000').replace(/\$\{\d+:([^}]*)\}/g, '$1')
+            // eslint-disable-next-line no-control-regex -- NUL stands in for an escaped $
             .replace(/\$\d+/g, '').replace(/\u0000/g, '$');
         return text.startsWith('^') ? JSON.parse(text.slice(1)) : text;
     }

@@ -89,26 +89,25 @@ def test_tools_found_here_with_their_versions():
     """scripts/bootstrap.sh installs every tool: each is found, with the version it reports."""
     run = _run("--json")
     tools = json.loads(run.stdout)["tools"]
-    assert set(tools) == {"go", "dlv", "gdb", "perf", "cc", "libipt"}
+    assert set(tools) == {"go", "dlv", "perf", "cc", "libipt"}  # no gdb: attach by pid needs none
     for name, tool in tools.items():
         assert tool["found"] and tool["path"] and tool["needed_for"], (name, tool)
         assert "fix" not in tool, (name, tool)
-    assert tools["gdb"]["version"].startswith("GNU gdb")
     assert tools["dlv"]["version"].startswith("Version: ")
     assert tools["go"]["version"].startswith("go version go1.")
     text = _run().stdout
-    assert f"  gdb      yes ({tools['gdb']['version']})" in text
+    assert f"  perf     yes ({tools['perf']['version']})" in text
 
 
 def test_missing_tools_are_named_with_what_needs_them_and_how_to_get_them(tmp_path):
-    """With nothing on PATH and a HOME without ~/go/bin, gdb, perf, the C compiler and Delve
+    """With nothing on PATH and a HOME without ~/go/bin, perf, the C compiler and Delve
     are missing: the report says so, what each is for, and how to install it."""
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path), "PTDEBUG_DLV": ""}
     run = subprocess.run([sys.executable, "-m", "adapter.cli", "doctor", "--json"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, env=env)
     assert run.returncode == 0, run.stderr
     tools = json.loads(run.stdout)["tools"]
-    for name, fix in (("gdb", "apt-get install gdb"), ("perf", "apt-get install linux-perf"),
+    for name, fix in (("perf", "apt-get install linux-perf"),
                       ("cc", "apt-get install build-essential")):
         assert tools[name]["found"] is False and tools[name]["path"] is None
         assert tools[name]["fix"] == fix and tools[name]["needed_for"]
@@ -118,5 +117,5 @@ def test_missing_tools_are_named_with_what_needs_them_and_how_to_get_them(tmp_pa
     assert "go install github.com/go-delve/delve/cmd/dlv@latest" in tools["dlv"]["fix"]
     text = subprocess.run([sys.executable, "-m", "adapter.cli", "doctor"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60).stdout
-    assert "  gdb      no: needed for attaching to a running Python process by PID" in text
-    assert "           fix: apt-get install gdb" in text
+    assert "  perf     no: needed for recording Intel PT outside ptdebug" in text
+    assert "           fix: apt-get install linux-perf" in text

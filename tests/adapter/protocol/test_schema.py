@@ -18,7 +18,7 @@ def test_dap_requests_is_the_schemas_list(shared_dir):
         parts = definition.get("allOf", [])
         if parts and parts[0].get("$ref") == "#/definitions/Request":
             commands.update(parts[1]["properties"]["command"]["enum"])
-    assert schema.DAP_REQUESTS == commands
+    assert commands == schema.DAP_REQUESTS
 
 
 def test_launch_config_types_and_defaults():

@@ -64,7 +64,7 @@ def test_a_stream_too_long_to_decode_whole_is_loaded_from_its_end(long_bundle, t
     opened = Recording.open_for_command(bundle, "export")
     (thread,) = opened.threads
     first = thread.loaded_from
-    assert 0 < first and total - first <= total // 3 and thread.recorded == total
+    assert first > 0 and total - first <= total // 3 and thread.recorded == total
     assert list(thread.history.ips()) == list(whole.history.ips(first))
     assert list(thread.history.times()) == list(whole.history.times(first))
     (note,) = opened.notes
@@ -106,7 +106,7 @@ def test_streams_counted_ahead_are_not_counted_at_open(long_bundle, tmp_path, mo
     monkeypatch.setattr(chunked.StreamIndex, "build", not_again)
     monkeypatch.setattr(recording_module, "MAX_WHOLE_INSTRUCTIONS", counted[1] // 2)
     opened = Recording.open(bundle)
-    assert 0 < opened.threads[0].loaded_from and opened.threads[0].recorded == counted[1]
+    assert opened.threads[0].loaded_from > 0 and opened.threads[0].recorded == counted[1]
 
 
 def test_counting_a_bundle_that_is_not_there_says_so(tmp_path):

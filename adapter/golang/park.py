@@ -171,10 +171,9 @@ def in_a_file(pid: int, ip: int) -> bool:
     """Whether `ip` is in a mapping of a file (a bundle references the file, whose bytes a
     park does not change), not the kernel's [vdso] or anonymous memory (which a bundle
     snapshots, a park's `jmp .` included, if it is taken while parked)."""
-    from adapter.hw.mappings import file_mappings
+    from adapter.hw import procfs
     try:
-        return any(start <= ip < end and name.startswith("/")
-                   for start, end, _perms, _offset, name in file_mappings(pid))
+        return any(m.start <= ip < m.end and m.path.startswith("/") for m in procfs.maps(pid))
     except OSError:
         return False
 

@@ -37,13 +37,21 @@ from benchmarks.dap_client import BlockingDapClient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PY_SERVICE = ROOT / "tests" / "fixtures" / "programs" / "py_detach_service.py"
 GO_SERVICE = ROOT / "tests" / "fixtures" / "programs" / "go_service"
-ADAPTER = [sys.executable, "-m", "adapter.cli", "dap"]
+ADAPTER = [sys.executable, "-m", "adapter.cli", "dap"] + (["--log-file", os.environ["BENCH_ATTACH_LOG"], "--log-level", "DEBUG"] if os.environ.get("BENCH_ATTACH_LOG") else [])
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    """Whether a socket listens on 127.0.0.1:`port`, read from /proc/net/tcp without connecting
+    (debugpy's server takes one client: a probe connection would be it)."""
+    with open("/proc/net/tcp") as table:
+        return any(fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A"
+                   for fields in (line.split() for line in list(table)[1:]))
 
 
 def _ask_python(port: int) -> bool:
@@ -71,11 +79,20 @@ def _serving_after(ask, started: float, limit: float = 20.0) -> float:
     raise TimeoutError("the service did not answer after the disconnect")
 
 
-def _session(command: list[str], attach: dict, ask, backend_name: str) -> dict:
-    """One attach/pause/disconnect session through the DAP server `command` (stdio)."""
+def _session(command: list[str], attach: dict, ask, backend_name: str,
+             port: int | None = None) -> dict:
+    """One attach/pause/disconnect session through the DAP server `command`: on its stdio, or
+    on 127.0.0.1:`port` where it listens there (`dlv dap` has no stdio mode)."""
     proc = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
-    client = BlockingDapClient(proc.stdout, proc.stdin)
+    if port is None:
+        client = BlockingDapClient(proc.stdout, proc.stdin)
+    else:
+        deadline = time.monotonic() + 20
+        while not _listening(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        client = BlockingDapClient(sock.makefile("rb"), sock.makefile("wb"))
     try:
         client.call("initialize", {"adapterID": "ptdebug", "linesStartAt1": True,
                                    "columnsStartAt1": True, "pathFormat": "path"})
@@ -120,10 +137,7 @@ def _python_round(by_pid: bool) -> dict:
             attach = {"pid": service.pid}
         else:
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                with socket.socket() as probe:
-                    if probe.connect_ex(("127.0.0.1", debugpy_port)) == 0:
-                        break
+            while not _listening(debugpy_port) and time.monotonic() < deadline:
                 time.sleep(0.05)
             attach = {"connect": {"host": "127.0.0.1", "port": debugpy_port}}
         time.sleep(0.3)  # the service settled, as one a user attaches to
@@ -154,12 +168,12 @@ def _go_round(binary: str, through_ptdebug: bool) -> dict:
         address = re.search(r"listening on (\S+)", service.stdout.readline()).group(1)
         time.sleep(0.3)
         if through_ptdebug:
-            command, attach = ADAPTER, {"backend": "go", "pid": service.pid}
-        else:
-            command = [_dlv(), "dap"]
-            attach = {"mode": "local", "processId": service.pid}
-        return _session(command, attach, lambda: _ask_go(address),
-                        "ptdebug" if through_ptdebug else "dlv dap")
+            return _session(ADAPTER, {"backend": "go", "pid": service.pid},
+                            lambda: _ask_go(address), "ptdebug")
+        port = _free_port()
+        return _session([_dlv(), "dap", "--listen", f"127.0.0.1:{port}"],
+                        {"mode": "local", "processId": service.pid}, lambda: _ask_go(address),
+                        "dlv dap", port)
     finally:
         service.kill()
         service.wait()

@@ -18,6 +18,9 @@ class BlockingDapClient:
         self.rfile, self.wfile = rfile, wfile
         self.seq = 0
         self.events: list[dict] = []
+        self.responses: dict[int, dict] = {}
+        """Responses read while waiting for an event (Delve answers `attach` before its
+        `initialized`, debugpy after), by request seq."""
         self.arguments: dict[str, dict] = {}
 
     def send(self, command: str, arguments: dict) -> int:
@@ -42,13 +45,15 @@ class BlockingDapClient:
 
     def wait_response(self, seq: int) -> dict:
         while True:
-            message = self._read()
+            message = self.responses.pop(seq, None) or self._read()
             if message["type"] == "response" and message["request_seq"] == seq:
                 if not message["success"]:
                     raise RuntimeError(f"{message['command']} failed: {message}")
                 return message
             if message["type"] == "event":
                 self.events.append(message)
+            elif message["type"] == "response":
+                self.responses[message["request_seq"]] = message
 
     def wait_event(self, name: str) -> dict:
         for i, event in enumerate(self.events):
@@ -60,6 +65,8 @@ class BlockingDapClient:
                 if message["event"] == name:
                     return message
                 self.events.append(message)
+            elif message["type"] == "response":
+                self.responses[message["request_seq"]] = message
 
     def call(self, command: str, arguments: dict) -> dict:
         return self.wait_response(self.send(command, arguments)).get("body", {})

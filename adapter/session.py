@@ -358,6 +358,8 @@ class Session:
         def forward() -> None:
             backend.disconnect(request.raw.get("arguments"), answered)
 
+        backend.disconnect_coming(request.raw.get("arguments"))
+
         recording = self.recording
         holds = recording is not None and recording.holds_a_thread()
         # the watches matter only to a program that outlives the session

@@ -95,6 +95,13 @@ class Backend(abc.ABC):
         """The debugger process's exit status if it has ended, else None."""
         return self.process.poll() if self.process else None
 
+    def disconnect_coming(self, arguments: dict | None) -> None:
+        """The client asked to disconnect (its `arguments`); `disconnect` follows once what
+        the features put into the program is let go. A backend that would otherwise start
+        something the disconnect makes useless (a Delve coming back after a recording) learns
+        it here; the others have nothing to do."""
+        return
+
     def disconnect(self, arguments: dict | None,
                    answered: Callable[[Response], None]) -> None:
         """The client's `disconnect` (its `arguments`), sent to the debugger;

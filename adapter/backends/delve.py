@@ -127,6 +127,15 @@ class DelveBackend(DelveDetach, DelveHandover, DelveProcesses, Backend):
         self.left_running = False
         """True once a disconnect without terminateDebuggee let go of the program
         (delve_detach.py): close() then neither detaches nor kills it."""
+        self._leave_lock = threading.Lock()
+        self._leaving: dict | None = None
+        """The client's `disconnect` arguments, from the moment it asked (disconnect_coming):
+        a recording that ends after that is not followed by a new Delve (delve_detach.py)."""
+        self._returning = False
+        """take_back is attaching a new Delve (a disconnect then waits for it and detaches it)."""
+        self._left_without_delve: str | None = None
+        """Set when a recording's end let go of (or ended) the program for a disconnect instead
+        of bringing Delve back: "" when cleanly, else what the user must be told."""
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self, config: LaunchConfig | AttachConfig) -> None:

@@ -14,7 +14,9 @@ window's progress included (30 s). Now, while Delve is away:
     program stopped (its attach's stopOnEntry), which is when the client hears `stopped`
     (reason "pause");
   * every other request waits, in the order sent, on a thread of its own, and goes to the Delve
-    that comes back (at most HANDOVER_WAIT seconds, then it fails saying so).
+    that comes back (at most HANDOVER_WAIT seconds, then it fails saying so);
+  * once the client has disconnected meanwhile, no Delve comes back (delve_detach.py): what
+    waits fails at once, saying so.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from adapter.protocol.errors import BackendError
+from adapter.protocol.errors import BackendError, BackendGone
 from adapter.protocol.messages import Request
 
 log = logging.getLogger("ptdebug.dap")
@@ -46,6 +48,14 @@ class AwayRequests:
         stopped (stopOnEntry)."""
         self.entry_is_pause = False
         """... and that Delve's `stopped` (reason "entry") is the client's pause."""
+        self.left: str | None = None
+        """Why no Delve comes back (the client disconnected meanwhile: delve_detach.py): the
+        requests still waiting, and any later one, fail saying so."""
+
+    def leave(self, why: str) -> None:
+        """No Delve comes back: what waits, and what comes later, fails with `why`."""
+        with self._lock:
+            self.left = why
 
     def stopped_event(self, body: dict) -> None:
         """A `stopped` event of the Delve that came back: the stop of a pause the client sent
@@ -58,10 +68,13 @@ class AwayRequests:
     def take(self, request: Request, observe=None) -> bool:
         """True when `request` was answered or queued here (Delve is away, or requests sent
         while it was are still going out: the order of the client's requests is kept)."""
+        left = None
         with self._lock:
-            if self._connected.is_set() and not self._queue:
+            if self.left is not None:
+                left, body = self.left, None
+            elif self._connected.is_set() and not self._queue:
                 return False
-            if not self._connected.is_set() and request.command == "threads":
+            elif not self._connected.is_set() and request.command == "threads":
                 body = self.threads_body
             elif not self._connected.is_set() and request.command == "pause":
                 self.pause_when_back = True
@@ -73,7 +86,9 @@ class AwayRequests:
                     self._drainer = threading.Thread(target=self._drain, daemon=True,
                                                      name="delve-away-requests")
                     self._drainer.start()
-        if body is not None:
+        if left is not None:
+            request.fail(BackendGone(f"{request.command!r}: {left}"))
+        elif body is not None:
             log.info("%s answered while Delve is away for a recording", request.command)
             request.respond(body)
         return True
@@ -86,6 +101,9 @@ class AwayRequests:
                     self._drainer = None
                     return
                 request, observe = self._queue.pop(0)
+            if self.left is not None:
+                request.fail(BackendGone(f"{request.command!r}: {self.left}"))
+                continue
             if not back:
                 request.fail(BackendError(f"{request.command!r}: Delve is still away for a "
                                           f"recording after {self._wait_s:g} s"))

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from adapter.hw import left_breakpoints, procfs
+from adapter.hw import hold, left_breakpoints, procfs
 from adapter.left_running import leave as leave_running
 from adapter.protocol.errors import BackendError
 from adapter.protocol.messages import Event, Response
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from adapter.protocol.channel import Channel
 
     from .base import BackendHooks
+    from .delve_away import AwayRequests
     from .delve_rpc import DelveRpc
 
 log = logging.getLogger("ptdebug.dap")
@@ -63,39 +64,128 @@ class DelveDetach:
     left_running: bool
     program: object
     _wait_connected: Callable[[str], None]
+    _connected: threading.Event
+    _away: AwayRequests
+    _leave_lock: threading.Lock
+    _leaving: dict | None
+    _returning: bool
+    _left_without_delve: str | None
+
+    def disconnect_coming(self, arguments: dict | None) -> None:
+        # from here a recording that ends lets go of the program (or ends it) as the client
+        # asks, instead of bringing a new Delve back only to detach it (_leave_instead)
+        with self._leave_lock:
+            self._leaving = dict(arguments or {})
 
     def disconnect(self, arguments: dict | None,
                    answered: Callable[[Response], None]) -> None:
         """The client's `disconnect`: Delve's own, unless the program is to be left running
-        by a Delve ptdebug started; then halt, Detach{Kill: false}, and `answered` after."""
+        by a Delve ptdebug started, or Delve is away for a recording; then off this thread,
+        and `answered` once the program is as the client asked."""
         terminate = (arguments or {}).get("terminateDebuggee", self.launched)
-        if terminate or self.process is None or self.pid is None:
+        if self.process is None or self.pid is None or (terminate and self._connected.is_set()):
             # ended by Delve (close() asks Detach{Kill}), or a Delve the user runs, which
             # keeps the program: Delve's own disconnect does what the client asked
             self.channel.send_request("disconnect", arguments, answered)
             return
         self.closing = True  # Delve's end is expected from here
-        threading.Thread(target=self._leave_running, args=(answered,),
+        threading.Thread(target=self._leave_running, args=(arguments, terminate, answered),
                          name="delve-detach", daemon=True).start()
 
-    def _leave_running(self, answered: Callable[[Response], None]) -> None:
+    def _leave_running(self, arguments: dict | None, terminate: bool,
+                       answered: Callable[[Response], None]) -> None:
         started = time.monotonic()
         try:
             # Delve away for a recording: the window was closed (the session's disconnect
-            # does that first), and the Delve that takes the program back is the one to let go
+            # does that first), and its end let the program go without a new Delve
+            # (_leave_instead), unless that Delve was already attaching: then it is the one
+            # to let go
             self._wait_connected("disconnect")
         except BackendError as exc:
             log.warning("disconnect: %s", exc.message)
-        text = self._detach_untouched()
-        if self.program is not None:  # launched: it must outlive ptdebug too
+        text = self._left_without_delve
+        if text is None and terminate:
+            self.channel.send_request("disconnect", arguments, answered)
+            return
+        if text is None:
+            text = self._detach_untouched()
+        if self.program is not None and not terminate:  # launched: it must outlive ptdebug too
             text = "; ".join(filter(None, (text, self._outlive_ptdebug())))
-        log.info("disconnect: program %d let go in %.3f s", self.pid,
-                 time.monotonic() - started)
+        log.info("disconnect: program %d %s in %.3f s", self.pid,
+                 "ended" if terminate else "let go", time.monotonic() - started)
         if text:
             self.hooks.backend_event(_output(text))
-        self.left_running = True
+        self.left_running = not terminate
         answered(Response({"type": "response", "seq": 0, "request_seq": 0,
                            "command": "disconnect", "success": True}))
+
+    def _leave_instead(self, while_held: Callable[[], object] | None) -> bool:
+        """take_back's other way, once the client has asked to disconnect: no new Delve (its
+        attach alone takes 0.5-1 s: `dlv attach` stops every thread and reads the binary);
+        ptdebug holds every thread itself for `while_held()` (the end park undone, sysmon's
+        record given back) and lets them go, or ends the program if asked to. False when no
+        disconnect was asked: the caller brings Delve back."""
+        with self._leave_lock:
+            arguments = self._leaving
+            if arguments is None:
+                self._returning = True
+                return False
+        text = ""
+        try:
+            if arguments.get("terminateDebuggee", self.launched):
+                self._end_program()
+            else:
+                text = self._let_go_held(while_held)
+        except Exception as exc:  # noqa: BLE001 - told to the user by the disconnect
+            log.exception("letting go of process %s after the recording failed", self.pid)
+            text = f"after the recording, process {self.pid} could not be let go: {exc}"
+        finally:
+            self._left_without_delve = text
+            self._away.leave("the client disconnected while Delve was away for a recording")
+            self._connected.set()
+        log.info("the recording ended after the client asked to disconnect: no Delve comes "
+                 "back, process %d %s", self.pid, "ended" if arguments.get(
+                     "terminateDebuggee", self.launched) else "let go")
+        return True
+
+    def _let_go_held(self, while_held: Callable[[], object] | None) -> str:
+        """Every thread held (PTRACE_SEIZE + INTERRUPT) for `while_held()`, then let go
+        untraced; "" when done, else what the user must know."""
+        try:
+            held = hold.hold_all(self.pid)
+        except (hold.TracedElsewhere, OSError) as exc:
+            if while_held is not None:
+                # a thread spinning on the end park runs nothing of the program, and unpark
+                # writes the two bytes in one write: better than leaving it spinning for good
+                while_held()
+            return (f"process {self.pid} could not be held to undo the recording's park "
+                    f"({exc}); it was undone while the program ran")
+        try:
+            if while_held is not None:
+                while_held()
+        finally:
+            hold.let_go(held)
+        return ""
+
+    def _end_program(self) -> None:
+        """terminateDebuggee while no Delve holds the program: SIGKILL, and wait until it is
+        gone (reaped, or a zombie its parent reaps)."""
+        if self.program is not None:
+            self.program.kill()  # our child: killed and reaped
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_GRACE
+        while time.monotonic() < deadline:
+            try:
+                if procfs.stat(self.pid).state == "Z":
+                    return
+            except OSError:
+                return
+            time.sleep(0.005)
+        log.warning("process %d did not end within %g s of SIGKILL", self.pid, STOP_GRACE)
 
     def _detach_untouched(self) -> str | None:
         """Halt (if running) and Detach{Kill: false}; None when Delve let go of a program

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from adapter.golang.park import Parked, park, unpark
@@ -66,6 +67,9 @@ class DelveHandover:
     _attach_arguments: dict
     _connected: threading.Event
     _away: AwayRequests
+    _leave_lock: threading.Lock
+    _returning: bool
+    _leave_instead: Callable[[Callable[[], object] | None], bool]
 
     def hand_over(self, tid: int, pc: int) -> Parked:
         """Let go of the program so that a recorder can trace thread `tid`, stopped at `pc`:
@@ -184,7 +188,11 @@ class DelveHandover:
     def take_back(self, while_held=None) -> None:
         """Attach a new Delve to the program after a recording, give it the client's
         breakpoints again (same ids for the client) and let the program run.
-        `while_held()` runs once Delve holds every thread, before any breakpoint is set."""
+        `while_held()` runs once Delve holds every thread, before any breakpoint is set.
+        After the client asked to disconnect, no Delve comes back: the program is let go (or
+        ended) as asked, at once (delve_detach.py, _leave_instead)."""
+        if self._leave_instead(while_held):
+            return
         try:
             self.address = self._run_dlv([find_dlv(), "attach", str(self.pid), *HEADLESS],
                                          os.getcwd(), dict(os.environ), relay=False)
@@ -221,6 +229,8 @@ class DelveHandover:
             self.hooks.backend_gone(f"Delve could not attach again after a recording: {exc}")
             raise
         finally:
+            with self._leave_lock:
+                self._returning = False
             self._connected.set()
             self._fast_path(True)
 

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 from conftest import INITIALIZE, PROGRAMS
 from go_support import build, copy_package, go_marker, go_tool, start_go
-from unharmed import assert_unharmed, changed_code
+from unharmed import assert_unharmed, changed_code, thread_states
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -124,7 +124,8 @@ def _in_background(ask, address: str, kind: str = "work") -> threading.Thread:
 
 
 def _disconnect_and_check(run, service: Service, *, stopped_request=None,
-                          hang_up: bool = False, recording: bool = False) -> None:
+                          hang_up: bool = False, recording: bool = False,
+                          disconnected: bool = False) -> None:
     """disconnect {terminateDebuggee: false} (or, `hang_up`, the client closes its stream
     without a word, as a crashed editor does); then the service answers every request for
     SERVING_S, a recovered panic included, and is left as it was."""
@@ -138,6 +139,9 @@ def _disconnect_and_check(run, service: Service, *, stopped_request=None,
     answered = None
     if hang_up:
         client.wfile.close()
+    elif disconnected:  # the caller did, and timed it
+        first = service.ask(service.address, 0)
+        serving = time.monotonic() - started
     else:
         client.call("disconnect", {"terminateDebuggee": False}, timeout=30)
         answered = time.monotonic() - started
@@ -247,29 +251,71 @@ def test_launch_then_disconnect_without_terminate_leaves_it_serving(start_adapte
         service.end()
 
 
+DISCONNECT_AWAY_S = 1.0
+"""Issue 34: disconnect is answered within this while Delve is away for a recording."""
 
-def test_disconnect_while_a_record_window_holds_a_thread(start_adapter, tmp_path, monkeypatch):
-    """disconnect {terminateDebuggee: false} while Delve is away for a recording (a long window
-    on the handler's line): the window closes, Delve comes back, and only then is the program
-    let go as after any disconnect."""
+
+def _record_window_open(start_adapter, service: Service, source, marker: str):
+    """An attach with a record breakpoint on `marker` whose window outlasts the test (it
+    follows its goroutine through parks, 3 M instructions, a 60 s bound), a request into it,
+    and the window recording: Delve is away. (run, the request's thread)."""
+    run = start_adapter()
+    client = run.client
+    client.call("initialize", dict(INITIALIZE, supportsProgressReporting=True))
+    client.expect_response(client.send_request("attach", {"backend": "go",
+                                                          "pid": service.pid}), 60)
+    client.expect_event("initialized")
+    client.call("setBreakpoints", {"source": {"path": str(source)}, "breakpoints": [
+        {"line": go_marker(source, marker), "mode": "record", "recordWindow": {
+            "instructions": 3_000_000, "untilPark": False, "timeBound": 60}}]})
+    client.call("configurationDone", {})
+    request = _in_background(service.ask, service.address)
+    client.expect_event("progressStart", timeout=60, pred=lambda e: e["body"][
+        "title"].startswith("ptdebug: recording thread "))
+    assert any(tracer for tracer, _ in thread_states(service.pid).values()), \
+        "no thread of the service is held by the recorder"
+    return run, request
+
+
+def _disconnect_away(run, terminate: bool) -> float:
+    """disconnect while Delve is away; seconds until answered (asserted within
+    DISCONNECT_AWAY_S), with no new Delve started for it."""
+    started = time.monotonic()
+    run.client.call("disconnect", {"terminateDebuggee": terminate}, timeout=30)
+    answered = time.monotonic() - started
+    assert run.wait_exit() == 0
+    print(f"disconnect {{terminateDebuggee: {str(terminate).lower()}}} while Delve is away: "
+          f"answered {answered:.3f} s, adapter gone {time.monotonic() - started:.3f} s")
+    assert "no Delve comes back" in run.log(), "a Delve was brought back for the disconnect"
+    assert answered < DISCONNECT_AWAY_S, f"disconnect answered after {answered:.3f} s"
+    return answered
+
+
+@pytest.mark.parametrize("terminate", [False, True], ids=["left running", "terminated"])
+@pytest.mark.parametrize("kind", ["net/http", "grpc"])
+def test_disconnect_while_a_record_window_holds_a_thread(start_adapter, tmp_path, monkeypatch,
+                                                         request, kind, terminate):
+    """disconnect while Delve is away for a recording (a long window on the handler's line):
+    answered within 1 s (issue 34, item 4), without a new Delve; with terminateDebuggee false
+    the window closes, ptdebug undoes its park holding the threads itself, and the service
+    serves on, unharmed, as after any disconnect; with true it is ended."""
     monkeypatch.setenv("PTDEBUG_PROGRESS_DELAY", "0")
-    package = copy_package(SERVICE, tmp_path)
-    source = package / "main.go"
-    service = _start(build(package, tmp_path / "service"), _http)
+    if kind == "grpc":
+        binary = request.getfixturevalue("grpc_binary")
+        service, source, marker = _start(binary, _grpc_probe(binary)), GRPC / "main.go", "check"
+    else:
+        package = copy_package(SERVICE, tmp_path)
+        service = _start(build(package, tmp_path / "service"), _http)
+        source, marker = package / "main.go", "work"
     try:
-        run = start_adapter()
-        client = run.client
-        client.call("initialize", dict(INITIALIZE, supportsProgressReporting=True))
-        client.expect_response(client.send_request("attach", {"backend": "go",
-                                                              "pid": service.pid}), 60)
-        client.expect_event("initialized")
-        client.call("setBreakpoints", {"source": {"path": str(source)}, "breakpoints": [
-            {"line": go_marker(source, "work"), "mode": "record",
-             "recordWindow": {"instructions": 3_000_000}}]})
-        client.call("configurationDone", {})
-        request = _in_background(service.ask, service.address)
-        client.expect_event("progressStart", timeout=60, pred=lambda e: e["body"][
-            "title"].startswith("ptdebug: recording thread "))
-        _disconnect_and_check(run, service, stopped_request=request, recording=True)
+        run, held = _record_window_open(start_adapter, service, source, marker)
+        if not terminate:
+            _disconnect_away(run, False)
+            _disconnect_and_check(run, service, stopped_request=held, recording=True,
+                                  disconnected=True)
+        else:
+            _disconnect_away(run, True)
+            status = service.proc.wait(5)
+            assert status == -9, f"the service ended with {status}, not SIGKILL"
     finally:
         service.end()

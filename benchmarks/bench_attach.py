@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchmarks.dap_client import BlockingDapClient
+from benchmarks.dap_client import BlockingDapClient, end_adapter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PY_SERVICE = ROOT / "tests" / "fixtures" / "programs" / "py_detach_service.py"
@@ -114,15 +114,7 @@ def _session(command: list[str], attach: dict, ask, backend_name: str,
         serving = _serving_after(ask, leaving)
         return {"attach_s": attached, "first_stop_s": stoppable, "serving_again_s": serving}
     finally:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_adapter(proc)
 
 
 def _python_round(by_pid: bool) -> dict:

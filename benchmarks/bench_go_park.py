@@ -40,7 +40,7 @@ import urllib.request
 from adapter.backends.delve_process import HEADLESS, LISTENING, find_dlv
 from adapter.backends.delve_rpc import DelveRpc
 from adapter.hw import hold, procfs
-from benchmarks.dap_client import BlockingDapClient
+from benchmarks.dap_client import BlockingDapClient, end_adapter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GO_WINDOW = ROOT / "tests" / "fixtures" / "programs" / "go_window"
@@ -165,14 +165,7 @@ def _ptdebug_rounds(binary: pathlib.Path, rounds: int) -> list[dict]:
             time.sleep(0.5)  # the capture's decoding and preparing, before the next window
         client.call("disconnect", {"terminateDebuggee": True})
     finally:
-        try:
-            adapter.stdin.close()
-        except OSError:
-            pass
-        try:
-            adapter.wait(15)
-        except subprocess.TimeoutExpired:
-            adapter.kill()
+        end_adapter(adapter)
         proc.kill()
         proc.wait()
     return results

@@ -8,6 +8,7 @@ message against the DAP schema.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 
@@ -76,3 +77,16 @@ class BlockingDapClient:
         start = time.perf_counter_ns()
         self.wait_response(self.send(command, self.arguments[command]))
         return time.perf_counter_ns() - start
+
+
+def end_adapter(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Close a DAP server's stdin (the session's end) and wait for it; killed if it lingers."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -21,42 +21,23 @@ import time
 
 import pytest
 from conftest import PTDEBUG
+from e2e.dapclient import cmdline, descendants, process_start_time, still_alive
 from test_vscode_ui import FILL, _start_at
 
 pytestmark = [pytest.mark.vscode_ui, pytest.mark.timeout(300)]
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return []
-
-
 def _session_processes(sid: int) -> dict[int, list[str]]:
-    """pid -> command line of every process in session `sid` (code-server's own, which it and
-    everything it starts share: the extension host, the adapter, debugpy, the program)."""
+    """pid -> command line of every live process in session `sid` (code-server's own, which it
+    and everything it starts share: the extension host, the adapter, debugpy, the program)."""
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in descendants(1):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+            if os.getsid(pid) == sid:
+                found[pid] = cmdline(pid)
+        except OSError:  # ended meanwhile
             continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat(5): the session id
-            found[int(entry)] = _cmdline(int(entry))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_adapter_killed_mid_session_is_reported_and_the_program_ends(vscode):
@@ -72,6 +53,7 @@ def test_adapter_killed_mid_session_is_reported_and_the_program_ends(vscode):
     debuggees = [pid for pid, argv in processes.items()
                  if argv[-1:] == [program] and "--connect" in argv]
     assert len(debuggees) == 1, {pid: argv for pid, argv in processes.items() if program in argv}
+    program_started = {debuggees[0]: process_start_time(debuggees[0])}  # (pids are reused)
     bench.screenshot("stopped-before-the-kill")
     os.kill(adapters[0], signal.SIGKILL)
     killed = time.monotonic()
@@ -93,7 +75,7 @@ def test_adapter_killed_mid_session_is_reported_and_the_program_ends(vscode):
                    lambda: not bench.page.locator(".debug-toolbar").is_visible(), timeout=30)
     # the program ptdebug launched does not outlive its session held at the breakpoint
     bench.wait_for(f"the launched program (process {debuggees[0]}) to end",
-                   lambda: not _alive(debuggees[0]), timeout=30)
+                   lambda: not still_alive(program_started), timeout=30)
     print(f"adapter killed -> program ended: {time.monotonic() - killed:.2f} s")
     assert not [pid for pid, argv in _session_processes(bench.server.proc.pid).items()
                 if any("debugpy" in a for a in argv)], "debugpy outlived the killed adapter"

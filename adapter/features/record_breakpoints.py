@@ -3,7 +3,7 @@ of stopping, and the captures they leave in the session (the feature: the breakp
 client set, the stops it consumes or holds back, each capture from the record breakpoint's
 stop to its announcement).
 
-Layer: features. Knows DAP and the Session's hooks (request interceptors, event filters,
+Layer: features. Knows DAP and the Session's hooks (its steps of the route table, adapter/routes.py,
 `backend.request`) and the backends' powers (adapter/powers.py); records in a recorder process
 (recorder_worker.py: adapter.capture.record, the ptrace stepper writing an Intel PT bundle) and
 decodes the bundle with adapter.recording.recording. The window settings are record_window.py's, a
@@ -87,6 +87,7 @@ from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, BackendTimeout, NotRecorded
 from adapter.protocol.messages import Event, Request
 from adapter.protocol.schema import CaptureNowIn, CapturePreparedOut, parse
+from adapter.routes import RECORD
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -196,13 +197,12 @@ class RecordBreakpoints:
         self._next_number = 1
         self._listeners: list = []
         self._lock = threading.Lock()
-        session.request_interceptors.setdefault("setBreakpoints", []).append(
-            self._set_breakpoints)
-        session.request_interceptors.setdefault("variables", []).append(self._variables)
-        session.request_interceptors.setdefault("ptdebug/captureNow", []).append(
-            self._capture_now)
-        session.request_interceptors.setdefault("pause", []).append(self._pause)
-        session.event_filters.insert(0, self._filter_event)
+        for command, handler in (("setBreakpoints", self._set_breakpoints),
+                                 ("variables", self._variables),
+                                 ("ptdebug/captureNow", self._capture_now),
+                                 ("pause", self._pause)):
+            session.routes.add(RECORD, command, take=handler, active=self.intercepting)
+        session.routes.on_events(RECORD, self._filter_event)
 
     # --- shared with the trace scope and reverse stepping ---------------------------------
     def reference(self, produce) -> int:
@@ -216,7 +216,7 @@ class RecordBreakpoints:
         self._listeners.append(listener)
 
     def intercepting(self, command: str) -> bool:
-        """Whether its interceptors may take `command` now (Session.update_fast_path):
+        """Whether its steps may take `command` now (Session.update_fast_path):
         `variables` of ptdebug's own references, which exist only once there is a capture;
         the others always."""
         if command == "variables":

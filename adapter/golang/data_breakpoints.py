@@ -21,10 +21,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError
+from adapter.routes import DATA_BREAKPOINTS
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request
@@ -59,7 +61,10 @@ class DelveDataBreakpoints:
         self.moved: dict[int, tuple[int, int]] = {}
         """goroutine -> (line Delve shows, line of the write) while it is stopped at a write."""
         self._lock = threading.Lock()
-        session.event_filters.append(self._event)
+        session.routes.on_events(DATA_BREAKPOINTS, self._event)
+        # acts only while a goroutine is stopped at a write whose line Delve shows wrong
+        session.routes.add(DATA_BREAKPOINTS, "stackTrace", watch=self._observe_stack,
+                           active=lambda command: bool(self.moved))
 
     def info(self, request: Request, args: DataBreakpointInfoArguments) -> object:
         self.session.backend.forward(request, lambda response: self._learn_name(args, response))
@@ -118,7 +123,7 @@ class DelveDataBreakpoints:
         if site is not None and site.shown_line not in (None, site.line):
             with self._lock:
                 self.moved[goroutine] = (site.shown_line, site.line)
-            self.session.response_observers["stackTrace"] = self._observe_stack
+            self.session.update_fast_path()  # stackTrace's watch acts now
 
     def _changes(self) -> str:
         """'EXPR changed from OLD to NEW' for each watched expression whose value changed
@@ -157,7 +162,13 @@ class DelveDataBreakpoints:
         return found.get("Variable") or {}
 
     # --- the stack of a goroutine stopped at a write --------------------------------------
-    def _observe_stack(self, request: dict, response: dict) -> None:
+    def _observe_stack(self, request: Request) -> Callable[[dict], None] | None:
+        """Watches stackTrace answers while a goroutine is stopped at a moved write."""
+        if not self.moved:
+            return None
+        return lambda response: self._fix_stack(request.raw, response)
+
+    def _fix_stack(self, request: dict, response: dict) -> None:
         arguments = request.get("arguments") or {}
         with self._lock:
             moved = self.moved.get(arguments.get("threadId"))
@@ -171,9 +182,10 @@ class DelveDataBreakpoints:
 
     def _forget_moves(self) -> None:
         with self._lock:
+            had = bool(self.moved)
             self.moved.clear()
-        if self.session.response_observers.get("stackTrace") == self._observe_stack:
-            self.session.response_observers.pop("stackTrace", None)
+        if had:
+            self.session.update_fast_path()
 
 
 ADDRESS_EXPRESSION = re.compile(r"\*\(\*\[(?P<size>\d+)\]byte\)\((?P<address>0x[0-9a-fA-F]+)\)")

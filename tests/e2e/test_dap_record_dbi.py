@@ -15,7 +15,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import INITIALIZE, PROGRAMS, marker_line
+from conftest import PROGRAMS
+from record_support import assert_steps_back_by_instruction, launch_onnx_service
 
 from adapter.features.record_window import PYTHON_INSTRUCTION_CAP
 
@@ -40,18 +41,8 @@ def test_a_dbi_window_holds_the_whole_onnxruntime_call(start_adapter, tmp_path):
     expected = _unrecorded_answers()
     run = start_adapter()
     client = run.client
-    client.call("initialize", INITIALIZE)
-    launch = client.send_request("launch", {
-        "program": str(SERVICE), "args": ["3", "0.3"], "python": sys.executable,
-        "console": "internalConsole", "captures": str(tmp_path / "captures"),
-        "recorder": "dbi", "recordWindow": {"untilReturn": True, "timeBound": 60}})
-    client.expect_event("initialized")
-    answer = client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
-        {"line": marker_line(SERVICE, "embed"), "mode": "record", "condition": "position == 1"},
-        {"line": marker_line(SERVICE, "after"), "condition": "position == 1"}]})
-    assert all(b["verified"] for b in answer["breakpoints"]), answer
-    client.call("configurationDone", {})
-    assert client.expect_response(launch)["success"]
+    launch_onnx_service(client, tmp_path, recorder="dbi",
+                        recordWindow={"untilReturn": True, "timeBound": 60})
 
     capture = client.expect_event("ptdebug/capture", timeout=240)["body"]
     told = "".join(e["body"]["output"] for e in client.events("output"))
@@ -80,15 +71,7 @@ def test_a_dbi_window_holds_the_whole_onnxruntime_call(start_adapter, tmp_path):
     assert "Frida" in items["stepper time in window"], items
 
     # by instruction: each step lands on the instruction recorded before
-    positions = []
-    for _ in range(3):
-        client.call("stepBack", {"threadId": thread, "granularity": "instruction"})
-        step = client.expect_stopped("step")
-        found = re.search(r"instruction (\d+) of (\d+)", step["description"])
-        assert found, step
-        positions.append((int(found.group(1)), int(found.group(2))))
-    total = capture["instructions"]
-    assert positions == [(total - 1, total), (total - 2, total), (total - 3, total)], positions
+    assert_steps_back_by_instruction(client, thread, capture["instructions"])
 
     client.call("continue", {"threadId": thread})
     assert run.wait_exit(120) == 0

@@ -90,8 +90,10 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
               + (" (the window's last)" if position == last else " (replaying)")),
         # which clock the times and cycles below are, as the ptdebug/capture event says
         plain("clock", trace.clock_label, trace.clock),
+        plain("recorder", f"{capture.recorder_choice['name']}: {capture.recorder_choice['why']}",
+              "recorder"),
     ]
-    if trace.manifest.get("backend") == "stepper":
+    if trace.stepper:  # (the stepper's and DBI's wall clock: no CPU time)
         timing = _stepper_timing(capture, position, plain)
     else:
         ipc = f"{capture.instructions / cycles:.3f}" if cycles else "n/a (no cycles recorded)"
@@ -140,18 +142,20 @@ def _stepper_timing(capture, position: int, plain) -> list[dict]:
     ip = history.ip(position)
     since = trace.ns(history.time(position)) - trace.ns(history.time(0))
     window = capture.duration_ns
-    per_instruction = (f"; {window / capture.instructions / 1000:.1f} us an instruction"
+    per_instruction = (f"; {window / capture.instructions / 1000:.3f} us an instruction"
                        if capture.instructions else "")
+    dbi = trace.manifest.get("backend") == "dbi"
     return [
         plain("instructions since window opened", str(position), "instructions (exact)"),
         plain("instructions in window", str(capture.instructions), "instructions (exact)"),
         plain("IP", f"{ip:#x} {where(capture, ip)}", "address"),
         plain("stepper time since window opened", f"{since / 1e6:.3f} ms", STEPPER_TIME),
-        plain("stepper time in window", f"{window / 1e6:.3f} ms (a thread slowed by ptrace"
-              f"{per_instruction})", STEPPER_TIME),
+        plain("stepper time in window", f"{window / 1e6:.3f} ms (a thread slowed by "
+              f"{trace.slowed_by}{per_instruction})", STEPPER_TIME),
         plain("stepper clock", f"{history.time(position)} ns (CLOCK_MONOTONIC at the "
-              "recorder's stops)", STEPPER_TIME),
-        plain("IPC", "n/a: the stepper records no CPU cycles (its cycles are its ns)"),
+              + ("recorder's drains of its ring, every few ms)" if dbi
+                 else "recorder's stops)"), STEPPER_TIME),
+        plain("IPC", "n/a: the recorder records no CPU cycles (its cycles are its ns)"),
     ]
 
 
@@ -164,7 +168,7 @@ def _python_variables(recording, capture, position: int, plain) -> list[dict]:
     frame = python_replay.frame_at(capture, position)
     if frame is None:
         return []
-    stepper = capture.trace.manifest.get("backend") == "stepper"
+    stepper = capture.trace.stepper
     kind = STEPPER_TIME if stepper else "instructions, time, cycles"
 
     def cost(n: int, ns: int, cycles: int) -> str:

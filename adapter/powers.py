@@ -77,8 +77,8 @@ class ShowsOriginalBytes(Protocol):
 
 @runtime_checkable
 class ServesCustomRequests(Protocol):
-    """The backend answers custom requests of its own (`ptdebug/...`): the session routes
-    each to its handler as it routes every feature's (Session.request_interceptors)."""
+    """The backend answers custom requests of its own (`ptdebug/...`): the session plugs each
+    handler into its row of the route table as the `backend` step (adapter/routes.py)."""
 
     def custom_requests(self) -> dict[str, Callable]:
         """command -> handler(Request) -> answer, DEFERRED, or None (not taken)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from adapter.backends import Backend, create_backend
@@ -46,6 +45,8 @@ from adapter.protocol.progress import ProgressReporter
 from adapter.protocol.relay import FastRelay, fits
 from adapter.protocol.schema import DAP_REQUESTS
 from adapter.protocol.validate import default_checker
+from adapter.routes import BACKEND, Router
+from adapter.routes import route as row_of
 
 if TYPE_CHECKING:
     from adapter.disassemble import Disassembler
@@ -127,16 +128,9 @@ class Session:
         """Reverse-execution feature (stepBack, reverseContinue); None until wired."""
         self.instruction_breakpoints = None
         """Instruction-breakpoint feature (setInstructionBreakpoints); None until wired."""
-        self.response_observers: dict[str, Callable[[dict, dict], None]] = _Observed(
-            self.update_fast_path)
-        """command -> observe(request_raw, response_raw), called before a forwarded response is
-        relayed; how a feature learns from traffic it does not own (one observer a command)."""
-        self.event_filters: list[Callable[[dict], bool]] = []
-        """Called with each backend event before it is forwarded; one returning True has
-        consumed the event (e.g. data breakpoints turning their `pause` into their stop)."""
-        self.request_interceptors: dict[str, list[Callable[[Request], object]]] = {}
-        """command -> handlers tried in order before a request is forwarded; one that returns
-        anything but None has taken the request (its body, or DEFERRED)."""
+        self.routes = Router()
+        """The steps the features plugged into the route table (adapter/routes.py): which
+        request and event goes through which of them, in the table's order."""
         self.launch_arguments: dict = {}
         """The client's launch/attach arguments as sent (keys debugpy ignores included)."""
         self.recording: RecordBreakpoints | None = None
@@ -226,7 +220,7 @@ class Session:
         if isinstance(backend, ServesCustomRequests):
             # the backend's own custom requests are routed as every feature's are
             for command, handler in backend.custom_requests().items():
-                self.request_interceptors.setdefault(command, []).append(handler)
+                self.routes.add(BACKEND, command, take=handler)
         try:
             backend.start(config)
             backend_capabilities = backend.initialize(self.client_arguments)
@@ -257,10 +251,10 @@ class Session:
 
     def update_fast_path(self, enabled: bool = True) -> None:
         """Tell the fast relay which requests route() would forward untouched right now:
-        a standard request no client handler answers, that the backend relays as it comes
-        (backends.Backend.relays_untouched), that no response observer watches, and whose
-        interceptors are all idle (an interceptor's owner says so with `intercepting(command)`;
-        one that cannot say is taken as active). Called whenever one of these may change."""
+        a standard request whose row of the route table has no client handler, that the
+        backend relays as it comes (backends.Backend.relays_untouched), and none of whose
+        plugged-in steps is active (routes.Router.idle). Called whenever one of these may
+        change."""
         relay = self.relay
         if relay is None:
             return
@@ -272,13 +266,9 @@ class Session:
         plain: dict = {}
         if (enabled and backend is not None and self.backend_gone_at is None
                 and not self.finished.is_set()):
-            handlers = self.client.handlers
             for command in DAP_REQUESTS:
-                if (hasattr(handlers, f"{command}_request")
-                        or not backend.relays_untouched(command)
-                        or command in self.response_observers
-                        or any(_active(intercept, command)
-                               for intercept in self.request_interceptors.get(command, ()))):
+                if (row_of(command).client or not backend.relays_untouched(command)
+                        or not self.routes.idle(command)):
                     continue
                 fields = (self.argument_checker.fields(command)
                           if self.argument_checker is not None else [])
@@ -305,7 +295,7 @@ class Session:
         if self.backend_gone_at is not None:
             raise BackendGone(f"{backend.name} is gone ({self.backend_gone_reason}); "
                               f"{request.command!r} cannot be served")
-        interceptors = self.request_interceptors.get(request.command, ())
+        interceptors = self.routes.takers(request.command)
         checked = None  # the arguments object already checked: checked once, not per step
         if interceptors and self.argument_checker is not None and request.command in DAP_REQUESTS:
             # a feature may forward it (changed or not): the same checks as any forwarded request
@@ -320,11 +310,7 @@ class Session:
             if (self.argument_checker is not None and request.command in DAP_REQUESTS
                     and (arguments is not checked or arguments is None)):
                 self.argument_checker.check(request.command, arguments)
-            observer = self.response_observers.get(request.command)
-            if observer is None:
-                backend.forward(request)
-            else:
-                backend.forward(request, lambda response: observer(request.raw, response))
+            backend.forward(request, self.routes.watcher(request.command, request))
             return DEFERRED
         raise UnsupportedRequest(f"{request.command!r} is not supported by ptdebug with the "
                                  f"{backend.name} backend")
@@ -403,9 +389,8 @@ class Session:
             self.paused = True
         elif name == "continued":
             self.paused = False
-        for event_filter in self.event_filters:
-            if event_filter(raw):
-                return
+        if self.routes.filter_event(raw):
+            return
         if name == "terminated":
             if self.terminated_sent:
                 return  # ptdebug said it already (the program's or the backend's end)
@@ -543,30 +528,3 @@ def _process_state(pid: int) -> tuple[str, str] | None:
     except OSError:
         return None
     return stat.state, stat.start_time
-
-
-def _active(intercept: Callable, command: str) -> bool:
-    """Whether an interceptor may take `command` now (see Session.update_fast_path)."""
-    intercepting = getattr(getattr(intercept, "__self__", None), "intercepting", None)
-    return intercepting is None or bool(intercepting(command))
-
-
-class _Observed(dict):
-    """Session.response_observers: a dict that reports each change (the fast path follows)."""
-
-    def __init__(self, changed: Callable[[], None]):
-        super().__init__()
-        self._changed = changed
-
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        self._changed()
-
-    def __delitem__(self, key) -> None:
-        super().__delitem__(key)
-        self._changed()
-
-    def pop(self, key, *default):
-        value = super().pop(key, *default)
-        self._changed()
-        return value

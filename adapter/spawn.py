@@ -11,8 +11,10 @@ directory on `sys.path` itself: ptdebug's (adapter/__main__.py) or debugpy's
 """
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
+import signal
 import sys
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -39,3 +41,15 @@ def package_main_command(package: str, *args: str) -> list[str]:
         raise ModuleNotFoundError(f"no package {package!r}", name=package)
     return [sys.executable, "-I", os.path.abspath(next(iter(spec.submodule_search_locations))),
             *args]
+
+
+_libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+"""prctl(2), resolved before any fork: between fork and exec a child may not dlopen or lock."""
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """A subprocess `preexec_fn`: the child gets SIGTERM when the thread that started it ends
+    (prctl(2) PR_SET_PDEATHSIG: the *thread*, so the caller starts children from a thread that
+    lives as long as they should), however ptdebug ends, SIGKILL included."""
+    _libc_prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)

@@ -6,6 +6,7 @@ not build yet is still checked.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -27,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.hw": {"pt_decoder"},  # its ELF reading (mappings.load_bias)
     "adapter.protocol": set(),
     "adapter.powers": set(),
+    "adapter.routes": set(),  # the route table (which step serves which request)
     "adapter.memory": {"adapter.hw", "adapter.protocol"},
     "adapter.disassemble": {"adapter.memory", "adapter.protocol", "pt_decoder"},
     "adapter.watchpoints": {"adapter.hw"},
@@ -34,7 +36,9 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.demo_assets": set(),
     "adapter.demo": {"adapter.hw", "adapter.protocol", "adapter.spawn"},
     "adapter.python": {"adapter.hw", "pt_decoder"},
-    "adapter.golang": {"adapter.hw", "adapter.protocol", "pt_decoder"},
+    "adapter.golang": {"adapter.hw", "adapter.protocol",
+                       "adapter.routes",  # Delve's data breakpoints plug into the table
+                       "pt_decoder"},
     "adapter.capture": {"adapter.golang", "adapter.hw", "adapter.python", "pt_decoder"},
     "adapter.recording": {"adapter.capture", "adapter.golang", "adapter.python", "pt_decoder"},
     "adapter.export": {"adapter.python", "adapter.recording", "pt_decoder"},
@@ -42,17 +46,18 @@ ALLOWED: dict[str, set[str]] = {
     "adapter.backends": {"adapter.disassemble", "adapter.golang", "adapter.hw",
                          "adapter.left_running", "adapter.protocol",
                          "adapter.python",  # starting debugpy in a process (attach by pid)
-                         "adapter.recording", "adapter.spawn", "pt_decoder"},
+                         "adapter.recording", "adapter.routes", "adapter.spawn", "pt_decoder"},
     "adapter.features": {"adapter.capture", "adapter.export", "adapter.golang", "adapter.hw",
                          "adapter.memory",
                          "adapter.powers", "adapter.protocol", "adapter.python",
+                         "adapter.routes",
                          "adapter.recording", "adapter.spawn", "adapter.watchpoints",
                          "pt_decoder"},
     "adapter.client": {"adapter.backends", "adapter.disassemble", "adapter.memory",
-                       "adapter.protocol"},
+                       "adapter.protocol", "adapter.routes"},
     "adapter.session": {"adapter.backends", "adapter.client", "adapter.disassemble", "adapter.features",
                         "adapter.golang", "adapter.hw", "adapter.memory", "adapter.powers", "adapter.protocol",
-                        "adapter.python"},
+                        "adapter.python", "adapter.routes"},
     "adapter.commands": {"adapter", "adapter.capture", "adapter.export", "adapter.hw",
                          "adapter.left_running",
                          "adapter.recording", "adapter.session", "adapter.watch_traced",
@@ -133,10 +138,17 @@ def _resolve(name: str, module: str, path: pathlib.Path) -> str:
     return ".".join(base + ([rest] if rest else []))
 
 
+PROBE = f"_layering_probe_{os.getpid()}"
+"""The module name of this process's probe files (the tests that show the walker can fail write
+one into the tree for a moment); another test process's probes are not this one's sources."""
+
+
 def _sources():
     for top in ("pt_decoder", "adapter"):
         for path in sorted((ROOT / top).rglob("*.py*")):
-            if path.suffix in (".py", ".pyx") and "node_modules" not in path.parts:
+            if path.suffix in (".py", ".pyx") and "node_modules" not in path.parts and not (
+                    path.stem.startswith("_layering_probe_")
+                    and path.stem not in (PROBE, f"{PROBE}_2")):
                 yield path
 
 
@@ -172,10 +184,10 @@ def test_layering_is_respected():
 
 def test_the_walker_sees_a_violation(tmp_path, monkeypatch):
     """The checker itself can fail: a decoder module importing adapter is caught."""
-    fake = ROOT / "pt_decoder" / "_layering_probe_tmp.py"
+    fake = ROOT / "pt_decoder" / f"{PROBE}.py"
     fake.write_text("import adapter.cli\n")
     try:
-        assert "pt_decoder._layering_probe_tmp imports adapter.cli" in _violations()
+        assert f"pt_decoder.{PROBE} imports adapter.cli" in _violations()
     finally:
         fake.unlink()
 
@@ -187,10 +199,10 @@ def test_the_allow_list_names_every_package_and_nothing_else():
 
 def test_the_walker_sees_an_import_the_allow_list_does_not_give(tmp_path):
     """hw is mechanism: a module of it importing the session is caught."""
-    fake = ROOT / "adapter" / "hw" / "_layering_probe_tmp.py"
+    fake = ROOT / "adapter" / "hw" / f"{PROBE}.py"
     fake.write_text("from adapter.session import Session\n")
     try:
-        assert "adapter.hw._layering_probe_tmp imports adapter.session" in _violations()
+        assert f"adapter.hw.{PROBE} imports adapter.session" in _violations()
     finally:
         fake.unlink()
 
@@ -308,10 +320,10 @@ def test_no_package_imports_another_packages_private_helpers():
 
 
 def test_the_walker_sees_a_private_import():
-    fake = ROOT / "adapter" / "export" / "_layering_probe_tmp.py"
+    fake = ROOT / "adapter" / "export" / f"{PROBE}.py"
     fake.write_text("from adapter.recording.recording import _module_label\n")
     try:
-        assert ("adapter.export._layering_probe_tmp imports "
+        assert (f"adapter.export.{PROBE} imports "
                 "adapter.recording.recording._module_label") in _private_imports()
     finally:
         fake.unlink()
@@ -357,14 +369,14 @@ def test_the_modules_have_no_cycle():
 
 
 def test_the_module_walker_sees_a_cycle_through_a_function():
-    fake = ROOT / "adapter" / "hw" / "_layering_probe_tmp.py"
-    fake.write_text("def f():\n    from adapter.hw import _layering_probe_tmp2\n")
-    fake2 = ROOT / "adapter" / "hw" / "_layering_probe_tmp2.py"
+    fake = ROOT / "adapter" / "hw" / f"{PROBE}.py"
+    fake.write_text(f"def f():\n    from adapter.hw import {PROBE}_2\n")
+    fake2 = ROOT / "adapter" / "hw" / f"{PROBE}_2.py"
     fake2.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\n"
-                     "from adapter.hw._layering_probe_tmp import f\n")
+                     f"from adapter.hw.{PROBE} import f\n")
     try:
         graph = _module_graph()
-        assert graph["adapter.hw._layering_probe_tmp"] == {"adapter.hw._layering_probe_tmp2"}
+        assert graph[f"adapter.hw.{PROBE}"] == {f"adapter.hw.{PROBE}_2"}
         assert _cycle(graph) is not None
     finally:
         fake.unlink()

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from adapter.protocol.channel import Channel
 from adapter.protocol.errors import (
@@ -35,7 +36,7 @@ from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
 from adapter.python.inject import InjectError, run_python
-from adapter.spawn import package_main_command
+from adapter.spawn import die_with_parent, package_main_command
 
 from .base import Backend, BackendHooks, dial, hang_up
 from .debugpy_detach import DebugpyDetach
@@ -128,6 +129,8 @@ class DebugpyBackend(DebugpyDetach, Backend):
         self._evaluating_changed = threading.Condition()
         self._native_ids: dict[int, int] = {}
         """DAP thread id -> its OS thread id (asked once: two round trips to debugpy)."""
+        self._spawner: ThreadPoolExecutor | None = None
+        """The thread debugpy's adapter was started from: its end would end the adapter."""
         self._server_waiting = threading.Event()
         """Set when debugpy's adapter listens for the process of an attach by pid."""
         self._server_address: tuple[str, int] = (LISTEN_HOST, 0)
@@ -148,10 +151,16 @@ class DebugpyBackend(DebugpyDetach, Backend):
         log_dir = os.environ.get("PTDEBUG_DEBUGPY_LOG_DIR")
         if log_dir:
             argv += ["--log-dir", log_dir]
+        # Started from a spawner thread of its own that lives as long as the backend, dying with
+        # it (die_with_parent): when ptdebug is killed outright, debugpy's adapter would
+        # otherwise stay, holding pydevd's connection in a process attached by pid (debugpy's
+        # adapter waits for its servers to disconnect, and an attached one never does).
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="debugpy-spawner")
         try:
             # stderr must not be a pipe nobody reads: a full pipe would block debugpy.
-            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL)
+            self.process = self._spawner.submit(
+                subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, preexec_fn=die_with_parent).result()
         except OSError as exc:
             raise BackendError(f"cannot start debugpy ({' '.join(argv)}): {exc}") from None
         self.channel = Channel(MessageReader(self.process.stdout, max_content_length=
@@ -275,6 +284,8 @@ class DebugpyBackend(DebugpyDetach, Backend):
             log.warning("debugpy did not exit within %g s; killing it", timeout)
             process.kill()
             process.wait(timeout)
+        if self._spawner is not None:
+            self._spawner.shutdown(wait=False)  # the adapter it started has ended
         if self.channel is not None:
             self.channel.join(timeout)
 

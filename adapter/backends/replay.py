@@ -37,6 +37,7 @@ from adapter.protocol.errors import (
     MemoryAccessError,
 )
 from adapter.protocol.messages import Event, Request, Response
+from adapter.routes import REPLAYED
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -147,6 +148,11 @@ class ReplayBackend(Backend):
         self.channel = _LocalChannel(self)
         self._after: list[Callable[[], None]] = []
         """Events to send once the response being made has gone out."""
+        self._answers: dict[str, Callable[[dict], dict]] = {
+            command: getattr(self, "_" + command.replace("ptdebug/", "ptdebug_"))
+            for command in REPLAYED}
+        """command -> its answer here, for the rows of the route table marked `replay`
+        (adapter/routes.py); every other request is refused."""
 
     # --- starting -------------------------------------------------------------------------
     def start(self, config) -> None:
@@ -207,7 +213,7 @@ class ReplayBackend(Backend):
     def _answer(self, command: str, arguments: dict) -> dict:
         """The response to `command` as a raw DAP message."""
         raw = {"type": "response", "seq": 0, "request_seq": 0, "command": command}
-        handler = getattr(self, "_" + command.replace("ptdebug/", "ptdebug_"), None)
+        handler = self._answers.get(command)
         try:
             if handler is None:
                 raise AdapterError(f"{command!r} is not available in a replay: no program runs")

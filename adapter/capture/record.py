@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import signal
 import traceback
 from array import array
 
@@ -339,7 +340,9 @@ def record_stepper(output: str, *, command: list[str] | None = None, pid: int | 
         began = True
         interrupt = None
         try:
-            with interrupts_noted(lambda: end.request.end("interrupted by the user")) as noted:
+            with interrupts_noted(lambda signum: end.request.end(
+                    "interrupted by the user" if signum == signal.SIGINT
+                    else f"stopped by {signal.Signals(signum).name}")) as noted:
                 rec = recorder.run()
             if noted:  # its KeyboardInterrupt was swallowed: the window closed at the request
                 raise KeyboardInterrupt(end.request.reason or "interrupted by the user")

@@ -136,12 +136,18 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
                tid: int | None = None, start: str | None = None, end: EndCondition | None = None,
                copy_images: bool = True, max_instructions: int = 50_000_000,
                wait_for_exit: bool = True, log=lambda msg: None,
-               trigger_timeout: float | None = None) -> RecordResult:
+               trigger_timeout: float | None = None, why: str = "chosen by the caller",
+               on_attached=None, at_drain=None, stage=None) -> RecordResult:
     """Record with the DBI recorder into the bundle directory `output` (see the module doc).
     `start`: the window opens at the first block of thread `tid` that starts at this function
     or address (the thread is followed from the beginning, and what it ran before is
     dropped). End conditions: end.count, end.until_return (needs `start`), end.duration_ms,
-    `max_instructions` (a cap: a window it ends is partial); end.until is not supported.
+    `max_instructions` (a cap: a window it ends is partial), end.time_bound_s (a safety
+    bound from the window's opening: partial), end.request (closed from outside: complete);
+    end.until is not supported. For a debug session's window (recorder_worker.py):
+    `on_attached()` once the thread is followed, `at_drain()` after each drain (it may close
+    the window through end.request), `stage(name)` at "recorder set up" and "target released"
+    (the thread has left the recorder's code: it was never stopped), `why` the choice's reason.
     Raises RecordFailed (with the partial bundle's path when one was written) and
     dbi.DbiUnavailable (nothing was done: the caller may use another recorder)."""
     end = end or EndCondition(count=100_000)
@@ -191,6 +197,8 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
             frida.resume(launched)
         window = session.window(tid, start_in=start_in)
         log(f"recording thread {tid} of process {pid} with Frida Stalker ({session.repair})")
+        if on_attached is not None:
+            on_attached()
         limit = min(x for x in (end.count, max_instructions) if x) if (
             end.count or max_instructions) else 0
         began = time.monotonic()
@@ -201,6 +209,10 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
                 images.refresh()
             if window.opened and opened_at is None:
                 opened_at = time.monotonic()
+                if stage is not None:
+                    stage("recorder set up")
+            if at_drain is not None:
+                at_drain()
             if result.stop != be.STOP_NONE:
                 reason = ("the --from function returned" if result.stop == be.STOP_RETURN
                           else f"{window.encoder.instructions} instructions")
@@ -214,6 +226,10 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
             if end.duration_ms is not None and opened_at is not None and (
                     time.monotonic() - opened_at) * 1000 >= end.duration_ms:
                 reason = f"{end.duration_ms:g} ms"
+                break
+            if end.time_bound_s is not None and opened_at is not None and (
+                    time.monotonic() - opened_at) >= end.time_bound_s:
+                partial = reason = f"time bound of {end.time_bound_s:g} s reached"
                 break
             if end.request is not None and end.request.reason:
                 reason = end.request.reason
@@ -243,6 +259,8 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
             images.refresh()
             images.snapshot_used(sorted(window.starts))
         session.close(unmap=settled)
+        if stage is not None:
+            stage("target released")
         if not settled:
             log("the recorded thread was still in Stalker's code 10 s after the window ended: "
                 "the recorder's ring stays mapped in the process (unmapping it would kill it)")
@@ -255,7 +273,7 @@ def record_dbi(output: str, *, command: list[str] | None = None, pid: int | None
     warnings = images.write(writer, starts)
     enc = window.encoder
     seconds = (time.monotonic_ns() - window.started_ns) / 1e9
-    writer.manifest["recorder"] = {"name": "dbi", "why": "chosen by the caller",
+    writer.manifest["recorder"] = {"name": "dbi", "why": why,
                                    "frida": dbi.FRIDA_VERSION, "avx512": session.repair}
     writer.manifest["stats"] = {
         "instructions": enc.instructions, "blocks": enc.blocks,

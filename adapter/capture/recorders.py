@@ -32,8 +32,8 @@ main thread and restores only its general registers: a main thread interrupted i
 computation came back with xmm0-7's low halves and zmm16 changed (numpy gave a wrong result
 after it in about half the attaches). DbiSession now attaches only while the main thread waits
 in a system call (dbi.main_thread_at_rest), and 240 windows since showed no damage; DBI also
-does not yet record Python frames, and the record breakpoints of a debug session do not use
-it. When those are done, and the whole suite has run with DBI chosen, this becomes True."""
+does not yet record Python frames, and the record breakpoints of a debug session use it only
+when asked for (adapter/features/window_recorder.py says why). When those are done, and the whole suite has run with DBI chosen, this becomes True."""
 DBI_CAVEAT = ("DBI is new: it attaches only while the program's main thread waits in a system "
               "call (Frida's injection changes that thread's vector registers otherwise; "
               "docs/recording.md)")

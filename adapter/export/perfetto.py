@@ -221,7 +221,8 @@ def python_timelines(decoded: Recording) -> list[tuple[ThreadTrace, list]]:
 def _process_name(decoded: Recording, command: list, pid: int) -> str:
     """The process track's name; a stepper recording's says its time is stepper time."""
     name = " ".join(command) or f"process {pid}"
-    return f"{name} [{STEPPER_TIME}: ptrace-slowed, not CPU time]" if decoded.stepper else name
+    return (f"{name} [{STEPPER_TIME}: {decoded.slowed_short}-slowed, not CPU time]"
+            if decoded.stepper else name)
 
 
 GOROUTINE_PID_BASE = 1 << 30

@@ -59,6 +59,18 @@ class Capture:
     """features.replay_hits.recorded_hits' answer for the client's current breakpoints."""
     preparing: list[str] = field(default_factory=list)
     """What is still being done after its announcement (record_breakpoints.py, _prepare)."""
+    recorder: dict | None = None
+    """{"name", "why"}: the recorder that recorded it and why (window_recorder.py); None: the
+    bundle's own word (a replayed bundle)."""
+
+    @property
+    def recorder_choice(self) -> dict:
+        if self.recorder is not None:
+            return {"name": self.recorder["name"], "why": self.recorder["why"]}
+        manifest = self.trace.manifest
+        said = manifest.get("recorder") or {}
+        return {"name": said.get("name") or manifest.get("backend") or "?",
+                "why": said.get("why") or "as the bundle's manifest says"}
 
     @property
     def history(self):
@@ -145,7 +157,7 @@ class Capture:
             partial=self.partial is not None, partialReason=self.partial,
             reason="breakpoint" if location else "command",
             location=CaptureLocation(location["path"], location["line"]) if location else None,
-            preparing=list(self.preparing)))
+            recorder=self.recorder_choice, preparing=list(self.preparing)))
 
 
 def _has_pclntab(path: str) -> bool:

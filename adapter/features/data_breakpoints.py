@@ -45,6 +45,7 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -77,6 +78,7 @@ from adapter.powers import RunsInsidePython
 from adapter.protocol.errors import AdapterError, BackendTimeout, InvalidRequest
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import DataBreakpointInfoArguments, SetDataBreakpointsArguments
+from adapter.routes import DATA_BREAKPOINTS
 from adapter.watchpoints import (
     Access,
     LostHits,
@@ -156,9 +158,16 @@ class DataBreakpoints:
         self._resumed = threading.Event()
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
-        session.response_observers["scopes"] = self._observe_scopes
-        session.response_observers["variables"] = self._observe_variables
-        session.event_filters.append(self._filter_event)
+        routes = session.routes
+        routes.add(DATA_BREAKPOINTS, "scopes", take=self._scopes, watch=self._observe_scopes)
+        routes.add(DATA_BREAKPOINTS, "variables", watch=self._observe_variables)
+        routes.add(DATA_BREAKPOINTS, "threads", watch=self._observe_threads)
+        routes.add(DATA_BREAKPOINTS, "evaluate", take=self._evaluate)
+        # the native frames' watch acts only while there are native frames (_show_stop): an
+        # observed response is re-encoded, an unobserved one is relayed as debugpy sent it
+        routes.add(DATA_BREAKPOINTS, "stackTrace", take=self._page_stack,
+                   watch=self._observe_stack)
+        routes.on_events(DATA_BREAKPOINTS, self._filter_event)
         self.native: NativeStack | None = None
         """The native frames of the last data-breakpoint stop, until the program continues."""
         self._frame_maker = NativeFrameMaker()
@@ -171,13 +180,8 @@ class DataBreakpoints:
         gave none for (not the first of its batch)."""
         self.thread_names: dict[int, str] = {}
         """debugpy thread id -> name, from the `threads` responses the client gets."""
-        session.response_observers.setdefault("threads", self._observe_threads)
         self._stack_pages: dict[object, tuple[list[dict], int, bool]] = {}
         """client request seq -> (native frames shown, native frame count, drop debugpy's)."""
-        interceptors = session.request_interceptors
-        for command, handler in (("stackTrace", self._page_stack), ("scopes", self._scopes),
-                                 ("evaluate", self._evaluate)):
-            interceptors.setdefault(command, []).insert(0, handler)
 
     @classmethod
     def probe(cls, session, pid: int) -> DataBreakpoints | None:
@@ -355,14 +359,23 @@ class DataBreakpoints:
         self.session.client.send_event("output", {"category": "important", "output": text})
 
     # --- learning frames of variablesReferences -------------------------------------------
-    def _observe_scopes(self, request: dict, response: dict) -> None:
+    def _observe_scopes(self, request: Request) -> Callable[[dict], None]:
+        return lambda response: self._learn_scopes(request.raw, response)
+
+    def _observe_variables(self, request: Request) -> Callable[[dict], None]:
+        return lambda response: self._learn_variables(request.raw, response)
+
+    def _observe_threads(self, request: Request) -> Callable[[dict], None]:
+        return self._learn_threads
+
+    def _learn_scopes(self, request: dict, response: dict) -> None:
         frame_id = (request.get("arguments") or {}).get("frameId")
         for scope in (response.get("body") or {}).get("scopes", ()):
             if scope.get("variablesReference"):
                 self.frames[scope["variablesReference"]] = frame_id
                 self.paths[scope["variablesReference"]] = (None, "scope", 0)
 
-    def _observe_variables(self, request: dict, response: dict) -> None:
+    def _learn_variables(self, request: dict, response: dict) -> None:
         parent = (request.get("arguments") or {}).get("variablesReference")
         frame_id = self.frames.get(parent)
         for variable in (response.get("body") or {}).get("variables", ()):
@@ -536,9 +549,7 @@ class DataBreakpoints:
             # Built on the first stackTrace, not before the `stopped` goes out.
             self.native = NativeStack(thread_id, None, dict(hit.regs), "at the write",
                                       make=lambda: maker.frames(image, chain, "at the write"))
-            # Only while there are native frames: an observed response is re-encoded, an
-            # unobserved one is relayed as debugpy sent it (the fast path of every stackTrace).
-            self.session.response_observers["stackTrace"] = self._observe_stack
+            self.session.update_fast_path()  # stackTrace's watch acts now (_observe_stack)
         self.session.client.send_event("stopped", body)
 
     def _armed_of(self, hit) -> Armed | None:
@@ -717,7 +728,7 @@ class DataBreakpoints:
         name = raw.get("event")
         if name in ("continued", "stopped", "terminated", "exited") and self.native is not None:
             self.native = None  # a new stop or a resumed thread: the write is history
-            self.session.response_observers.pop("stackTrace", None)
+            self.session.update_fast_path()
         if name == "continued":
             self.paused = False
             self._resumed.set()
@@ -763,7 +774,13 @@ class DataBreakpoints:
         self._stack_pages[request.raw.get("seq")] = (shown, count, drop, first, rest, native)
         return None
 
-    def _observe_stack(self, request: dict, response: dict) -> None:
+    def _observe_stack(self, request: Request) -> Callable[[dict], None] | None:
+        """Watches stackTrace answers while there are native frames (a stop at a write)."""
+        if self.native is None:
+            return None
+        return lambda response: self._merge_stack(request.raw, response)
+
+    def _merge_stack(self, request: dict, response: dict) -> None:
         page = self._stack_pages.pop(request.get("seq"), None)
         if page is None or not response.get("success"):
             return
@@ -821,7 +838,7 @@ class DataBreakpoints:
             raise AdapterError(f"pydevd could not suspend thread tid {tid}: "
                                f"{response.error_text.strip()}")
 
-    def _observe_threads(self, request: dict, response: dict) -> None:
+    def _learn_threads(self, response: dict) -> None:
         for thread in (response.get("body") or {}).get("threads") or ():
             if isinstance(thread, dict) and type(thread.get("id")) is int:
                 self.thread_names[thread["id"]] = str(thread.get("name", ""))

@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapter.features.captures import where
 from adapter.golang.goroutine_index import Confidence
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
+from adapter.routes import GOROUTINE_HISTORY as HISTORY_STEP
+from adapter.routes import GOROUTINE_VIEW
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -248,7 +251,8 @@ class GoroutineView:
         self.recording = recording
         self.reverse = reverse
         recording.on_capture(prepare)
-        session.request_interceptors.setdefault("threads", []).append(self._threads)
+        session.routes.add(GOROUTINE_VIEW, "threads", watch=self._threads,
+                           active=self.intercepting)
 
     def intercepting(self, command: str) -> bool:
         """Whether `threads` may be taken now (the session's fast relay forwards it without
@@ -268,22 +272,19 @@ class GoroutineView:
                 out[thread_id] = (replay.capture, replay.position, goid, confidence)
         return out
 
-    def _threads(self, request: Request) -> object:
-        if not self.reverse.replays or self.session.backend is None:
+    def _threads(self, request: Request) -> Callable[[dict], None] | None:
+        """Watches `threads` answers while replaying: renames the replayed threads."""
+        if not self.reverse.replays:
             return None  # not replaying: forwarded untouched
         cursors = self.cursors()
         if not cursors:
             return None
-        other = self.session.response_observers.get("threads")
 
         def observe(response: dict) -> None:
-            if other is not None:
-                other(request.raw, response)
             if response.get("success"):
                 rename_threads((response.get("body") or {}).get("threads") or [], cursors)
 
-        self.session.backend.forward(request, observe)
-        return DEFERRED
+        return observe
 
 
 def rename_threads(threads: list[dict], cursors: dict) -> None:
@@ -335,7 +336,7 @@ def install_goroutine_history(session) -> None:
                          daemon=True, name="goroutine-history").start()  # decoding takes a while
         return DEFERRED
 
-    session.request_interceptors.setdefault(GOROUTINE_HISTORY, []).append(intercept)
+    session.routes.add(HISTORY_STEP, GOROUTINE_HISTORY, take=intercept)
 
 
 def _answer_goroutine_history(request: Request, arguments, captures: list) -> None:

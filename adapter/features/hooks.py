@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request, Response
+    from adapter.routes import Router
 
 
 class Debugger(Protocol):
@@ -32,8 +33,7 @@ class SessionHooks(Protocol):
     """The Session's hooks a feature plugs into (adapter/session.py documents each)."""
 
     paused: bool
-    event_filters: list[Callable[[dict], bool]]
-    request_interceptors: dict[str, list[Callable[[Request], object]]]
+    routes: Router
 
     @property
     def backend(self) -> Debugger | None:

@@ -3,7 +3,7 @@ of stopping, and the captures they leave in the session (the feature: the breakp
 client set, the stops it consumes or holds back, each capture from the record breakpoint's
 stop to its announcement).
 
-Layer: features. Knows DAP and the Session's hooks (request interceptors, event filters,
+Layer: features. Knows DAP and the Session's hooks (its steps of the route table, adapter/routes.py,
 `backend.request`) and the backends' powers (adapter/powers.py); records in a recorder process
 (recorder_worker.py: adapter.capture.record, the ptrace stepper writing an Intel PT bundle) and
 decodes the bundle with adapter.recording.recording. The window settings are record_window.py's, a
@@ -54,6 +54,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapter.features import window_recorder
 from adapter.features.captures import Capture
 from adapter.features.record_window import (
     BREAKPOINT_MODES,
@@ -87,6 +88,7 @@ from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, BackendTimeout, NotRecorded
 from adapter.protocol.messages import Event, Request
 from adapter.protocol.schema import CaptureNowIn, CapturePreparedOut, parse
+from adapter.routes import RECORD
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -196,13 +198,12 @@ class RecordBreakpoints:
         self._next_number = 1
         self._listeners: list = []
         self._lock = threading.Lock()
-        session.request_interceptors.setdefault("setBreakpoints", []).append(
-            self._set_breakpoints)
-        session.request_interceptors.setdefault("variables", []).append(self._variables)
-        session.request_interceptors.setdefault("ptdebug/captureNow", []).append(
-            self._capture_now)
-        session.request_interceptors.setdefault("pause", []).append(self._pause)
-        session.event_filters.insert(0, self._filter_event)
+        for command, handler in (("setBreakpoints", self._set_breakpoints),
+                                 ("variables", self._variables),
+                                 ("ptdebug/captureNow", self._capture_now),
+                                 ("pause", self._pause)):
+            session.routes.add(RECORD, command, take=handler, active=self.intercepting)
+        session.routes.on_events(RECORD, self._filter_event)
 
     # --- shared with the trace scope and reverse stepping ---------------------------------
     def reference(self, produce) -> int:
@@ -216,7 +217,7 @@ class RecordBreakpoints:
         self._listeners.append(listener)
 
     def intercepting(self, command: str) -> bool:
-        """Whether its interceptors may take `command` now (Session.update_fast_path):
+        """Whether its steps may take `command` now (Session.update_fast_path):
         `variables` of ptdebug's own references, which exist only once there is a capture;
         the others always."""
         if command == "variables":
@@ -532,7 +533,7 @@ class RecordBreakpoints:
         for live in list(self._live.values()):
             self._let_wait_run(live)
 
-    def _release_recorded(self, release, number: int) -> None:
+    def _release_recorded(self, release, number: int, thread_id: int | None = None) -> None:
         """Let the program run on once the recorder holds the thread. A debugpy that does not
         answer in time (its threads wait for the GIL the recorded thread holds): the window
         records on (whatever the thread does, it is recorded) and the capture is kept; the user
@@ -540,6 +541,14 @@ class RecordBreakpoints:
         window on a Python line: any other failure is told too."""
         try:
             release(recording=True)
+            # a thread the recorder never stops (DBI) may have run to its next stop before
+            # the release's answer counted as a resume: that stop came after the release,
+            # and is not stale (its mark is taken again; the user cannot resume meanwhile:
+            # the hold keeps their requests waiting)
+            mark = self.session.run_control.resumes_seen()
+            with self._phase_lock:
+                self._held = [(raw, mark if (raw.get("body") or {}).get("threadId") == thread_id
+                               else seen) for raw, seen in self._held]
         except BackendTimeout as exc:
             log.warning("record breakpoint: %s", exc)
             self.session.client.send_event("output", {"category": "important", "output":
@@ -556,8 +565,8 @@ class RecordBreakpoints:
         self.captures.append(capture)
         self.session.client.send_event("ptdebug/capture", capture.event_body())
         if capture.trace.clock == "stepper":  # its cycles are its ns: said once, as what they are
-            cost = (f"{capture.duration_ns / 1e6:.3f} ms stepper time (ptrace-slowed, not CPU "
-                    "time)")
+            cost = (f"{capture.duration_ns / 1e6:.3f} ms stepper time (slowed by "
+                    f"{capture.trace.slowed_by}, not CPU time)")
         else:
             cost = f"{capture.cycles} cycles, {capture.duration_ns / 1e6:.3f} ms"
         self.session.client.send_event("output", {"category": "console", "output":
@@ -899,6 +908,13 @@ class RecordBreakpoints:
         output = str(self._new_bundle_directory(number))
         backend = self.session.backend
         probe = backend.thread_id_probe() if isinstance(backend, HandsOverThreads) else None
+        # which recorder, chosen once for this window and told (adapter/features/
+        # window_recorder.py: auto is the stepper, DBI only when asked for)
+        chosen = window_recorder.choose(
+            window_recorder.requested(self.session.launch_arguments, window), window,
+            pid=self.session.pid, go=isinstance(backend, HandsOverThreads))
+        self._tell_fallback(number, chosen.fallback)
+        window = dataclasses.replace(window, dbi=chosen.name == "dbi")
         if probe is not None and not window.untilPark:
             probe["park_at"] = None  # followed through its parks (the lock brings it back)
         spec = {"output": output, "tid": tid, "window": dataclasses.asdict(window),
@@ -911,7 +927,8 @@ class RecordBreakpoints:
                 # layout ptdebug does not know, which the log says)
                 "python": "auto" if isinstance(backend, RunsInsidePython) else "off",
                 "python_lines": python_lines,
-                "python_start": list(python_start) if python_start else None}
+                "python_start": list(python_start) if python_start else None,
+                "recorder": chosen.as_dict()}
         clock = clock or StepClock(f"capture {number}")
         try:  # a warm recorder process (adapter/features/recorder_worker.py)
             worker = self._workers.take()
@@ -964,10 +981,10 @@ class RecordBreakpoints:
                         # only what is true: a stop passed to the user while it was stale
                         # (the window recording already) left the user's continue unanswered
                         threading.Thread(target=self._release_recorded,
-                                         args=(release, number), daemon=True,
+                                         args=(release, number, thread_id), daemon=True,
                                          name="ptdebug-release").start()
                     else:
-                        self._release_recorded(release, number)
+                        self._release_recorded(release, number, thread_id)
                         clock.mark("debugger released the program")
                         recording = RecordingProgress.start(self.session, worker, thread_id,
                                                             window)
@@ -1019,9 +1036,14 @@ class RecordBreakpoints:
                 f"ptdebug: capture {number}: the recording failed ({failed}); what it "
                 "recorded up to there is kept, partial\n"})
         clock.mark("bundle decoded")
+        recorded_by = result.get("recorder") or chosen.as_dict()
+        self._tell_fallback(number, recorded_by.get("fallback"))
+        if recorded_by["name"] != "dbi":
+            window = dataclasses.replace(window, dbi=False)  # (described with its caps)
         capture = Capture(number, tid, thread_id, window, output, trace, breakpoint_id,
                           result.get("end_reason", ""), result.get("partial_reason"),
-                          preparing=[STORING])
+                          preparing=[STORING],
+                          recorder={"name": recorded_by["name"], "why": recorded_by["why"]})
         if capture.end_reason == GOROUTINE_PARKED:
             # a Go session's DAP thread is its goroutine
             capture.end_reason = f"goroutine {thread_id} parked"
@@ -1057,6 +1079,14 @@ class RecordBreakpoints:
                 + (f"; Delve stops there if `{stop.condition}` holds" if stop.condition
                    else "") + "\n"})
         return capture
+
+    def _tell_fallback(self, number: int, fallback: str | None) -> None:
+        """DBI was asked for and the stepper records (or recorded) instead: the user is told
+        why, once, in the console."""
+        if fallback:
+            self.session.client.send_event("output", {"category": "important", "output":
+                f"ptdebug: capture {number}: DBI cannot record this window ({fallback}); the "
+                "ptrace stepper records it instead (10^4-10^5 instructions a second)\n"})
 
     # --- where captures are kept ----------------------------------------------------------
     def _new_bundle_directory(self, number: int):

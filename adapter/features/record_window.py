@@ -36,9 +36,14 @@ PYTHON_TIME_BOUND_S = 120.0
 """A debugpy window's time bound when its `recordWindow` names none: debugpy serves the other
 threads meanwhile, and a window on a Python line runs to PYTHON_INSTRUCTION_CAP (20 s and more
 of stepping in a VM)."""
+DBI_INSTRUCTION_CAP = 100_000_000
+"""The cap of a DBI window that names no `instructions` (the DBI recorder records some 10^7
+instructions a second of a Python thread here: a whole request; the time bound ends it too)."""
+RECORDER_REQUESTS = ("auto", "stepper", "dbi")
+"""`recorder` of the launch configuration and of `recordWindow` (window_recorder.py decides)."""
 SETTINGS = {"function": str, "until": str, "untilReturn": bool, "instructions": int,
             "milliseconds": (int, float), "timeout": (int, float), "lines": int,
-            "timeBound": (int, float), "untilPark": bool}
+            "timeBound": (int, float), "untilPark": bool, "recorder": str}
 """The `recordWindow` keys (RecordWindowSettings) and their types."""
 
 
@@ -51,6 +56,9 @@ class RecordWindow(RecordWindowSettings):
     """Set by ptdebug (not a setting): the window is on a Python line of a debugpy session,
     opens when the thread runs that line's code, and is sized in Python terms
     (adapter/python/line_window.py)."""
+    dbi: bool = False
+    """Set by ptdebug (not a setting): the DBI recorder records this window
+    (window_recorder.py), so a window on a Python line is capped at DBI_INSTRUCTION_CAP."""
 
     @classmethod
     def from_dicts(cls, *configs: dict | None) -> RecordWindow:
@@ -71,6 +79,9 @@ class RecordWindow(RecordWindowSettings):
                                       (expected is not bool and isinstance(value, bool))):
                 raise InvalidLaunchConfig(f"recordWindow.{key} has the wrong type: {value!r:.60}")
             setattr(window, key, value)
+        if window.recorder not in (None, *RECORDER_REQUESTS):
+            raise InvalidLaunchConfig(f"recordWindow.recorder must be one of "
+                                      f"{', '.join(RECORDER_REQUESTS)}, not {window.recorder!r:.60}")
         for key in ("instructions", "lines", "timeBound"):
             if getattr(window, key) is not None and getattr(window, key) <= 0:
                 raise InvalidLaunchConfig(f"recordWindow.{key} must be positive")
@@ -95,8 +106,8 @@ class RecordWindow(RecordWindowSettings):
         if self.python_line and not self.function:
             if count is None and self.milliseconds is None:
                 ends = self.python_ends
-                count = (PYTHON_INSTRUCTION_CAP if ends["return"] or ends["lines"]
-                         else DEFAULT_INSTRUCTIONS)
+                cap = DBI_INSTRUCTION_CAP if self.dbi else PYTHON_INSTRUCTION_CAP
+                count = cap if ends["return"] or ends["lines"] else DEFAULT_INSTRUCTIONS
             return EndCondition(count=count, until_spec=self.until,
                                 duration_ms=self.milliseconds, time_bound_s=self.timeBound)
         if count is None and self.milliseconds is None and not (self.function and

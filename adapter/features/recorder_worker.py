@@ -441,8 +441,27 @@ def _record_worker(spec_text: str) -> int:
             _say("parked", json.dumps(park(_tgid(thread), ip).to_json()))
 
     WINDOW_END_REQUESTS[:] = [request]
+    recorder = dict(spec.get("recorder") or {"name": "stepper", "why": "the stepper"})
+    result = None
+    if recorder["name"] == "dbi":
+        from adapter.capture.dbi import DbiUnavailable
+        from adapter.features import dbi_window
+        try:
+            result = dbi_window.record(spec, window, request, pid=_tgid(tid),
+                                       attached=attached, say=_say, why=recorder["why"])
+        except DbiUnavailable as exc:
+            # found at attach, before the thread was touched: the stepper records instead,
+            # and the adapter tells the user why (record_breakpoints: `recorder.fallback`)
+            window = dataclasses.replace(window, dbi=False)  # (the stepper's caps)
+            recorder = {"name": "stepper", "fallback": str(exc),
+                        "why": f"DBI was asked for, but {exc}: the ptrace stepper records "
+                               "instead"}
+        except RecordFailed as exc:
+            WINDOW_END_REQUESTS.clear()
+            _say(json.dumps({"error": str(exc), "recorder": recorder}))
+            return 1
     try:
-        result = record_stepper(spec["output"], tid=tid, start=window.function,
+        result = result or record_stepper(spec["output"], tid=tid, start=window.function,
                                 end=dataclasses.replace(window.end_condition(), stop_at=stop_at,
                                                         end_at=end_at, request=request),
                                 trigger_timeout=window.timeout,
@@ -456,7 +475,7 @@ def _record_worker(spec_text: str) -> int:
                                 release_first=True,
                                 log=lambda text: _say("log", text.replace("\n", "\\n")))
     except RecordFailed as exc:
-        _say(json.dumps({"error": str(exc)}))
+        _say(json.dumps({"error": str(exc), "recorder": recorder}))
         return 1
     finally:
         WINDOW_END_REQUESTS.clear()
@@ -472,6 +491,7 @@ def _record_worker(spec_text: str) -> int:
                                          if request.reason == reason
                                          and stats.get("end_reason") == reason), None),
                       "python_passed": line_stops.get("passed") or [],
+                      "recorder": recorder,
                       "thread_lock": (result.manifest.get("go") or {}).get("thread_lock")}))
     return 0
 

@@ -40,6 +40,7 @@ from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, NotSupportedYet
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import ReverseContinueArguments, StepBackArguments
+from adapter.routes import REVERSE
 
 START = "the start of the recorded history"
 SEARCH_WINDOWS = 8
@@ -73,13 +74,12 @@ class Reverse:
         """recorded Python frame id -> its PyFrame (python_replay)."""
         self._next_frame = FRAME_ID_BASE
         recording.on_capture(self._captured)
-        interceptors = session.request_interceptors
         for command, handler in (("stackTrace", self._stack_trace), ("scopes", self._scopes),
                                  ("evaluate", self._evaluate), ("next", self._next),
                                  ("stepIn", self._step_in), ("stepOut", self._step_out),
                                  ("continue", self._continue)):
-            interceptors.setdefault(command, []).insert(0, handler)
-        session.event_filters.append(self._filter_event)
+            session.routes.add(REVERSE, command, take=handler, active=self.intercepting)
+        session.routes.on_events(REVERSE, self._filter_event)
         from adapter.features.goroutine_view import GoroutineView
         self.goroutines = GoroutineView(session, recording, self)
         """Go captures: the goroutine at the cursor in `threads` answers while replaying."""
@@ -92,7 +92,7 @@ class Reverse:
             self.replays[capture.thread_id] = Replay(capture, capture.replay_from)
 
     def intercepting(self, command: str) -> bool:
-        """Whether its interceptors may take `command` now (Session.update_fast_path): only
+        """Whether its steps may take `command` now (Session.update_fast_path): only
         once there is a capture to replay."""
         return bool(self.recording.captures)
 

@@ -4,7 +4,8 @@ thread that runs, and serialises ptdebug's own hidden stops and releases (a reco
 stop, `ptdebug/captureNow`) with the user's run-control requests.
 
 Layer: features (debugpy sessions; in a Go session it only passes ptdebug's releases on). Knows
-DAP and the Session's hooks (`request_interceptors`, `backend`); sees every backend event first
+DAP and the Session's hooks (`routes`: its `run_control` steps, adapter/routes.py; `backend`);
+sees every backend event first
 (`Session.backend_event` calls `observe_event` before any filter may consume one). Knows nothing
 of recording, watchpoints or VS Code: record_breakpoints holds and releases through it, and
 data_breakpoints asks it whether a hidden stop is in progress (`after_hidden_stop`).
@@ -60,6 +61,7 @@ from adapter.features.hooks import SessionHooks
 from adapter.powers import RunsInsidePython
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError, InternalError, InvalidRequest
+from adapter.routes import RUN_CONTROL as RUN_CONTROL_STEP
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request
@@ -177,8 +179,9 @@ class RunControl:
         """User resume requests forwarded to debugpy and not answered yet (0 or 1)."""
         for command in RUN_CONTROL:
             # after the thread guard and the replay (a replaying thread never moves the program)
-            session.request_interceptors.setdefault(command, []).append(self._intercept)
-        session.event_filters.insert(0, self._filter_event)
+            session.routes.add(RUN_CONTROL_STEP, command, take=self._intercept,
+                               active=self.intercepting)
+        session.routes.on_events(RUN_CONTROL_STEP, self._filter_event)
 
     def _active(self) -> bool:
         return isinstance(self.session.backend, RunsInsidePython)

@@ -2,7 +2,8 @@
 sees them.
 
 Layer: Python-backend helper (beside the session; talks to it only through its hooks:
-`request_interceptors`, `event_filters`, `backend`). Knows no framing and no other feature.
+`routes`, its `thread_guard` steps first in their rows of adapter/routes.py, and `backend`).
+Knows no framing and no other feature.
 
 Why: debugpy 1.8 answers `next`, `stepIn`, `stepOut` or `continue` with `threadId: 0` (or any id
 that is no thread of the debuggee) with "Server[1] disconnected unexpectedly" and loses its
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from adapter.features.hooks import SessionHooks
 from adapter.powers import RunsInsidePython
 from adapter.protocol.errors import AdapterError, InvalidRequest
+from adapter.routes import THREAD_GUARD
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request
@@ -48,9 +50,10 @@ class ThreadGuard:
     def install(cls, session: SessionHooks) -> ThreadGuard:
         guard = cls(session)
         for command in GUARDED:
-            # first: a thread that does not exist has no replay either
-            session.request_interceptors.setdefault(command, []).insert(0, guard.check)
-        session.event_filters.insert(0, guard.observe_event)
+            # first in each row: a thread that does not exist has no replay either
+            session.routes.add(THREAD_GUARD, command, take=guard.check,
+                               active=guard.intercepting)
+        session.routes.on_events(THREAD_GUARD, guard.observe_event)
         return guard
 
     def _active(self) -> bool:

@@ -2,9 +2,9 @@
 Variables view of any stop of a thread that has a capture.
 
 Layer: features. Reads captures (features.record_breakpoints) and their History; merges its
-scope into debugpy's `scopes` answers (a request interceptor forwarding with an observer, which
-also runs the observer another feature registered for `scopes`) and answers `variables` on its
-own references locally. Reverse stepping asks it for the scope of a replay position.
+scope into the backend's `scopes` answers (its watch steps of the route table, adapter/routes.py:
+`stackTrace` teaches it each frame's thread, `scopes` gets the scope) and answers `variables` on
+its own references locally. Reverse stepping asks it for the scope of a replay position.
 
 The position shown is the replay position while replaying, else the capture's last instruction.
 A Go capture adds the goroutine that ran there and the time per goroutine in the window
@@ -22,11 +22,12 @@ exports); it shows no IPC.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from adapter.features import goroutine_view
 from adapter.features.captures import where
-from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
+from adapter.routes import TRACE_SCOPE
 from pt_decoder import insn_flags
 
 SCOPE_NAME = "Processor Trace"
@@ -89,8 +90,10 @@ def scope_variables(recording, capture, position: int) -> list[dict]:
               + (" (the window's last)" if position == last else " (replaying)")),
         # which clock the times and cycles below are, as the ptdebug/capture event says
         plain("clock", trace.clock_label, trace.clock),
+        plain("recorder", f"{capture.recorder_choice['name']}: {capture.recorder_choice['why']}",
+              "recorder"),
     ]
-    if trace.manifest.get("backend") == "stepper":
+    if trace.stepper:  # (the stepper's and DBI's wall clock: no CPU time)
         timing = _stepper_timing(capture, position, plain)
     else:
         ipc = f"{capture.instructions / cycles:.3f}" if cycles else "n/a (no cycles recorded)"
@@ -139,18 +142,20 @@ def _stepper_timing(capture, position: int, plain) -> list[dict]:
     ip = history.ip(position)
     since = trace.ns(history.time(position)) - trace.ns(history.time(0))
     window = capture.duration_ns
-    per_instruction = (f"; {window / capture.instructions / 1000:.1f} us an instruction"
+    per_instruction = (f"; {window / capture.instructions / 1000:.3f} us an instruction"
                        if capture.instructions else "")
+    dbi = trace.manifest.get("backend") == "dbi"
     return [
         plain("instructions since window opened", str(position), "instructions (exact)"),
         plain("instructions in window", str(capture.instructions), "instructions (exact)"),
         plain("IP", f"{ip:#x} {where(capture, ip)}", "address"),
         plain("stepper time since window opened", f"{since / 1e6:.3f} ms", STEPPER_TIME),
-        plain("stepper time in window", f"{window / 1e6:.3f} ms (a thread slowed by ptrace"
-              f"{per_instruction})", STEPPER_TIME),
+        plain("stepper time in window", f"{window / 1e6:.3f} ms (a thread slowed by "
+              f"{trace.slowed_by}{per_instruction})", STEPPER_TIME),
         plain("stepper clock", f"{history.time(position)} ns (CLOCK_MONOTONIC at the "
-              "recorder's stops)", STEPPER_TIME),
-        plain("IPC", "n/a: the stepper records no CPU cycles (its cycles are its ns)"),
+              + ("recorder's drains of its ring, every few ms)" if dbi
+                 else "recorder's stops)"), STEPPER_TIME),
+        plain("IPC", "n/a: the recorder records no CPU cycles (its cycles are its ns)"),
     ]
 
 
@@ -163,7 +168,7 @@ def _python_variables(recording, capture, position: int, plain) -> list[dict]:
     frame = python_replay.frame_at(capture, position)
     if frame is None:
         return []
-    stepper = capture.trace.manifest.get("backend") == "stepper"
+    stepper = capture.trace.stepper
     kind = STEPPER_TIME if stepper else "instructions, time, cycles"
 
     def cost(n: int, ns: int, cycles: int) -> str:
@@ -205,31 +210,30 @@ class TraceScope:
         self.recording = recording
         self.frame_threads: dict[int, int] = {}
         """debugpy frameId -> threadId, learnt from stackTrace answers."""
-        session.request_interceptors.setdefault("scopes", []).append(self._scopes)
-        session.request_interceptors.setdefault("stackTrace", []).append(self._stack_trace)
+        session.routes.add(TRACE_SCOPE, "scopes", watch=self._scopes, active=self.intercepting)
+        session.routes.add(TRACE_SCOPE, "stackTrace", watch=self._stack_trace,
+                           active=self.intercepting)
 
     def intercepting(self, command: str) -> bool:
-        """Whether its interceptors may take `command` now (Session.update_fast_path lets
+        """Whether its watches may act on `command` now (Session.update_fast_path lets
         the fast relay carry it otherwise): only once there is a capture."""
         return bool(self.recording.captures)
 
-    def _stack_trace(self, request: Request) -> object:
-        if not self.recording.captures or self.session.backend is None:
+    def _stack_trace(self, request: Request) -> Callable[[dict], None] | None:
+        """Watches stackTrace answers: learns which thread each frame is in."""
+        if not self.recording.captures:
             return None
         thread_id = (request.raw.get("arguments") or {}).get("threadId")
-        other = self.session.response_observers.get("stackTrace")
 
         def observe(response: dict) -> None:
-            if other is not None:  # e.g. the native frames of a data-breakpoint stop
-                other(request.raw, response)
             for frame in (response.get("body") or {}).get("stackFrames") or []:
                 self.frame_threads[frame.get("id")] = thread_id
 
-        self.session.backend.forward(request, observe)
-        return DEFERRED
+        return observe
 
-    def _scopes(self, request: Request) -> object:
-        if not self.recording.captures or self.session.backend is None:
+    def _scopes(self, request: Request) -> Callable[[dict], None] | None:
+        """Watches scopes answers: adds the Processor Trace scope of the frame's thread."""
+        if not self.recording.captures:
             return None
         frame_id = (request.raw.get("arguments") or {}).get("frameId")
         thread_id = self.frame_threads.get(frame_id)
@@ -239,14 +243,10 @@ class TraceScope:
         reverse = self.session.reverse
         position = (reverse.position_of(thread_id, capture) if reverse is not None
                     else len(capture.history) - 1)
-        other = self.session.response_observers.get("scopes")
 
         def observe(response: dict) -> None:
-            if other is not None:
-                other(request.raw, response)
             if response.get("success"):
                 body = response.setdefault("body", {})
                 body.setdefault("scopes", []).append(scope(self.recording, capture, position))
 
-        self.session.backend.forward(request, observe)
-        return DEFERRED
+        return observe

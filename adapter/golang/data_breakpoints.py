@@ -19,11 +19,14 @@ would overwrite each other's watches. So a Go session uses Delve's, and only Del
 from __future__ import annotations
 
 import logging
+import re
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from adapter.protocol.channel import DEFERRED
 from adapter.protocol.errors import AdapterError
+from adapter.routes import DATA_BREAKPOINTS
 
 if TYPE_CHECKING:
     from adapter.protocol.messages import Request
@@ -47,14 +50,38 @@ class DelveDataBreakpoints:
         debug registers from under them: record breakpoints refuse while any is set)."""
         self.values: dict[str, str | None] = {}
         """dataId -> the watched expression's value when last read (None: unknown)."""
+        self.names: dict[str, str] = {}
+        """dataId -> the name the user picked it by, where Delve's dataId is an address
+        expression: a variable of the Variables view (`hits`) becomes `*(*[8]byte)(0xc000012345)`,
+        which says nothing to the user and reads as bytes (issue 35, seen in VS Code)."""
+        self.typed: dict[str, str] = {}
+        """dataId -> `*(*TYPE)(ADDRESS)`: its address read as the variable's own type (learned
+        while the program is stopped where the user picked it), so the values shown are
+        `0` and `2`, not eight bytes; frame-independent, as Delve's address expression is."""
         self.moved: dict[int, tuple[int, int]] = {}
         """goroutine -> (line Delve shows, line of the write) while it is stopped at a write."""
         self._lock = threading.Lock()
-        session.event_filters.append(self._event)
+        session.routes.on_events(DATA_BREAKPOINTS, self._event)
+        # acts only while a goroutine is stopped at a write whose line Delve shows wrong
+        session.routes.add(DATA_BREAKPOINTS, "stackTrace", watch=self._observe_stack,
+                           active=lambda command: bool(self.moved))
 
     def info(self, request: Request, args: DataBreakpointInfoArguments) -> object:
-        self.session.backend.forward(request)
+        self.session.backend.forward(request, lambda response: self._learn_name(args, response))
         return DEFERRED
+
+    def _learn_name(self, args: DataBreakpointInfoArguments, response: dict) -> None:
+        data_id = (response.get("body") or {}).get("dataId")
+        if not data_id or not args.variablesReference or not ADDRESS_EXPRESSION.fullmatch(
+                _expression(data_id)):
+            return
+        self.names[data_id] = args.name
+        goroutine, frame, expression = _parts(data_id)
+        found = self._eval(goroutine, frame, args.name)  # stopped where the user picked it
+        kind = found.get("type") if found else None
+        address = ADDRESS_EXPRESSION.fullmatch(expression or "")
+        if kind and address and "(" not in kind:
+            self.typed[data_id] = f"*(*{kind})({address.group('address')})"
 
     def set(self, request: Request, args: SetDataBreakpointsArguments) -> object:
         self.armed = list((request.raw.get("arguments") or {}).get("breakpoints") or [])
@@ -96,7 +123,7 @@ class DelveDataBreakpoints:
         if site is not None and site.shown_line not in (None, site.line):
             with self._lock:
                 self.moved[goroutine] = (site.shown_line, site.line)
-            self.session.response_observers["stackTrace"] = self._observe_stack
+            self.session.update_fast_path()  # stackTrace's watch acts now
 
     def _changes(self) -> str:
         """'EXPR changed from OLD to NEW' for each watched expression whose value changed
@@ -106,7 +133,7 @@ class DelveDataBreakpoints:
             data_id = bp.get("dataId")
             old, new = self.values.get(data_id), self._value(data_id)
             self.values[data_id] = new
-            expression = _expression(data_id)
+            expression = self.names.get(data_id) or _expression(data_id)
             if old is None or new is None:
                 changed.append(f"{expression} written (now {new if new is not None else '?'})")
             elif old != new:
@@ -118,6 +145,11 @@ class DelveDataBreakpoints:
     def _value(self, data_id) -> str | None:
         """The value of a dataId's expression in its goroutine and frame, None if unknown."""
         goroutine, frame, expression = _parts(data_id)
+        variable = self._eval(goroutine, frame, self.typed.get(data_id) or expression)
+        return None if variable is None else _shown(variable)
+
+    def _eval(self, goroutine: int, frame: int, expression: str | None) -> dict | None:
+        """Delve's `Variable` of `expression` in a goroutine's frame (None: unknown)."""
         rpc = getattr(self.session.backend, "rpc", None)
         if rpc is None or expression is None:
             return None
@@ -127,11 +159,16 @@ class DelveDataBreakpoints:
         except AdapterError as exc:
             log.info("value of %s unknown: %s", expression, exc.message)
             return None
-        variable = found.get("Variable") or {}
-        return str(variable.get("value") or variable.get("type") or "?")
+        return found.get("Variable") or {}
 
     # --- the stack of a goroutine stopped at a write --------------------------------------
-    def _observe_stack(self, request: dict, response: dict) -> None:
+    def _observe_stack(self, request: Request) -> Callable[[dict], None] | None:
+        """Watches stackTrace answers while a goroutine is stopped at a moved write."""
+        if not self.moved:
+            return None
+        return lambda response: self._fix_stack(request.raw, response)
+
+    def _fix_stack(self, request: dict, response: dict) -> None:
         arguments = request.get("arguments") or {}
         with self._lock:
             moved = self.moved.get(arguments.get("threadId"))
@@ -145,9 +182,27 @@ class DelveDataBreakpoints:
 
     def _forget_moves(self) -> None:
         with self._lock:
+            had = bool(self.moved)
             self.moved.clear()
-        if self.session.response_observers.get("stackTrace") == self._observe_stack:
-            self.session.response_observers.pop("stackTrace", None)
+        if had:
+            self.session.update_fast_path()
+
+
+ADDRESS_EXPRESSION = re.compile(r"\*\(\*\[(?P<size>\d+)\]byte\)\((?P<address>0x[0-9a-fA-F]+)\)")
+"""Delve's dataId expression for a variable picked in the Variables view: its bytes."""
+
+
+def _shown(variable: dict) -> str:
+    """A Delve RPC `Variable` as text: its value, or an array's or struct's elements (Delve
+    leaves `value` empty for those: comparing their type names said "written with the same
+    value [8]uint8" when the bytes had changed)."""
+    value = variable.get("value")
+    if value:
+        return str(value)
+    children = variable.get("children")
+    if children:
+        return "[" + ", ".join(_shown(child) for child in children) + "]"
+    return str(variable.get("type") or "?")
 
 
 def _parts(data_id) -> tuple[int, int, str | None]:

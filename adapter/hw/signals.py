@@ -59,8 +59,8 @@ def signals_held():
 
 @contextlib.contextmanager
 def interrupts_noted(on_interrupt):
-    """While the block runs (main thread only), SIGINT and SIGTERM also call `on_interrupt()`
-    before the handler each had (which raises KeyboardInterrupt). Python runs that handler
+    """While the block runs (main thread only), SIGINT and SIGTERM also call
+    `on_interrupt(signum)` before the handler each had (which raises KeyboardInterrupt). Python runs that handler
     in whatever Python code runs at the moment, and a KeyboardInterrupt raised inside a gc
     callback or a `__del__` is swallowed there ("Exception ignored in ..."): the recording
     went on to its end (ci42: hypothesis's gc callback, in a test run's worker). What
@@ -70,7 +70,7 @@ def interrupts_noted(on_interrupt):
 
     def note(signum, frame) -> None:
         noted.append(signum)
-        on_interrupt()
+        on_interrupt(signum)
         replaced[signum](signum, frame)
 
     try:

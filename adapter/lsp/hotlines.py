@@ -60,14 +60,17 @@ class HotLines:
     """Per-file, per-line statistics of one decoded bundle."""
 
     def __init__(self, bundle: str, by_file: dict[str, dict[int, LineStats]], total_cycles: int,
-                 total_instructions: int, stepper: bool = False):
+                 total_instructions: int, stepper: bool = False, slowed_by: str = "ptrace"):
         self.bundle = bundle
         self.by_file = by_file
         """Source path as the line table names it -> line number -> stats."""
         self.total_cycles = total_cycles
         self.total_instructions = total_instructions
         self.stepper = stepper
-        """Recorded by the ptrace stepper: the cycles are stepper time, not CPU cycles."""
+        """Recorded by the ptrace stepper (or DBI): the cycles are stepper time, not CPU
+        cycles."""
+        self.slowed_by = slowed_by
+        """What slowed the recorded thread, one word (Recording.slowed_short)."""
 
     @classmethod
     def from_decoded(cls, decoded: Recording) -> HotLines:
@@ -157,7 +160,7 @@ class HotLines:
         for entry in list(stats.values()) + _python_lines(decoded):
             by_file.setdefault(entry.file, {})[entry.line] = entry
         return cls(os.path.abspath(decoded.root), by_file, total_cycles, total_instructions,
-                   decoded.stepper)
+                   decoded.stepper, decoded.slowed_short)
 
     def share(self, entry: LineStats) -> float:
         """The line's share of the window: of its cycles, or of its instructions for a stepper
@@ -246,7 +249,7 @@ def lens_title(hot: HotLines, entry: LineStats) -> str:
     if hot.stepper:
         return (f"{format_count(entry.executions)}× · {format_count(entry.instructions)} "
                 f"instructions · {100 * hot.share(entry):.1f}% of window · "
-                f"{format_ns(entry.cycles)} stepper time (ptrace-slowed)")
+                f"{format_ns(entry.cycles)} stepper time ({hot.slowed_by}-slowed)")
     return (f"{format_count(entry.executions)}× · {format_count(entry.cycles)} cycles · "
             f"{100 * hot.share(entry):.1f}% of window")
 
@@ -265,9 +268,8 @@ def hover_markdown(hot: HotLines, entry: LineStats) -> str:
                   f"({100 * hot.share(entry):.2f}% of the window's), {entry.cycles:,} ns of "
                   "stepper time"),
                  "",
-                 "_Recorded by the ptrace stepper: its time is the wall-clock time of a thread "
-                 "slowed by ptrace (microseconds an instruction), not CPU time or cycles; the "
-                 "instruction counts are exact._"]
+                 f"_Its time is the wall-clock time of a thread slowed by {hot.slowed_by}, "
+                 "not CPU time or cycles; the instruction counts are exact._"]
     else:
         parts = [(f"{where}{entry.executions:,} executions, {entry.instructions:,} instructions, "
                   f"{entry.cycles:,} cycles ({100 * hot.share(entry):.2f}% of the window)")]

@@ -62,7 +62,8 @@ class HotPathServer(LanguageServer):
             return None
         with self._lock:
             self.hot = hot
-        cycles = (f"{hot.total_cycles:,} ns of stepper time (ptrace-slowed, not CPU time)"
+        cycles = (f"{hot.total_cycles:,} ns of stepper time ({hot.slowed_by}-slowed, not CPU "
+                  "time)"
                   if hot.stepper else f"{hot.total_cycles:,} cycles")
         self._tell(types.MessageType.Log,
                    f"ptdebug: hot lines of {hot.bundle}: {hot.total_instructions:,} instructions, "

@@ -72,6 +72,11 @@ class RecordWindowSettings:
     timeBound: float | None = None
     """Seconds after which the window closes whatever else it waits for (a safety bound, from
     the window's first instruction); the default depends on the debugger (record_window.py)."""
+    recorder: Literal["auto", "stepper", "dbi"] | None = None
+    """Which recorder records the window (overrides the configuration's `recorder`): "dbi"
+    (Frida's Stalker, 10^7-10^8 instructions a second: a whole request; Python sessions, where
+    Frida can attach), "stepper" (ptrace, 10^4-10^5 a second, anywhere), "auto" (the stepper
+    for now: docs/recording.md, "Record breakpoints and the recorder")."""
 
 
 @dataclass
@@ -99,6 +104,9 @@ class LaunchConfig:
     (debugpy's option of the same name); false suspends only the thread that stopped."""
     recordWindow: RecordWindowSettings | None = None
     """The trace window of record-mode breakpoints (ptdebug's own)."""
+    recorder: Literal["auto", "stepper", "dbi"] = "auto"
+    """Which recorder records the session's record breakpoints and captureNow (a
+    breakpoint's `recordWindow.recorder` overrides it); see RecordWindowSettings.recorder."""
     noDebug: bool = False
     """Run without debugging (VS Code's "Run Without Debugging")."""
     mode: Literal["auto", "debug", "exec", "test"] | None = None
@@ -154,6 +162,9 @@ class AttachConfig:
     """Python: whether a stop suspends every thread (debugpy's option of the same name)."""
     recordWindow: RecordWindowSettings | None = None
     """The trace window of record-mode breakpoints (ptdebug's own)."""
+    recorder: Literal["auto", "stepper", "dbi"] = "auto"
+    """Which recorder records the session's record breakpoints and captureNow (a
+    breakpoint's `recordWindow.recorder` overrides it); see RecordWindowSettings.recorder."""
     captures: str | None = None
     """Where captures are kept (default: the user's data directory); they outlive the
     session. The directory keeps within its size limit by removing the oldest captures
@@ -346,8 +357,8 @@ class CaptureNowOut:
     """Window length in nanoseconds."""
     clock: Literal["tsc", "stepper"]
     """Which clock `durationNs` and `cycles` come from: "tsc" (the CPU's TSC and CYC cycles,
-    Intel PT) or "stepper" (the ptrace stepper's wall-clock ns of a ptrace-slowed thread;
-    its `cycles` are those ns again, not CPU cycles)."""
+    Intel PT) or "stepper" (the wall-clock ns of a thread slowed by its recorder, the ptrace
+    stepper or DBI; its `cycles` are those ns again, not CPU cycles)."""
     clockLabel: str
     """The clock in words, for the views ("stepper time: wall-clock ns of a thread slowed by
     ptrace, not CPU time; ...")."""
@@ -366,6 +377,9 @@ class CaptureNowOut:
     """What opened the window: a record breakpoint, or `ptdebug/captureNow`."""
     location: CaptureLocation | None
     """The record breakpoint's source line (None for captureNow)."""
+    recorder: dict[str, str] | None = None
+    """Which recorder recorded the window and why: {"name": "stepper" | "dbi" | "intel_pt",
+    "why": in words} (docs/recording.md, "Record breakpoints and the recorder")."""
     preparing: list[str] = field(default_factory=list)
     """What is still being prepared after the capture was announced ("storing the program's
     files in the captures store"): the capture answers stepping and views meanwhile; a

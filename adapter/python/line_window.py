@@ -131,3 +131,79 @@ class PythonWindowEnd:
                 if self._count > self.lines:
                     self.request.end(f"{self.lines} Python line{'s' * (self.lines != 1)} ran "
                                      f"from {self.where}")
+
+
+def thread_pointer(tid: int) -> int:
+    """The fs_base (pthread_self) of thread `tid`, read by seizing it for a moment (a recorder
+    that never stops the thread, DBI, has no registers of it otherwise). Raises OSError."""
+    from adapter.hw import ptrace as pt
+    pt.seize(tid)
+    try:
+        pt.interrupt(tid)
+        pt.waitpid(tid, pt.WALL)
+        return pt.getregs(tid).fs_base
+    finally:
+        pt.detach(tid)
+
+
+@dataclass
+class ReturnWatch:
+    """When a window recorded at full speed (the DBI recorder, which reads no Python frame)
+    closes on its Python function's return: called after each drain of the recorder (every
+    few ms), it reads the thread's frame chain from the process's memory while the thread
+    runs, and closes the window through `request` once the entry's frame (its address and
+    code object) has been off the chain at two reads in a row (one read may meet a chain
+    being pushed or popped). So the window ends within a drain or two after the return,
+    not at its instruction: docs/recording.md says so."""
+
+    probe: PythonFrameProbe
+    tstate: int
+    frame: int
+    code: int
+    where: str
+    request: object
+    """adapter.capture.stepper.EndRequest."""
+    _off: int = 0
+
+    @classmethod
+    def of(cls, pid: int, tid: int, path: str, line: int, request) -> ReturnWatch | None:
+        """The watch of the frame of thread `tid` (stopped by the debugger at `path`:`line`),
+        None when the thread has no such frame. Raises OSError, cpython_layout.LayoutError."""
+        from .cpython_layout import find_python
+        probe = PythonFrameProbe(pid, find_python(pid))
+        pointer = thread_pointer(tid)
+        entry = find_entry(probe, pointer, path, line)
+        tstate = probe.tstate_of(pointer)
+        if entry is None or tstate is None:
+            probe.close()
+            return None
+        _frame, data = probe._python_frame(entry.frame)
+        code = probe._parse(data)[0] if data is not None else 0
+        return cls(probe, tstate, entry.frame, code, entry.where, request)
+
+    def __call__(self) -> None:
+        if self.request.reason is not None:
+            return
+        try:
+            on = self._on_chain()
+        except OSError:
+            return                      # a read in a chain that moved: the next one decides
+        self._off = 0 if on else self._off + 1
+        if self._off >= 2:
+            self.request.end(f"{self.where} returned")
+
+    def _on_chain(self) -> bool:
+        probe = self.probe
+        frame = probe.current_frame(self.tstate)
+        for _ in range(10_000):
+            frame, data = probe._python_frame(frame)
+            if not frame or data is None:
+                return False
+            code, _index, previous = probe._parse(data)
+            if frame == self.frame and code == self.code:
+                return True
+            frame = previous
+        return False
+
+    def close(self) -> None:
+        self.probe.close()

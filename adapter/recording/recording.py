@@ -298,6 +298,11 @@ class Recording:
                 else "ptrace")
 
     @property
+    def slowed_short(self) -> str:
+        """`slowed_by` in one word, for the short labels ("ptrace-slowed", "DBI-slowed")."""
+        return "DBI" if self.manifest.get("backend") == "dbi" else "ptrace"
+
+    @property
     def cycles_name(self) -> str:
         """What the cycles column is called where a name has to be short (pprof sample type,
         Perfetto argument, JSON key): `cycles`, or `stepper_ns` for a stepper recording."""

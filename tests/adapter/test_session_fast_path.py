@@ -83,12 +83,16 @@ def test_a_capture_wakes_the_trace_features_up(session):
     assert not plain(session) & {"stackTrace", "scopes", "variables", "evaluate", "next"}
 
 
-def test_a_response_observer_takes_its_command_back(session):
+def test_a_response_watch_takes_its_command_back(session):
     session.backend = _Backend()
     session.update_fast_path()
-    session.response_observers["threads"] = lambda request, response: None
+    watching = [True]
+    session.routes.add("data_breakpoints", "threads", watch=lambda request: None,
+                       active=lambda command: watching[0])
+    session.update_fast_path()
     assert "threads" not in plain(session)
-    session.response_observers.pop("threads")
+    watching[0] = False
+    session.update_fast_path()
     assert "threads" in plain(session)
 
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from dap_schema import dap_schema_path
-from dapclient import DapClient, DapSchema, descendants, marker_line, still_alive
+from dapclient import DapClient, DapSchema, cmdline, descendants, marker_line, still_alive
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "fixtures" / "programs"
@@ -61,7 +61,9 @@ class AdapterRun:
         deadline = time.monotonic() + timeout
         while still_alive(self.seen) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert still_alive(self.seen) == [], f"processes left behind: {still_alive(self.seen)}"
+        left = still_alive(self.seen)
+        assert left == [], "processes left behind: " + "; ".join(
+            f"{pid} {' '.join(cmdline(pid) or [])}" for pid in left)
 
 
 ADAPTER = (shlex.split(os.environ["PTDEBUG_TEST_ADAPTER"])

@@ -76,3 +76,38 @@ def stop_ready_with_data_breakpoints(run, client: DapClient, library: str, windo
     client.expect_event("capabilities",
                         pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
     return ready
+
+
+def launch_onnx_service(client: DapClient, tmp_path: pathlib.Path, **config) -> None:
+    """Launch tests/fixtures/programs/dap_onnx_kv_service.py (3 requests, 0.3 s apart) with
+    `config` added, a record breakpoint on `# @embed` and a normal one on `# @after`, both for
+    the second request only; returns once the launch is answered."""
+    import sys
+
+    from conftest import PROGRAMS, marker_line
+    service = PROGRAMS / "dap_onnx_kv_service.py"
+    client.call("initialize", INITIALIZE)
+    launch = client.send_request("launch", {
+        "program": str(service), "args": ["3", "0.3"], "python": sys.executable,
+        "console": "internalConsole", "captures": str(tmp_path / "captures"), **config})
+    client.expect_event("initialized")
+    answer = client.call("setBreakpoints", {"source": {"path": str(service)}, "breakpoints": [
+        {"line": marker_line(service, "embed"), "mode": "record", "condition": "position == 1"},
+        {"line": marker_line(service, "after"), "condition": "position == 1"}]})
+    assert all(b["verified"] for b in answer["breakpoints"]), answer
+    client.call("configurationDone", {})
+    assert client.expect_response(launch)["success"]
+
+
+def assert_steps_back_by_instruction(client: DapClient, thread: int, total: int) -> None:
+    """Three stepBacks by instruction from the end of a capture of `total` instructions land
+    on the three instructions recorded last, in turn."""
+    import re
+    positions = []
+    for _ in range(3):
+        client.call("stepBack", {"threadId": thread, "granularity": "instruction"})
+        step = client.expect_stopped("step")
+        found = re.search(r"instruction (\d+) of (\d+)", step["description"])
+        assert found, step
+        positions.append((int(found.group(1)), int(found.group(2))))
+    assert positions == [(total - 1, total), (total - 2, total), (total - 3, total)], positions

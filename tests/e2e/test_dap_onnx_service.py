@@ -14,11 +14,9 @@ line reaches the line that ran the model. How fast the capture is ready after it
 benchmarks/bench_onnx_capture.py (docs/PERFORMANCE.md), not asserted here."""
 from __future__ import annotations
 
-import re
-import sys
-
 import pytest
-from conftest import INITIALIZE, PROGRAMS, marker_line
+from conftest import PROGRAMS, marker_line
+from record_support import assert_steps_back_by_instruction, launch_onnx_service
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is a test extra (pip install -e .[test])")
 pytest.importorskip("onnx", reason="onnx is a test extra (pip install -e .[test])")
@@ -50,18 +48,7 @@ def _python_top(client, thread: int) -> dict:
 def test_a_request_through_onnxruntime_is_captured_and_stepped_back(start_adapter, tmp_path):
     run = start_adapter()
     client = run.client
-    client.call("initialize", INITIALIZE)
-    launch = client.send_request("launch", {
-        "program": str(SERVICE), "args": ["3", "0.3"], "python": sys.executable,
-        "console": "internalConsole", "captures": str(tmp_path / "captures"),
-        "recordWindow": {"untilReturn": True, "instructions": 3_000_000}})
-    client.expect_event("initialized")
-    answer = client.call("setBreakpoints", {"source": {"path": str(SERVICE)}, "breakpoints": [
-        {"line": marker_line(SERVICE, "embed"), "mode": "record", "condition": "position == 1"},
-        {"line": marker_line(SERVICE, "after"), "condition": "position == 1"}]})
-    assert all(b["verified"] for b in answer["breakpoints"]), answer
-    client.call("configurationDone", {})
-    assert client.expect_response(launch)["success"]
+    launch_onnx_service(client, tmp_path, recordWindow={"untilReturn": True, "instructions": 3_000_000})
 
     capture = client.expect_event("ptdebug/capture", timeout=240)["body"]
     assert capture["status"] == "complete", capture
@@ -88,15 +75,7 @@ def test_a_request_through_onnxruntime_is_captured_and_stepped_back(start_adapte
     assert prepared["id"] == capture["id"] and prepared["problems"] == [], prepared
 
     # by instruction: each step lands on the instruction recorded before
-    positions = []
-    for _ in range(3):
-        client.call("stepBack", {"threadId": thread, "granularity": "instruction"})
-        step = client.expect_stopped("step")
-        found = re.search(r"instruction (\d+) of (\d+)", step["description"])
-        assert found, step
-        positions.append((int(found.group(1)), int(found.group(2))))
-    total = capture["instructions"]
-    assert positions == [(total - 1, total), (total - 2, total), (total - 3, total)], positions
+    assert_steps_back_by_instruction(client, thread, capture["instructions"])
 
     # by Python line: back through onnxruntime's Python wrapper (InferenceSession.run's
     # lines, which called into its C++) to the service's line that ran the model

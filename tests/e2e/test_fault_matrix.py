@@ -1,7 +1,8 @@
 """The fault matrix of attached programs (issue 17, item 5): a process of the session is killed
 (the client's stream closed, `ptdebug dap` SIGKILLed, the debugger SIGKILLed, the warm recorder
 workers of its record breakpoints SIGKILLed between captures) while the program is stopped at a
-breakpoint or running, in Python (debugpy server, `connect`) and Go (Delve, `pid`) sessions;
+breakpoint or running, in Python (debugpy server, `connect`; and a plain program attached by
+`pid`, debugpy started in it by ptdebug) and Go (Delve, `pid`) sessions;
 afterwards the program the user attached to must run on, untraced, not stopped, its code as in
 its files (tests/e2e/unharmed.py), and no process of the session is left. A Python session
 whose recorders were killed still records (another worker starts). The program's own death
@@ -92,17 +93,25 @@ def go_binary(tmp_path_factory):
     return package / "main.go", build(package, work / "session_bin")
 
 
-def _start_python(start_adapter, tmp_path, initialize: dict = INITIALIZE):
-    port = free_port()
-    program = Program([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
-                       str(BASIC), "tick"], str(tmp_path / "out.txt"), port)
-    deadline = time.monotonic() + 30
-    while not listening(port) and time.monotonic() < deadline:
-        time.sleep(0.05)
+def _start_python(start_adapter, tmp_path, initialize: dict = INITIALIZE, by_pid: bool = False):
+    """A Python program to attach to: under `python -m debugpy --listen` (attach `connect`), or
+    plain (attach by `pid`: ptdebug starts debugpy in it)."""
+    if by_pid:
+        program = Program([sys.executable, str(BASIC), "tick"], str(tmp_path / "out.txt"))
+        assert program.wait_for_lines(2, 30)  # past its start, in its loop
+        attach_arguments: dict = {"pid": program.pid}
+    else:
+        port = free_port()
+        program = Program([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}",
+                           str(BASIC), "tick"], str(tmp_path / "out.txt"), port)
+        deadline = time.monotonic() + 30
+        while not listening(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        attach_arguments = {"connect": {"host": "127.0.0.1", "port": port}}
     run = start_adapter()
     client = run.client
     client.call("initialize", initialize)
-    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1", "port": port}})
+    attach = client.send_request("attach", attach_arguments)
     client.expect_event("initialized", timeout=30)
     # and a record breakpoint on a line the program does not reach: its recorder is warm
     client.call("setBreakpoints", {"source": {"path": str(BASIC)}, "breakpoints": [
@@ -125,8 +134,12 @@ def _start_go(start_adapter, tmp_path, go_binary):
 
 def _debugger(language: str, run, program: Program) -> int:
     """The debugger's process: Delve, ptdebug's child; debugpy's adapter, which
-    `python -m debugpy --listen` starts, detached, for the program's server."""
-    if language == "go":
+    `python -m debugpy --listen` starts, detached, for the program's server; for an attach by
+    pid, the debugpy adapter ptdebug runs as its child."""
+    if language == "python-pid":
+        found = [pid for pid in descendants(run.proc.pid)
+                 if any("debugpy" in arg and "adapter" in arg for arg in cmdline(pid))]
+    elif language == "go":
         found = [pid for pid in descendants(run.proc.pid)
                  if os.path.basename((cmdline(pid) or [""])[0]) == "dlv"
                  and "attach" in cmdline(pid)]  # not Delve's telemetry child
@@ -178,13 +191,13 @@ def _still_records(client, stopped: dict) -> None:
 
 @pytest.mark.parametrize("moment", MOMENTS)
 @pytest.mark.parametrize("victim", VICTIMS)
-@pytest.mark.parametrize("language", ["python", "go"])
+@pytest.mark.parametrize("language", ["python", "python-pid", "go"])
 def test_an_attached_program_survives_the_death_of(language, victim, moment, start_adapter,
                                                    tmp_path, request):
     if language == "go":
         run, program = _start_go(start_adapter, tmp_path, request.getfixturevalue("go_binary"))
     else:
-        run, program = _start_python(start_adapter, tmp_path)
+        run, program = _start_python(start_adapter, tmp_path, by_pid=language == "python-pid")
     try:
         client = run.client
         stopped = client.expect_stopped("breakpoint", timeout=60)
@@ -202,7 +215,7 @@ def test_an_attached_program_survives_the_death_of(language, victim, moment, sta
         elif victim == "client":
             assert run.wait_exit() == 0
         elif victim == "recorder":
-            if language == "python":
+            if language != "go":
                 if moment == "stopped":
                     _still_records(client, stopped)
                 else:
@@ -249,7 +262,7 @@ def _running_breakpoints(language: str, request) -> dict:
     """Python cells clear their breakpoint, so the program runs on freely. Go cells keep
     theirs: Delve's INT3 stays planted in `bump`, which runs twice a second, so the program
     would die of it if it were left behind."""
-    if language == "python":
+    if language != "go":
         return {"source": {"path": str(BASIC)}, "breakpoints": []}
     source = request.getfixturevalue("go_binary")[0]
     return {"source": {"path": str(source)},

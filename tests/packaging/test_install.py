@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 
 import pytest
@@ -177,3 +178,78 @@ def _dap_initialize(ptdebug: pathlib.Path, cwd: pathlib.Path, env: dict) -> dict
     first = next(m for m in messages if m.get("command") == "initialize")
     assert first["success"], first
     return first["body"]
+
+
+class _Dap:
+    """`ptdebug dap` on stdio, one message at a time (the attach by pid needs answers in turn)."""
+
+    def __init__(self, ptdebug: pathlib.Path, cwd: pathlib.Path, env: dict):
+        self.proc = subprocess.Popen([ptdebug, "dap"], cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.seq = 0
+        self.seen: list[dict] = []
+
+    def send(self, command: str, arguments: dict) -> int:
+        self.seq += 1
+        body = json.dumps({"seq": self.seq, "type": "request", "command": command,
+                           "arguments": arguments}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+        return self.seq
+
+    def until(self, match) -> dict:
+        """The first message (already seen or read now) that `match` accepts."""
+        for message in self.seen:
+            if match(message):
+                self.seen.remove(message)
+                return message
+        while True:
+            header = b""
+            while not header.endswith(b"\r\n\r\n"):
+                byte = self.proc.stdout.read(1)
+                assert byte, "ptdebug dap closed its output"
+                header += byte
+            length = int(header.split(b":")[1])
+            message = json.loads(self.proc.stdout.read(length))
+            if match(message):
+                return message
+            self.seen.append(message)
+
+    def response(self, seq: int) -> dict:
+        return self.until(lambda m: m.get("type") == "response" and m["request_seq"] == seq)
+
+    def event(self, name: str) -> dict:
+        return self.until(lambda m: m.get("type") == "event" and m["event"] == name)
+
+
+def test_installed_ptdebug_attaches_to_a_running_python_process_by_pid(venv, tmp_path):
+    """Attach by pid from the wheel: ptdebug starts the wheel's debugpy in a plain Python
+    process (its own ptrace call; no gdb), pauses it, and lets it go running."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    program = subprocess.Popen([sys.executable, "-c", "import time\nprint('ready', flush=True)\n"
+                                "while True:\n    time.sleep(0.01)\n"],
+                               stdout=subprocess.PIPE, text=True)
+    dap = _Dap(venv / "bin" / "ptdebug", tmp_path, env)
+    try:
+        assert program.stdout.readline().strip() == "ready"
+        dap.response(dap.send("initialize", {"clientID": "packaging-test",
+                                             "adapterID": "ptdebug"}))
+        attach = dap.send("attach", {"pid": program.pid})
+        dap.event("initialized")
+        dap.response(dap.send("configurationDone", {}))
+        answered = dap.response(attach)
+        assert answered["success"], answered
+        threads = dap.response(dap.send("threads", {}))["body"]["threads"]
+        assert "MainThread" in [t["name"] for t in threads], threads
+        dap.response(dap.send("pause", {"threadId": threads[0]["id"]}))
+        assert dap.event("stopped")["body"]["reason"] == "pause"
+        dap.response(dap.send("disconnect", {"terminateDebuggee": False}))
+        assert dap.proc.wait(30) == 0
+        time.sleep(0.2)
+        assert program.poll() is None, "the program ended with the session"
+        with open(f"/proc/{program.pid}/status") as f:
+            assert "TracerPid:\t0\n" in f.read()
+    finally:
+        dap.proc.kill()
+        program.kill()
+        program.wait()

@@ -279,6 +279,11 @@ class Workbench:
         view = self.editor().bounding_box()
         return view["y"] <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"]
 
+    def code_lenses(self) -> list[str]:
+        """The text of each code lens shown in the editor (the lines on screen)."""
+        return [t.strip() for t in self.editor().locator(".codelens-decoration")
+                .evaluate_all("lenses => lenses.map(l => l.innerText)")]
+
     def breakpoint_glyphs(self) -> list[str]:
         """The classes of the breakpoint glyphs in the editor's margin (one per breakpoint)."""
         glyphs = self.editor().locator(".margin-view-overlays [class*='codicon-debug-breakpoint'],"

@@ -166,3 +166,36 @@ export function startProblem(line: CommandLine, settings: PtdebugSettings, probe
 function capitalize(text: string): string {
     return text.charAt(0).toUpperCase() + text.slice(1);
 }
+
+/** What a debug session was, for the message about its adapter's death. */
+export interface DiedSession {
+    name: string;
+    /** The resolved configuration: `request`, `replay`, `processId`/`pid`. */
+    configuration: { request?: string; replay?: unknown; [key: string]: unknown };
+}
+
+/**
+ * The notification of an adapter that ended in the middle of a session, after it had answered
+ * and before VS Code asked it to end (issue 35: a `ptdebug dap` killed with SIGKILL ended the
+ * session with nothing shown, not even VS Code's own message). `code` / `signal`: what the
+ * debug adapter tracker's `onExit` got (VS Code 1.139 passes neither for a signal: then
+ * "was killed"). What became of the program is what docs/protocol.md promises: a launched
+ * program ends with its session (debugpy's launcher, Delve's parent-death signal, ptdebug's
+ * subreaper when it can still act), an attached process is let go.
+ */
+export function adapterDiedProblem(session: DiedSession, code: number | undefined, signal: string | undefined,
+    logFile: string): StartProblem {
+    const how = code !== undefined && code !== null ? `exited with status ${code}`
+        : signal ? `was killed (${signal})` : 'was killed';
+    const config = session.configuration;
+    const program = config.replay ? 'The replay has nothing running to end.'
+        : config.request === 'attach' ? 'The process it attached to is let go, not stopped by ptdebug.'
+            : 'The program it launched ends with it.';
+    const log = logFile.trim() ? `The adapter's log: ${logFile.trim()}.`
+        : 'Set ptdebug.adapterLogFile to keep the adapter\'s log (attach it to a bug report).';
+    return {
+        setting: 'ptdebug.adapterLogFile',
+        message: `ptdebug: the debug adapter of "${session.name}" ${how} in the middle of the session, ` +
+            `so the session has ended. ${program} ${log} Press F5 to start it again.`,
+    };
+}

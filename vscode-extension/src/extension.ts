@@ -17,7 +17,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { CommandLine, PtdebugSettings, StartProbe, StartProblem, adapterCommand, ptdebugCommand, startProblem } from './adapterCommand';
+import { CommandLine, PtdebugSettings, adapterDiedProblem, StartProbe, StartProblem, adapterCommand, ptdebugCommand, startProblem } from './adapterCommand';
 import { Capture, CaptureEventBody, CaptureStore, HotLineArgument, captureLabel, describeCapture, describeHotLine, invalidCaptureBody } from './captureModel';
 import { CapturesView } from './capturesView';
 import { DEBUG_TYPE, EditorContext, RawConfiguration, initialConfigurations, missingProgram, resolveConfiguration, resolveSubstituted } from './configuration';
@@ -66,7 +66,15 @@ export function activate(context: vscode.ExtensionContext): void {
             createDebugAdapterTracker: session => {
                 /** Whether the adapter sent anything: an exit before that is a failed start. */
                 let answered = false;
+                /** Whether VS Code asked the adapter to end (a disconnect or terminate request, the
+                 * Stop button): an exit after that is expected, whatever its status. */
+                let asked = false;
                 return {
+                    onWillReceiveMessage: (message: { type?: string; command?: string }) => {
+                        if (message.type === 'request' && (message.command === 'disconnect' || message.command === 'terminate')) {
+                            asked = true;
+                        }
+                    },
                     onDidSendMessage: (message: { type?: string; event?: string; body?: { threadId?: number } }) => {
                         answered = true;
                         if (message.type !== 'event') { return; }
@@ -80,10 +88,13 @@ export function activate(context: vscode.ExtensionContext): void {
                         }
                     },
                     onWillStopSession: () => traceScope.cleared('No ptdebug session.'),
-                    // The adapter died before it said a word (a broken install, a crash at import):
-                    // VS Code shows nothing, so the user is told why and what to change.
+                    // The adapter died before it said a word (a broken install, a crash at import),
+                    // or in the middle of the session (killed, crashed): VS Code shows nothing in
+                    // either case, so the user is told what happened and what to do.
                     onExit: (code: number | undefined, signal: string | undefined) =>
-                        answered || (code === 0 && !signal) ? undefined : reportEarlyExit(session, code, signal, output),
+                        asked || (code === 0 && !signal) ? undefined
+                            : answered ? notifyProblem(adapterDiedProblem(session, code, signal, settings().adapterLogFile), output)
+                                : reportEarlyExit(session, code, signal, output),
                 };
             },
         }),
@@ -283,8 +294,8 @@ async function adapterStartProblem(output: vscode.OutputChannel): Promise<StartP
     return problem;
 }
 
-/** The notification of a start problem, with a button that opens the setting to change. */
-function notifyStartProblem(problem: StartProblem, output: vscode.OutputChannel): Promise<unknown> {
+/** The notification of a problem (a start problem, an adapter that died), with a button that opens the setting to change. */
+function notifyProblem(problem: StartProblem, output: vscode.OutputChannel): Promise<unknown> {
     output.appendLine(problem.message);
     return Promise.resolve(vscode.window.showErrorMessage(problem.message, OPEN_SETTING)).then(choice =>
         choice === OPEN_SETTING ? vscode.commands.executeCommand('workbench.action.openSettings', problem.setting) : undefined);
@@ -300,7 +311,7 @@ async function reportEarlyExit(session: vscode.DebugSession, code: number | unde
             'before answering VS Code. ' + (settings().adapterLogFile.trim()
             ? `Its log: ${settings().adapterLogFile.trim()}.` : 'Set ptdebug.adapterLogFile to keep its log, and start the session again.'),
     };
-    return notifyStartProblem(problem, output);
+    return notifyProblem(problem, output);
 }
 
 function settings(): PtdebugSettings {
@@ -365,7 +376,7 @@ class ConfigurationProvider implements vscode.DebugConfigurationProvider {
         // Undefined aborts the launch without a word from VS Code: the notification is the word.
         const problem = await adapterStartProblem(this.output);
         if (problem) {
-            void notifyStartProblem(problem, this.output);
+            void notifyProblem(problem, this.output);
             return undefined;
         }
         if (isPythonLaunch(resolved)) {

@@ -24,6 +24,8 @@ export interface LaunchConfig {
     stopAllThreadsOnSuspend?: boolean;
     /** The trace window of record-mode breakpoints (ptdebug's own). */
     recordWindow?: RecordWindowSettings | null;
+    /** Which recorder records the session's record breakpoints and captureNow (a breakpoint's `recordWindow.recorder` overrides it); see RecordWindowSettings.recorder. */
+    recorder?: "auto" | "stepper" | "dbi";
     /** Run without debugging (VS Code's "Run Without Debugging"). */
     noDebug?: boolean;
     /** Go only (vscode-go's name): build and debug the package `program` ("debug"), run the built binary `program` ("exec"), or debug the package's tests ("test"); "auto" (the default) is "exec" for an ELF file and "debug" otherwise. */
@@ -54,6 +56,8 @@ export interface AttachConfig {
     stopAllThreadsOnSuspend?: boolean;
     /** The trace window of record-mode breakpoints (ptdebug's own). */
     recordWindow?: RecordWindowSettings | null;
+    /** Which recorder records the session's record breakpoints and captureNow (a breakpoint's `recordWindow.recorder` overrides it); see RecordWindowSettings.recorder. */
+    recorder?: "auto" | "stepper" | "dbi";
     /** Where captures are kept (default: the user's data directory); they outlive the session. The directory keeps within its size limit by removing the oldest captures neither pinned nor in use (`ptdebug captures`). */
     captures?: string | null;
     /** The captures directory's size limit for this session, e.g. "2GiB", "500MB" (default: the directory's, set with `ptdebug captures limit SIZE`, else 2GiB). */
@@ -99,7 +103,7 @@ export interface CaptureNowOut {
     cycles: number;
     /** Window length in nanoseconds. */
     durationNs: number;
-    /** Which clock `durationNs` and `cycles` come from: "tsc" (the CPU's TSC and CYC cycles, Intel PT) or "stepper" (the ptrace stepper's wall-clock ns of a ptrace-slowed thread; its `cycles` are those ns again, not CPU cycles). */
+    /** Which clock `durationNs` and `cycles` come from: "tsc" (the CPU's TSC and CYC cycles, Intel PT) or "stepper" (the wall-clock ns of a thread slowed by its recorder, the ptrace stepper or DBI; its `cycles` are those ns again, not CPU cycles). */
     clock: "tsc" | "stepper";
     /** The clock in words, for the views ("stepper time: wall-clock ns of a thread slowed by ptrace, not CPU time; ..."). */
     clockLabel: string;
@@ -118,6 +122,8 @@ export interface CaptureNowOut {
     reason: "breakpoint" | "command";
     /** The record breakpoint's source line (None for captureNow). */
     location: CaptureLocation | null;
+    /** Which recorder recorded the window and why: {"name": "stepper" | "dbi" | "intel_pt", "why": in words} (docs/recording.md, "Record breakpoints and the recorder"). */
+    recorder?: Record<string, string> | null;
     /** What is still being prepared after the capture was announced ("storing the program's files in the captures store"): the capture answers stepping and views meanwhile; a `ptdebug/capturePrepared` event follows when it is done. Empty when nothing is. */
     preparing?: string[];
 }
@@ -201,6 +207,8 @@ export interface RecordWindowSettings {
     untilPark?: boolean;
     /** Seconds after which the window closes whatever else it waits for (a safety bound, from the window's first instruction); the default depends on the debugger (record_window.py). */
     timeBound?: number | null;
+    /** Which recorder records the window (overrides the configuration's `recorder`): "dbi" (Frida's Stalker, 10^7-10^8 instructions a second: a whole request; Python sessions, where Frida can attach), "stepper" (ptrace, 10^4-10^5 a second, anywhere), "auto" (the stepper for now: docs/recording.md, "Record breakpoints and the recorder"). */
+    recorder?: "auto" | "stepper" | "dbi" | null;
 }
 
 export type PtdebugConfiguration = (LaunchConfig & { request: "launch" }) | (AttachConfig & { request: "attach" });

@@ -1,7 +1,7 @@
 /** How the adapter and the language server are started (src/adapterCommand.ts). */
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { PtdebugSettings, SAFE_START, adapterCommand, ptdebugCommand, pythonInterpreter, searchPath } from '../src/adapterCommand';
+import { PtdebugSettings, SAFE_START, adapterCommand, adapterDiedProblem, ptdebugCommand, pythonInterpreter, searchPath } from '../src/adapterCommand';
 
 const DEFAULTS: PtdebugSettings = { pythonPath: '', adapterPath: '', adapterLogFile: '', logLevel: 'INFO' };
 const nothing = () => false;
@@ -46,4 +46,14 @@ test('log settings become adapter options; the language server is `lsp`', () => 
 test('~/ in a path setting is the home directory', () => {
     const home = process.env.HOME ?? '/root';
     assert.equal(pythonInterpreter({ ...DEFAULTS, pythonPath: '~/venv/bin/python' }, [], nothing), `${home}/venv/bin/python`);
+});
+
+test('adapterDiedProblem says how the adapter ended, what became of the program, and where its log is', () => {
+    const launch = adapterDiedProblem({ name: 'app', configuration: { request: 'launch' } }, 3, undefined, '');
+    assert.equal(launch.setting, 'ptdebug.adapterLogFile');
+    assert.match(launch.message, /^ptdebug: the debug adapter of "app" exited with status 3 in the middle of the session, so the session has ended\. The program it launched ends with it\. Set ptdebug\.adapterLogFile/);
+    const attach = adapterDiedProblem({ name: 'svc', configuration: { request: 'attach' } }, undefined, 'SIGKILL', '/tmp/a.log');
+    assert.match(attach.message, /"svc" was killed \(SIGKILL\) .* The process it attached to is let go, not stopped by ptdebug\. The adapter's log: \/tmp\/a\.log\./);
+    const replay = adapterDiedProblem({ name: 'r', configuration: { request: 'launch', replay: '/b' } }, undefined, undefined, '');
+    assert.match(replay.message, /"r" was killed in the middle .* The replay has nothing running to end\./);
 });

@@ -109,7 +109,7 @@ test('a program that does not exist is named before anything starts', async () =
         `("program": "nope/missing.py" in the configuration "basic", relative to ${ROOT}).`]);
 });
 
-test('an adapter that exits before it answers is reported; one that answered is not', async () => {
+test('an adapter that exits before it answers is reported as a failed start; one that answered, as a death mid-session', async () => {
     const bare = host({ pythonPath: BARE_PYTHON });
     await bare.tracker().onExit(1, undefined);
     assert.equal(bare.shown.length, 1, 'no notification');
@@ -119,8 +119,22 @@ test('an adapter that exits before it answers is reported; one that answered is 
     await fine.tracker().onExit(1, undefined);
     assert.match(fine.shown[0], /^ptdebug: the debug adapter of "probe" exited at start \(status 1\) before answering VS Code\. Set ptdebug\.adapterLogFile/);
     assert.deepEqual(fine.ran, [['workbench.action.openSettings', 'ptdebug.adapterLogFile']]);
+    // one that answered, then was killed (VS Code 1.139 passes no status and no signal then)
     const answered = fine.tracker();
     answered.onDidSendMessage({ type: 'response', command: 'initialize' });
-    assert.equal(await answered.onExit(1, undefined), undefined);
-    assert.equal(fine.shown.length, 1, 'an adapter that answered was reported as a failed start');
+    await answered.onExit(undefined, undefined);
+    assert.equal(fine.shown.length, 2, 'an adapter killed mid-session was not reported');
+    assert.equal(fine.shown[1], 'ptdebug: the debug adapter of "probe" was killed in the middle of the session, so the ' +
+        'session has ended. The program it launched ends with it. Set ptdebug.adapterLogFile to keep the adapter\'s log ' +
+        '(attach it to a bug report). Press F5 to start it again.');
+    // ended because VS Code asked (the Stop button: disconnect), whatever its status: nothing shown
+    const stopped = fine.tracker();
+    stopped.onDidSendMessage({ type: 'response', command: 'initialize' });
+    stopped.onWillReceiveMessage({ type: 'request', command: 'disconnect', seq: 9 });
+    assert.equal(await stopped.onExit(undefined, 'SIGTERM'), undefined);
+    // ended by itself with status 0 (its program ended): nothing shown
+    const done = fine.tracker();
+    done.onDidSendMessage({ type: 'event', event: 'terminated' });
+    assert.equal(await done.onExit(0, undefined), undefined);
+    assert.equal(fine.shown.length, 2, 'an expected end was reported');
 });

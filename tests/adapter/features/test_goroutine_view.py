@@ -38,6 +38,7 @@ from adapter.protocol.channel import DEFERRED
 from adapter.protocol.messages import Request
 from adapter.protocol.schema import StepBackArguments
 from adapter.recording.recording import Recording
+from adapter.routes import Router
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
@@ -298,9 +299,7 @@ class _Backend:
 
 class _Session:
     def __init__(self):
-        self.request_interceptors: dict = {}
-        self.response_observers: dict = {}
-        self.event_filters: list = []
+        self.routes = Router()
         self.events: list = []
         self.client = _Client(self.events)
         self.backend = _Backend()
@@ -314,18 +313,23 @@ class _Session:
         self.capabilities.update(capabilities)
 
     def send(self, command: str, arguments: dict | None = None):
-        """Run the interceptors as Session.route does: what the first taker returned, or None
-        when every one let the request through to the backend."""
+        """Run the route table's steps as Session.route does: what the first taker returned,
+        DEFERRED once the request went to the backend with a watch that wants it, or None
+        when it would go to the backend untouched."""
         self._seq += 1
         raw = {"seq": self._seq, "type": "request", "command": command}
         if arguments is not None:
             raw["arguments"] = arguments
         self.last = Request(raw, _Answers())
-        for intercept in self.request_interceptors.get(command, ()):
-            answer = intercept(self.last)
+        for take in self.routes.takers(command):
+            answer = take(self.last)
             if answer is not None:
                 return answer
-        return None
+        watcher = self.routes.watcher(command, self.last)
+        if watcher is None:
+            return None
+        self.backend.forward(self.last, watcher)
+        return DEFERRED
 
     def threads(self) -> dict[int, str]:
         assert self.send("threads") is DEFERRED

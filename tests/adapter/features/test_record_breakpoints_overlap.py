@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from adapter.features.record_breakpoints import LiveWindow, RecordBreakpoints
 from adapter.features.recorder_worker import RecorderWatchdog
+from adapter.routes import Router
 
 
 class _Worker:
@@ -38,8 +39,7 @@ class _Client:
 
 class _Session:
     def __init__(self):
-        self.request_interceptors: dict = {}
-        self.event_filters: list = []
+        self.routes = Router()
         self.client = _Client()
         self.backend = None
 

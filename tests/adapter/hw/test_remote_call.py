@@ -44,7 +44,7 @@ def wait_for_syscall(pid: int, tid: int, timeout: float = 10.0) -> str | None:
 
 def test_a_call_on_a_sleeping_thread_returns_and_the_thread_sleeps_on_unchanged():
     proc = start("import time\nprint('ready', flush=True)\nstarted = time.monotonic()\n"
-                 "time.sleep(1.5)\nprint('slept %.2f' % (time.monotonic() - started))")
+                 "time.sleep(6)\nprint('slept %.2f' % (time.monotonic() - started))")
     try:
         assert wait_for_syscall(proc.pid, proc.pid) == "clock_nanosleep"
         with HeldThread(proc.pid, proc.pid) as held:
@@ -53,7 +53,8 @@ def test_a_call_on_a_sleeping_thread_returns_and_the_thread_sleeps_on_unchanged(
             text = held.push(b"123456789\0")
             assert held.call(libc_function(proc.pid, "atoi"), text) == 123456789
             assert bytes(pt.getregs(proc.pid)) != saved_regs  # the calls ran on it
-        # given back: the same state, the sleep restarted (still in its system call)
+        # given back: the same state, the sleep restarted (still in its system call: 6 s
+        # leave room for a loaded machine between the release and this look)
         pt.seize(proc.pid)
         pt.interrupt(proc.pid)
         assert pt.waitpid(proc.pid).event == pt.EVENT_STOP
@@ -65,7 +66,7 @@ def test_a_call_on_a_sleeping_thread_returns_and_the_thread_sleeps_on_unchanged(
         pt.detach(proc.pid)
         out, err = proc.communicate(timeout=10)
         assert proc.returncode == 0, err
-        assert float(out.split()[-1]) >= 1.45  # slept its whole time: no early EINTR
+        assert float(out.split()[-1]) >= 5.95  # slept its whole time: no early EINTR
     finally:
         proc.kill()
         proc.wait()

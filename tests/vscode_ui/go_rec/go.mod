@@ -1,0 +1,3 @@
+module vscodeuirec
+
+go 1.21

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+import sys
 
-from conftest import INITIALIZE, ROOT
+from conftest import INITIALIZE, PROGRAMS, ROOT, marker_line
 from dapclient import DapClient
 
 ASSETS = ROOT / "adapter" / "demo_assets"
@@ -82,9 +83,6 @@ def launch_onnx_service(client: DapClient, tmp_path: pathlib.Path, **config) -> 
     """Launch tests/fixtures/programs/dap_onnx_kv_service.py (3 requests, 0.3 s apart) with
     `config` added, a record breakpoint on `# @embed` and a normal one on `# @after`, both for
     the second request only; returns once the launch is answered."""
-    import sys
-
-    from conftest import PROGRAMS, marker_line
     service = PROGRAMS / "dap_onnx_kv_service.py"
     client.call("initialize", INITIALIZE)
     launch = client.send_request("launch", {

@@ -118,9 +118,11 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
     assert "recorder_worker" in open(f"/proc/{recorder}/cmdline").read()
     run.track()
     os.kill(recorder, signal.SIGINT)
-    told = client.expect_event("output", timeout=30, pred=lambda e: "did not record" in
-                               e["body"]["output"])["body"]["output"]
-    assert f"recording thread {tid} failed" in told, told
+    # what it recorded up to the interrupt is kept, a partial capture that says why (issue 34:
+    # a window that ends early keeps what it recorded)
+    cut = client.expect_event("ptdebug/capture", timeout=30)["body"]
+    assert cut["status"] == "partial" and cut["tid"] == tid, cut
+    assert 0 < cut["instructions"] < 50_000_000, cut
     deadline = time.monotonic() + 10
     while os.path.isdir(f"/proc/{pid}/task") and any(
             t for t, _ in thread_states(pid).values()) and time.monotonic() < deadline:
@@ -132,7 +134,8 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
     capture = client.expect_event("ptdebug/capture", timeout=60)["body"]
     assert capture["status"] == "complete" and capture["instructions"] == 2000
     assert capture["tid"] == tid
-    assert f"recorder process {recorder})" not in run.log(), "the stopped recorder was reused"
+    # named once, for the window it was stopped in; the next capture had another recorder
+    assert run.log().count(f"recorder process {recorder})") == 1, "the stopped recorder was reused"
     assert [r["kind"] for r in _wait_answered(client, 4)] == ["plain", "large", "plain", "small"]
     assert all(state != "t" for _, state in thread_states(pid).values())
     client.call("disconnect", {"terminateDebuggee": True})

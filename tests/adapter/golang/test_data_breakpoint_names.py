@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from adapter.golang.data_breakpoints import DelveDataBreakpoints, _shown
 from adapter.protocol.schema import DataBreakpointInfoArguments
+from adapter.routes import Router
 
 ADDRESS = "0xc000012345"
 DATA_ID = f"1,0,*(*[8]byte)({ADDRESS})"
@@ -45,8 +46,7 @@ class FakeDelve:
 
 
 def _feature(backend):
-    session = SimpleNamespace(backend=backend, event_filters=[], paused=True,
-                              response_observers={})
+    session = SimpleNamespace(backend=backend, paused=True, routes=Router())
     return DelveDataBreakpoints(session)
 
 

@@ -19,6 +19,7 @@ process.
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import threading
@@ -168,7 +169,6 @@ def _wrapped(source: str, report_path: str) -> bytes:
 def _run_on_a_resting_thread(pid: int, api: dict[str, int], source: bytes, wait: float,
                              log) -> str:
     deadline = time.monotonic() + wait
-    busy_seen = 0
     while True:
         for tid in _candidate_threads(pid):
             if waiting_syscall(pid, tid) is None:
@@ -176,9 +176,17 @@ def _run_on_a_resting_thread(pid: int, api: dict[str, int], source: bytes, wait:
             try:
                 held = HeldThread(pid, tid)
             except ThreadBusy:
-                busy_seen += 1                        # woke between the look and the stop
+                continue                              # woke between the look and the stop
+            except pt.PtraceError as exc:
+                if exc.errno == errno.EPERM and not pt.tracer_of(tid):
+                    # not another tracer's thread: no later try would be allowed either
+                    raise InjectError(
+                        f"ptdebug may not trace process {pid} ({exc.strerror}): run ptdebug "
+                        "as the process's user with /proc/sys/kernel/yama/ptrace_scope 0, or "
+                        "as root") from None
+                log(f"thread {tid} of process {pid} cannot be held: {exc}")
                 continue
-            except (RemoteCallError, pt.PtraceError) as exc:
+            except RemoteCallError as exc:
                 log(f"thread {tid} of process {pid} cannot be held: {exc}")
                 continue
             with held:

@@ -75,6 +75,17 @@ class Module:
     build_id: str | None
 
 
+def is_go_binary(path: str) -> bool:
+    """Whether the ELF file at `path` was built by the Go toolchain: it has Go's line and
+    function table (.gopclntab, kept by `-ldflags=-s -w` too). False for a file that is not ELF
+    or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return ELFFile(f).get_section_by_name(".gopclntab") is not None
+    except (OSError, ELFError, ValueError):
+        return False
+
+
 def elf_build_id(elf: ELFFile) -> str | None:
     """The NT_GNU_BUILD_ID note's bytes in hex, or None."""
     for segment in elf.iter_segments():

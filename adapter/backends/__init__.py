@@ -59,6 +59,7 @@ def _process_language(pid: int) -> str:
     """"python" for a process running CPython (the interpreter, or a program embedding
     libpython), "go" for a Go program; else InvalidLaunchConfig naming what it is."""
     from adapter.python.inject import InjectError, python_api
+    from pt_decoder.image import is_go_binary
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except FileNotFoundError:
@@ -72,25 +73,11 @@ def _process_language(pid: int) -> str:
         return "python"
     except InjectError:
         pass
-    if _is_go_program(exe):
+    if is_go_binary(exe):
         return "go"
     raise InvalidLaunchConfig(f"process {pid} ({exe}) is neither a Python nor a Go program: "
                               "ptdebug attaches to CPython processes (through debugpy) and Go "
                               "programs (through Delve)")
-
-
-def _is_go_program(path: str) -> bool:
-    """Whether the ELF file at `path` was built by the Go toolchain (its build info or
-    pclntab section)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            return any(elf.get_section_by_name(name) is not None
-                       for name in (".go.buildinfo", ".gopclntab"))
-    except (OSError, ELFError):
-        return False
 
 
 def create_backend(name: str, hooks: BackendHooks) -> Backend:

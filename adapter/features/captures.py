@@ -16,6 +16,7 @@ from typing import Any
 from adapter.features.record_window import RecordWindow
 from adapter.golang.user_lines import WithoutRuntime
 from adapter.protocol.schema import CaptureGap, CaptureLocation, CaptureNowOut
+from pt_decoder.image import is_go_binary
 
 LINE_TABLE_MAX_BYTES = 4 << 20
 
@@ -100,7 +101,7 @@ class Capture:
                     return False  # no instruction of the capture ran in it
                 try:
                     return (os.path.getsize(module.path) <= LINE_TABLE_MAX_BYTES or
-                            _has_pclntab(module.path))
+                            is_go_binary(module.path))
                 except OSError:
                     return False
 
@@ -158,18 +159,6 @@ class Capture:
             reason="breakpoint" if location else "command",
             location=CaptureLocation(location["path"], location["line"]) if location else None,
             recorder=self.recorder_choice, preparing=list(self.preparing)))
-
-
-def _has_pclntab(path: str) -> bool:
-    """A Go binary: its lines come from pclntab, read in well under a second whatever its size
-    (docs/PERFORMANCE.md), unlike DWARF."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    try:
-        with open(path, "rb") as f:
-            return ELFFile(f).get_section_by_name(".gopclntab") is not None
-    except (OSError, ELFError):
-        return False
 
 
 def any_between(sorted_values, low: int, high: int) -> bool:

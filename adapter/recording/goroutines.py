@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from adapter.capture.bundle import Bundle
 from adapter.golang.goroutine_index import GoroutineIndex
 from adapter.golang.runtime_layout import LayoutError, layout_of
+from pt_decoder.image import is_go_binary
 
 
 class GoroutineHistoryError(Exception):
@@ -34,18 +35,12 @@ class ThreadGoroutines:
 def go_binary(bundle: Bundle) -> str:
     """Path (inside the bundle, or the original) of the Go executable the bundle recorded.
     Raises GoroutineHistoryError when there is none."""
-    from elftools.elf.elffile import ELFFile
     for entry in bundle.images:
         if entry.get("kind", "elf") != "elf":
             continue
         for candidate in (str(bundle.image_path(entry)), entry.get("path") or ""):
-            if candidate and os.path.isfile(candidate):
-                try:
-                    with open(candidate, "rb") as f:
-                        if ELFFile(f).get_section_by_name(".gopclntab") is not None:
-                            return candidate
-                except (OSError, ValueError):
-                    continue
+            if candidate and os.path.isfile(candidate) and is_go_binary(candidate):
+                return candidate
     raise GoroutineHistoryError(f"{bundle.root}: no Go executable among the bundle's images")
 
 

@@ -35,18 +35,12 @@ from adapter.protocol.errors import (
 from adapter.protocol.framing import MessageReader, MessageWriter
 from adapter.protocol.messages import Event, Request, Response
 from adapter.protocol.schema import AttachConfig, LaunchConfig
-from adapter.python.inject import InjectError, run_python
+from adapter.python.inject import InjectError, read_report, report_file, run_python
 from adapter.spawn import die_with_parent, package_main_command
 
 from .base import Backend, BackendHooks, dial, hang_up
 from .debugpy_detach import DebugpyDetach
-from .debugpy_pid_attach import (
-    LISTEN_HOST,
-    attach_source,
-    listen_arguments,
-    report_file,
-    reported_error,
-)
+from .debugpy_pid_attach import LISTEN_HOST, attach_source, listen_arguments
 
 log = logging.getLogger("ptdebug.dap")
 
@@ -250,7 +244,7 @@ class DebugpyBackend(DebugpyDetach, Backend):
         try:
             raised = ""
             while not answered.wait(0.05) and not raised and time.monotonic() < deadline:
-                raised = reported_error(report)
+                raised = read_report(report)
             if answered.is_set() or not once.acquire(blocking=False):
                 return
             why = (f"debugpy's attach code raised in it: {raised.splitlines()[-1]}\n{raised}"

@@ -12,14 +12,13 @@ Why a thread of its own: debugpy.connect returns only once the client has sent
 `configurationDone` (pydevd's wait_for_ready_to_run); the thread ptdebug borrows to start it (a
 service's main thread, mostly) is given back in milliseconds instead, and the attach thread
 ends once debugpy is set up. What that thread raises is written to a report file of ptdebug's
-and shown to the user if debugpy never connects.
+(adapter.python.inject.report_file) and shown to the user if debugpy never connects.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
-import tempfile
 
 LISTEN_HOST = "127.0.0.1"
 ATTACH_THREAD = "ptdebug-attach"
@@ -38,15 +37,6 @@ def debugpy_server_dir() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("debugpy is not installed beside ptdebug")
     return os.path.join(next(iter(spec.submodule_search_locations)), "server")
-
-
-def report_file() -> str:
-    """A new empty file the attach thread writes what it raised into (the process may run as
-    another user, hence writable by all; it holds a traceback at most)."""
-    fd, path = tempfile.mkstemp(prefix="ptdebug-attach-", suffix=".txt")
-    os.close(fd)
-    os.chmod(path, 0o666)
-    return path
 
 
 def attach_source(host: str, port: int, log_dir: str | None, report_path: str) -> str:
@@ -73,11 +63,3 @@ def attach_source(host: str, port: int, log_dir: str | None, report_path: str) -
         f"threading.Thread(target=_ptdebug_attach, name={ATTACH_THREAD!r}, daemon=True, args=("
         f"{debugpy_server_dir()!r}, {json.dumps(setup)!r}, {report_path!r})).start()\n")
 
-
-def reported_error(report_path: str) -> str:
-    """The last line and the traceback the attach thread wrote, or ""."""
-    try:
-        with open(report_path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""

@@ -112,9 +112,7 @@ def run_python(pid: int, source: str, *, wait: float = AT_REST_WAIT,
         raise InjectError(f"process {pid} is traced by process {tracer} (another debugger): "
                           "only one tracer may hold it")
     api = python_api(pid)
-    fd, report_path = tempfile.mkstemp(prefix="ptdebug-inject-", suffix=".txt")
-    os.close(fd)
-    os.chmod(report_path, 0o666)  # the target may run as another user
+    report_path = report_file()
     wrapped = _wrapped(source, report_path)
     outcome: dict = {}
     done = threading.Event()
@@ -140,8 +138,7 @@ def run_python(pid: int, source: str, *, wait: float = AT_REST_WAIT,
             raise error
         if error is not None:
             raise InjectError(f"cannot run code in process {pid}: {error}") from error
-        with open(report_path) as f:
-            raised = f.read().strip()
+        raised = read_report(report_path)
         if raised:
             raise InjectError(f"the attach code raised in process {pid}: "
                               f"{raised.splitlines()[-1]}\n{raised}")
@@ -149,6 +146,24 @@ def run_python(pid: int, source: str, *, wait: float = AT_REST_WAIT,
     finally:
         if done.is_set():
             os.unlink(report_path)
+
+
+def report_file() -> str:
+    """A new empty file for code run in the process to write what it raised into (the
+    process may run as another user, hence writable by all; it holds a traceback at most)."""
+    fd, path = tempfile.mkstemp(prefix="ptdebug-inject-", suffix=".txt")
+    os.close(fd)
+    os.chmod(path, 0o666)
+    return path
+
+
+def read_report(path: str) -> str:
+    """What the code wrote into a report_file (a traceback), or "" (nothing raised)."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _wrapped(source: str, report_path: str) -> bytes:

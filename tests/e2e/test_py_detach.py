@@ -122,6 +122,16 @@ def service():
         proc.wait(10)
 
 
+def _connect_attach(client, debugpy_port: int) -> None:
+    """initialize, attach `connect` to the debugpy server on `debugpy_port`, configurationDone."""
+    client.call("initialize", INITIALIZE)
+    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
+                                                        "port": debugpy_port}})
+    client.expect_event("initialized", timeout=30)
+    client.call("configurationDone", {})
+    assert client.expect_response(attach, timeout=30)["success"]
+
+
 def _watch(client, address: int) -> dict:
     client.expect_event("capabilities", timeout=30,
                         pred=lambda e: "supportsDataBreakpoints" in e["body"]["capabilities"])
@@ -147,12 +157,7 @@ def test_connect_attach_with_a_data_breakpoint_leaves_sigtrap_as_it_was(start_ad
     assert not before["caught"], before
     run = start_adapter()
     client = run.client
-    client.call("initialize", INITIALIZE)
-    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
-                                                        "port": debugpy_port}})
-    client.expect_event("initialized", timeout=30)
-    client.call("configurationDone", {})
-    assert client.expect_response(attach, timeout=30)["success"]
+    _connect_attach(client, debugpy_port)
     armed = _watch(client, address + 8 * 2)  # slot 2
     assert sigtrap_state(proc.pid)["caught"], "the handler was not installed"
     pending = None
@@ -244,12 +249,7 @@ def test_debugpy_brought_in_after_the_threads_names_the_writer_and_leaves_sigtra
     run = start_adapter()
     client = run.client
     started = time.monotonic()
-    client.call("initialize", INITIALIZE)
-    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
-                                                        "port": debugpy_port}})
-    client.expect_event("initialized", timeout=30)
-    client.call("configurationDone", {})
-    assert client.expect_response(attach, timeout=30)["success"]
+    _connect_attach(client, debugpy_port)
     print(f"attach answered in {time.monotonic() - started:.3f} s")
     armed = _watch(client, address + 8 * 7)  # slot 7: kv-writer's, every 20 ms
     stopped = client.expect_stopped("data breakpoint", timeout=30)
@@ -272,12 +272,7 @@ def test_a_restore_that_fails_is_told_to_the_user(start_adapter, service):
     proc, port, address = service(debugpy_port)
     run = start_adapter()
     client = run.client
-    client.call("initialize", INITIALIZE)
-    attach = client.send_request("attach", {"connect": {"host": "127.0.0.1",
-                                                        "port": debugpy_port}})
-    client.expect_event("initialized", timeout=30)
-    client.call("configurationDone", {})
-    assert client.expect_response(attach, timeout=30)["success"]
+    _connect_attach(client, debugpy_port)
     _watch(client, address + 8 * 2)
     client.call("evaluate", {"context": "repl", "expression":
                              "setattr(__import__('sys').modules['_ptdebug_trap'], 'uninstall', "

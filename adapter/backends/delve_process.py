@@ -32,6 +32,7 @@ from adapter.hw import procfs
 from adapter.protocol.errors import BackendError, InvalidLaunchConfig
 from adapter.protocol.messages import Event
 from adapter.protocol.schema import LaunchConfig
+from adapter.spawn import die_with_parent
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -196,7 +197,7 @@ class DelveProcesses:
         the first pipe) it only goes to the log."""
         log.info("starting %s (in %s)", shlex.join(argv), run_dir)
         cpu = colocation_cpu()
-        _prepare_prctl(cpu)
+        _prepare_affinity(cpu)
         read_end, write_end = pipe if pipe is not None else os.pipe()
         try:
             # its own session: Delve and its children can be ended as a group
@@ -386,9 +387,6 @@ def _event(name: str, body: dict) -> Event:
     return Event({"type": "event", "seq": 0, "event": name, "body": body})
 
 
-_prctl = None
-
-
 _affinity = None
 """(libc sched_setaffinity, its mask argument) for the dlv child, or None (see colocation_cpu)."""
 
@@ -398,20 +396,18 @@ def _die_with_parent() -> None:
     PR_SET_PDEATHSIG), so Delve ends the program it launched (or lets go of an attached one)
     instead of waiting for clients forever: a headless multiclient Delve does not exit when
     its clients go. And, when chosen, Delve's CPU (sched_setaffinity(2), before the Go runtime
-    starts any thread). Only these calls run in the child (resolved by _prepare_prctl before
-    the fork: no dlopen, no lock, between fork and exec)."""
-    _prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    starts any thread). Only these calls run in the child (resolved before the fork, by
+    adapter.spawn and _prepare_affinity: no dlopen, no lock, between fork and exec)."""
+    die_with_parent()
     if _affinity is not None:
         setaffinity, mask = _affinity
         setaffinity(0, len(mask), mask)
 
 
-def _prepare_prctl(cpu: int | None = None) -> None:
-    global _prctl, _affinity
+def _prepare_affinity(cpu: int | None = None) -> None:
+    global _affinity
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    if _prctl is None:
-        _prctl = libc.prctl
     if cpu is None:
         _affinity = None
     else:

@@ -120,9 +120,17 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
     os.kill(recorder, signal.SIGINT)
     # what it recorded up to the interrupt is kept, a partial capture that says why (issue 34:
     # a window that ends early keeps what it recorded)
-    cut = client.expect_event("ptdebug/capture", timeout=30)["body"]
-    assert cut["status"] == "partial" and cut["tid"] == tid, cut
-    assert 0 < cut["instructions"] < 50_000_000, cut
+    # (on a loaded machine the interrupt may come before its first instruction: nothing to
+    # keep, and the user is told it did not record)
+    try:
+        cut = client.expect_event("ptdebug/capture", timeout=30, pred=lambda e: "at most "
+                                  "50000000 instructions" in e["body"]["window"])["body"]
+        assert cut["status"] == "partial" and cut["tid"] == tid, cut
+        assert 0 < cut["instructions"] < 50_000_000, cut
+    except TimeoutError:
+        told = [e["body"]["output"] for e in client.events("output")
+                if "did not record" in e["body"]["output"]]
+        assert told and f"recording thread {tid} failed" in told[0], told
     deadline = time.monotonic() + 10
     while os.path.isdir(f"/proc/{pid}/task") and any(
             t for t, _ in thread_states(pid).values()) and time.monotonic() < deadline:
@@ -131,7 +139,8 @@ def test_a_recorder_stopped_mid_window_lets_the_thread_go_and_is_not_reused(star
     assert not any(t for t, _ in thread_states(pid).values()), thread_states(pid)
     # the program runs on: the killed window's request is answered, and the next one is
     # captured by a new recorder
-    capture = client.expect_event("ptdebug/capture", timeout=60)["body"]
+    capture = client.expect_event("ptdebug/capture", timeout=60, pred=lambda e: "at most 2000 "
+                                  "instructions" in e["body"]["window"])["body"]
     assert capture["status"] == "complete" and capture["instructions"] == 2000
     assert capture["tid"] == tid
     # named once, for the window it was stopped in; the next capture had another recorder
